@@ -1,0 +1,116 @@
+//! kvgate: a multi-tenant admission and isolation gateway for LLM inference engines.
+//!
+//! The request path is one Tower stack, composed in [`build_stack`] and nowhere else:
+//!
+//! ```text
+//! request id → trace → catch panic → rescue (errors → JSON, outcome metrics)
+//!   → authenticate (API key → tenant) → catalog (/v1/models; 404/405)
+//!   → read body (413) → parse (one InferenceRequest for chat, completions, /generate)
+//!   → route (pool by weight, least-loaded workers) → dispatch (unified or prefill/decode)
+//! ```
+//!
+//! Admission by exact token count, the response guard and tenant policy slot in between
+//! route and dispatch (see the open issues); each is one layer in one file.
+#![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod admin;
+pub mod api;
+pub mod app;
+pub mod auth;
+pub mod body;
+pub mod catalog;
+pub mod check;
+pub mod config;
+// pub mod demo;
+pub mod dispatch;
+pub mod error;
+pub mod metrics;
+pub mod read_body;
+pub mod rescue;
+pub mod routing;
+pub mod server;
+// pub mod sim;
+// pub mod tokenize;
+pub mod upstream;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::Body;
+use std::any::Any;
+use std::convert::Infallible;
+use std::sync::Arc;
+use tower::{Service, ServiceBuilder};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+use crate::api::{ModelCatalog, Parse};
+use crate::auth::{ApiKeys, Authenticate};
+use crate::body::{BoxBody, BoxError};
+use crate::catalog::CatalogLayer;
+use crate::dispatch::{Dispatch, DispatchLimits};
+use crate::error::GatewayError;
+use crate::read_body::ReadBody;
+use crate::rescue::RescueLayer;
+use crate::routing::{Route, Router};
+use crate::upstream::Upstream;
+
+/// What the data-port stack is built from.
+#[derive(Clone, Debug)]
+pub struct StackParts {
+    pub keys: ApiKeys,
+    pub catalog: ModelCatalog,
+    pub router: Arc<Router>,
+    pub upstream: Upstream,
+    pub max_body_bytes: usize,
+    pub limits: DispatchLimits,
+}
+
+/// The data-port request path, outermost layer first.
+pub fn build_stack<B>(
+    parts: StackParts,
+) -> impl Service<
+    Request<B>,
+    Response = Response<impl Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static>,
+    Error = Infallible,
+    Future: Send + 'static,
+> + Clone
+       + Send
+       + 'static
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    ServiceBuilder::new()
+        // Every request gets an id first, so logs, engine requests and errors share it.
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .layer(PropagateRequestIdLayer::x_request_id())
+        // One span per request covering everything below.
+        .layer(TraceLayer::new_for_http())
+        // A bug below answers 500 instead of dropping the connection without a status (I6).
+        .layer(CatchPanicLayer::custom(panic_response))
+        // Errors become OpenAI-style JSON here and only here; every outcome is counted once.
+        .layer(RescueLayer)
+        // 401 before the body is read: strangers cannot make us buffer 64 MiB.
+        .layer(Authenticate::layer(parts.keys))
+        // `/v1/models` and 404/405 need no body.
+        .layer(CatalogLayer::new(parts.catalog.clone()))
+        // Counting tokens needs the whole JSON; bounded (413).
+        .layer(ReadBody::layer(parts.max_body_bytes))
+        // One request model for chat, completions and /generate.
+        .layer(Parse::layer(parts.catalog))
+        // Pool by weight, then least-loaded eligible workers (I3: unknown capacity never serves).
+        .layer(Route::layer(parts.router))
+        .service(Dispatch::new(parts.upstream, parts.limits))
+}
+
+fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response<BoxBody> {
+    let detail = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".to_owned());
+    tracing::error!(%detail, "request handler panicked");
+    GatewayError::Internal("the gateway hit an internal error".into()).into_response()
+}

@@ -1,0 +1,327 @@
+//! Request parsing: the buffered JSON body becomes an [`InferenceRequest`] extension.
+//!
+//! Only structure is checked here (is it a JSON object, are the prompt fields of the right
+//! shape, is the model known); counting tokens is the admission stage's job.
+
+use bytes::Bytes;
+use http::Request;
+use serde_json::{Map, Value};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use tower::filter::{FilterLayer, Predicate};
+
+use super::{Endpoint, InferenceRequest};
+use crate::body::BoxError;
+use crate::config::{Config, EngineKind};
+use crate::error::GatewayError;
+
+/// The models clients may name, and the default for SGLang `/generate` (which has no
+/// `model` field) when exactly one model is served by SGLang pools.
+#[derive(Debug, Clone)]
+pub struct ModelCatalog {
+    names: Arc<BTreeSet<String>>,
+    generate_default: Option<String>,
+}
+
+impl ModelCatalog {
+    /// Build the catalog from the config.
+    pub fn from_config(config: &Config) -> Self {
+        let names: BTreeSet<String> = config.models.iter().map(|m| m.name.clone()).collect();
+        let sglang: BTreeSet<&str> = config
+            .pools
+            .iter()
+            .filter(|p| p.engine == EngineKind::Sglang)
+            .map(|p| p.model.as_str())
+            .collect();
+        let generate_default = match sglang.len() {
+            1 => sglang.iter().next().map(|s| s.to_string()),
+            _ => None,
+        };
+        Self {
+            names: Arc::new(names),
+            generate_default,
+        }
+    }
+
+    /// All model names, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.names.iter().map(String::as_str)
+    }
+
+    fn resolve(
+        &self,
+        endpoint: Endpoint,
+        body: &Map<String, Value>,
+    ) -> Result<String, GatewayError> {
+        match body.get("model") {
+            Some(Value::String(model)) => {
+                if self.names.contains(model) {
+                    Ok(model.clone())
+                } else {
+                    Err(GatewayError::ModelNotFound {
+                        model: model.clone(),
+                    })
+                }
+            }
+            Some(_) => Err(GatewayError::invalid(
+                "`model` must be a string",
+                Some("model"),
+            )),
+            None if endpoint == Endpoint::Generate => {
+                self.generate_default.clone().ok_or_else(|| {
+                    GatewayError::invalid(
+                        "this gateway serves several models: add \"model\" to the /generate body",
+                        Some("model"),
+                    )
+                })
+            }
+            None => Err(GatewayError::invalid(
+                "you must provide a model parameter",
+                Some("model"),
+            )),
+        }
+    }
+}
+
+/// Parse and structurally validate one request body.
+pub fn parse_inference(
+    endpoint: Endpoint,
+    body: &[u8],
+    catalog: &ModelCatalog,
+) -> Result<InferenceRequest, GatewayError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| GatewayError::invalid(format!("request body is not valid JSON: {e}"), None))?;
+    let Value::Object(mut body) = value else {
+        return Err(GatewayError::invalid(
+            "request body must be a JSON object",
+            None,
+        ));
+    };
+    let stream = match body.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err(GatewayError::invalid(
+                "`stream` must be a boolean",
+                Some("stream"),
+            ))
+        }
+    };
+    let batch = match endpoint {
+        Endpoint::ChatCompletions => chat_batch(&body)?,
+        Endpoint::Completions => prompt_batch(body.get("prompt"), "prompt")?,
+        Endpoint::Generate => generate_batch(&body)?,
+        Endpoint::ListModels => {
+            return Err(GatewayError::Internal(
+                "list-models requests carry no body to parse".into(),
+            ))
+        }
+    };
+    let model = catalog.resolve(endpoint, &body)?;
+    if endpoint == Endpoint::Generate {
+        // SGLang's GenerateReqInput has no `model`; it only selects the gateway model.
+        body.remove("model");
+    }
+    Ok(InferenceRequest {
+        endpoint,
+        model,
+        stream,
+        batch,
+        body,
+    })
+}
+
+fn chat_batch(body: &Map<String, Value>) -> Result<usize, GatewayError> {
+    let Some(Value::Array(messages)) = body.get("messages") else {
+        return Err(GatewayError::invalid(
+            "`messages` must be an array of message objects",
+            Some("messages"),
+        ));
+    };
+    if messages.is_empty() {
+        return Err(GatewayError::invalid(
+            "`messages` must not be empty",
+            Some("messages"),
+        ));
+    }
+    for (i, message) in messages.iter().enumerate() {
+        let role = message.get("role").and_then(Value::as_str);
+        if role.is_none() {
+            return Err(GatewayError::invalid(
+                format!("messages[{i}] must be an object with a string `role`"),
+                Some("messages"),
+            ));
+        }
+    }
+    Ok(1)
+}
+
+fn is_token_array(items: &[Value]) -> bool {
+    items
+        .iter()
+        .all(|v| v.as_u64().is_some_and(|id| id <= u32::MAX as u64))
+}
+
+/// OpenAI `prompt` and SGLang `text`/`input_ids`: a string, a list of strings, a list of
+/// token ids, or a list of token-id lists.
+fn prompt_batch(prompt: Option<&Value>, field: &str) -> Result<usize, GatewayError> {
+    let bad = || {
+        GatewayError::invalid(
+            format!("`{field}` must be a string, a list of strings, a list of token ids or a list of token-id lists"),
+            Some(field),
+        )
+    };
+    match prompt {
+        Some(Value::String(_)) => Ok(1),
+        Some(Value::Array(items)) if items.is_empty() => Err(GatewayError::invalid(
+            format!("`{field}` must not be empty"),
+            Some(field),
+        )),
+        Some(Value::Array(items)) if items.iter().all(Value::is_string) => Ok(items.len()),
+        Some(Value::Array(items)) if is_token_array(items) => Ok(1),
+        Some(Value::Array(items))
+            if items.iter().all(|i| {
+                i.as_array()
+                    .is_some_and(|a| !a.is_empty() && is_token_array(a))
+            }) =>
+        {
+            Ok(items.len())
+        }
+        Some(_) => Err(bad()),
+        None => Err(GatewayError::invalid(
+            format!("`{field}` is required"),
+            Some(field),
+        )),
+    }
+}
+
+fn generate_batch(body: &Map<String, Value>) -> Result<usize, GatewayError> {
+    match (body.get("text"), body.get("input_ids")) {
+        (Some(text), None) => match text {
+            Value::String(_) => Ok(1),
+            Value::Array(items) if !items.is_empty() && items.iter().all(Value::is_string) => {
+                Ok(items.len())
+            }
+            _ => Err(GatewayError::invalid(
+                "`text` must be a string or a non-empty list of strings",
+                Some("text"),
+            )),
+        },
+        (None, Some(Value::Array(items))) if !items.is_empty() && is_token_array(items) => Ok(1),
+        (None, Some(ids)) => match prompt_batch(Some(ids), "input_ids")? {
+            n if ids
+                .as_array()
+                .is_some_and(|a| a.iter().all(Value::is_array)) =>
+            {
+                Ok(n)
+            }
+            _ => Err(GatewayError::invalid(
+                "`input_ids` must be a list of token ids or a list of token-id lists",
+                Some("input_ids"),
+            )),
+        },
+        (Some(_), Some(_)) => Err(GatewayError::invalid(
+            "send either `text` or `input_ids`, not both",
+            Some("text"),
+        )),
+        (None, None) => Err(GatewayError::invalid(
+            "`text` or `input_ids` is required",
+            Some("text"),
+        )),
+    }
+}
+
+/// The tower predicate that runs [`parse_inference`] and inserts the result.
+#[derive(Debug, Clone)]
+pub struct Parse {
+    catalog: ModelCatalog,
+}
+
+impl Predicate<Request<Bytes>> for Parse {
+    type Request = Request<Bytes>;
+
+    fn check(&mut self, mut request: Request<Bytes>) -> Result<Request<Bytes>, BoxError> {
+        let endpoint = Endpoint::classify(request.method(), request.uri().path())?;
+        let parsed = parse_inference(endpoint, request.body(), &self.catalog)?;
+        request.extensions_mut().insert(parsed);
+        Ok(request)
+    }
+}
+
+/// The parse stage as a layer.
+pub type ParseLayer = FilterLayer<Parse>;
+
+impl Parse {
+    /// The parse stage over `catalog`.
+    pub fn layer(catalog: ModelCatalog) -> ParseLayer {
+        FilterLayer::new(Parse { catalog })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn catalog() -> ModelCatalog {
+        ModelCatalog {
+            names: Arc::new(["qwen3".to_string()].into_iter().collect()),
+            generate_default: Some("qwen3".into()),
+        }
+    }
+
+    fn parse(endpoint: Endpoint, body: &str) -> Result<InferenceRequest, GatewayError> {
+        parse_inference(endpoint, body.as_bytes(), &catalog())
+    }
+
+    #[test]
+    fn generate_batches_are_counted_and_model_is_defaulted() {
+        let r = parse(Endpoint::Generate, r#"{"text":["a","b"],"stream":true}"#).unwrap();
+        assert_eq!((r.batch, r.stream, r.model.as_str()), (2, true, "qwen3"));
+        let r = parse(Endpoint::Generate, r#"{"input_ids":[[1,2],[3],[4]]}"#).unwrap();
+        assert_eq!(r.batch, 3);
+        let r = parse(
+            Endpoint::Generate,
+            r#"{"input_ids":[1,2,3],"model":"qwen3"}"#,
+        )
+        .unwrap();
+        assert_eq!(r.batch, 1);
+        assert!(!r.body.contains_key("model"));
+    }
+
+    #[test]
+    fn malformed_bodies_are_invalid_requests() {
+        for (endpoint, body) in [
+            (Endpoint::Generate, "{"),
+            (Endpoint::Generate, "[1]"),
+            (Endpoint::Generate, r#"{"text":1}"#),
+            (Endpoint::Generate, r#"{"text":"a","input_ids":[1]}"#),
+            (Endpoint::Generate, r#"{"input_ids":[-1]}"#),
+            (
+                Endpoint::ChatCompletions,
+                r#"{"model":"qwen3","messages":[]}"#,
+            ),
+            (
+                Endpoint::ChatCompletions,
+                r#"{"model":"qwen3","messages":[{"content":"x"}]}"#,
+            ),
+            (Endpoint::Completions, r#"{"model":"qwen3"}"#),
+            (
+                Endpoint::Completions,
+                r#"{"model":"qwen3","prompt":"x","stream":"yes"}"#,
+            ),
+            (Endpoint::Completions, r#"{"prompt":"x"}"#),
+        ] {
+            let err = parse(endpoint, body).unwrap_err();
+            assert!(
+                matches!(err, GatewayError::InvalidRequest { .. }),
+                "{body}: {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_model_is_model_not_found() {
+        let err = parse(Endpoint::Completions, r#"{"model":"gpt-9","prompt":"x"}"#).unwrap_err();
+        assert!(matches!(err, GatewayError::ModelNotFound { .. }));
+    }
+}

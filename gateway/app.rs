@@ -1,0 +1,208 @@
+//! Assembling and running one gateway: data port, admin port, capacity discovery.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::admin::Admin;
+use crate::api::ModelCatalog;
+use crate::auth::ApiKeys;
+use crate::check::CapacityReport;
+use crate::config::Config;
+use crate::dispatch::DispatchLimits;
+use crate::routing::{discover_all, Router};
+use crate::server::{self, Shutdown, ShutdownTrigger, TlsError};
+use crate::upstream::Upstream;
+use crate::{build_stack, StackParts};
+
+/// Largest non-streaming engine response read into memory.
+const MAX_RESPONSE_BYTES: usize = 256 * 1024 * 1024;
+
+/// Why a gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error("cannot listen on {addr} ({key}): {source}")]
+    Bind {
+        addr: SocketAddr,
+        key: &'static str,
+        source: std::io::Error,
+    },
+    #[error("listener address: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A configured gateway, not yet serving.
+#[derive(Debug)]
+pub struct Gateway {
+    config: Arc<Config>,
+    router: Arc<Router>,
+    upstream: Upstream,
+}
+
+impl Gateway {
+    /// Build pools, workers and the upstream client from validated config.
+    pub fn new(config: Config) -> Self {
+        let router = Arc::new(Router::from_config(&config));
+        let upstream = Upstream::new(&config.upstream);
+        Self {
+            config: Arc::new(config),
+            router,
+            upstream,
+        }
+    }
+
+    /// The live pools.
+    pub fn router(&self) -> &Arc<Router> {
+        &self.router
+    }
+
+    /// What the data-port stack needs.
+    pub fn stack_parts(&self) -> StackParts {
+        StackParts {
+            keys: ApiKeys::from_config(&self.config),
+            catalog: ModelCatalog::from_config(&self.config),
+            router: self.router.clone(),
+            upstream: self.upstream.clone(),
+            max_body_bytes: usize::try_from(self.config.server.max_body_bytes.as_u64())
+                .unwrap_or(usize::MAX),
+            limits: DispatchLimits {
+                max_response_bytes: MAX_RESPONSE_BYTES,
+            },
+        }
+    }
+
+    /// Bind the configured addresses and start.
+    pub async fn bind_and_start(self) -> Result<RunningGateway, StartError> {
+        let bind = |addr: SocketAddr, key: &'static str| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| StartError::Bind { addr, key, source })
+        };
+        let data = bind(self.config.server.listen, "server.listen").await?;
+        let admin = bind(self.config.server.admin_listen, "server.admin_listen").await?;
+        self.start(data, admin).await
+    }
+
+    /// Start serving on already-bound listeners (tests bind `127.0.0.1:0`).
+    ///
+    /// Capacity is discovered once before the first request is accepted, so workers with
+    /// only discovered capacity are eligible from the start; then on an interval.
+    pub async fn start(
+        self,
+        data: TcpListener,
+        admin: TcpListener,
+    ) -> Result<RunningGateway, StartError> {
+        let tls = match &self.config.server.tls {
+            Some(t) => Some(server::tls_acceptor(&t.cert, &t.key)?),
+            None => None,
+        };
+        crate::metrics::handle();
+        discover_all(&self.router, &self.upstream).await;
+        for line in CapacityReport::build(&self.config, &self.router).warnings() {
+            tracing::warn!("{line}");
+        }
+        let data_addr = data.local_addr()?;
+        let admin_addr = admin.local_addr()?;
+        let (trigger, shutdown) = Shutdown::new();
+        let drain = self.config.server.drain_timeout;
+        let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(discovery_loop(
+            self.router.clone(),
+            self.upstream.clone(),
+            self.config.upstream.discovery_interval,
+            shutdown.clone(),
+        )));
+        let stack = build_stack::<hyper::body::Incoming>(self.stack_parts());
+        tasks.push(tokio::spawn(server::serve(
+            data,
+            tls,
+            stack,
+            shutdown.clone(),
+            drain,
+        )));
+        let admin_service = Admin::new(self.router.clone(), shutdown.clone());
+        // The admin port stops at once on shutdown; only data traffic drains.
+        tasks.push(tokio::spawn(server::serve(
+            admin,
+            None,
+            admin_service,
+            shutdown.clone(),
+            Duration::from_millis(100),
+        )));
+        tracing::info!(%data_addr, %admin_addr, tls = self.config.server.tls.is_some(), "kvgate listening");
+        Ok(RunningGateway {
+            data_addr,
+            admin_addr,
+            trigger,
+            tasks,
+            router: self.router,
+        })
+    }
+}
+
+async fn discovery_loop(
+    router: Arc<Router>,
+    upstream: Upstream,
+    every: Duration,
+    mut shutdown: Shutdown,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => discover_all(&router, &upstream).await,
+            _ = shutdown.wait() => return,
+        }
+    }
+}
+
+/// A serving gateway.
+#[derive(Debug)]
+pub struct RunningGateway {
+    data_addr: SocketAddr,
+    admin_addr: SocketAddr,
+    trigger: ShutdownTrigger,
+    tasks: Vec<JoinHandle<()>>,
+    router: Arc<Router>,
+}
+
+impl RunningGateway {
+    /// The data port's address.
+    pub fn data_addr(&self) -> SocketAddr {
+        self.data_addr
+    }
+
+    /// The admin port's address.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+
+    /// The live pools.
+    pub fn router(&self) -> &Arc<Router> {
+        &self.router
+    }
+
+    /// Stop accepting and start draining.
+    pub fn begin_shutdown(&self) {
+        self.trigger.trigger();
+    }
+
+    /// Wait until every server has drained (call [`Self::begin_shutdown`] first).
+    pub async fn wait(self) {
+        for task in self.tasks {
+            if let Err(e) = task.await {
+                tracing::error!(error = %e, "gateway task failed");
+            }
+        }
+    }
+
+    /// Stop accepting, drain, and return when done.
+    pub async fn shutdown(self) {
+        self.begin_shutdown();
+        self.wait().await;
+    }
+}

@@ -1,0 +1,122 @@
+//! Body types shared by every stage.
+//!
+//! [`BoxBody`] is the one response body type of the stack. [`GuardBody`] carries a guard
+//! value (a worker's outstanding-request count, later permits and token reservations) for
+//! exactly as long as the body lives, so bookkeeping ends when the stream ends or the client
+//! goes away, not when the headers leave (the pitfall named in style.md §1.4).
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::{BodyExt, Empty, Full};
+use pin_project_lite::pin_project;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// The boxed error every body and combinator in the stack uses.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The response body type of the whole stack.
+pub type BoxBody = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;
+
+/// A complete in-memory body.
+pub fn full(bytes: impl Into<Bytes>) -> BoxBody {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+/// An empty body.
+pub fn empty() -> BoxBody {
+    Empty::new().map_err(|never| match never {}).boxed_unsync()
+}
+
+/// Box any body whose error converts into [`BoxError`].
+pub fn boxed<B>(body: B) -> BoxBody
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    body.map_err(Into::into).boxed_unsync()
+}
+
+pin_project! {
+    /// A body that keeps `guard` alive until the inner body has ended or is dropped.
+    pub struct GuardBody<B, G> {
+        #[pin]
+        inner: B,
+        guard: Option<G>,
+    }
+}
+
+impl<B, G> GuardBody<B, G> {
+    /// Wrap `inner`, holding `guard` until the end of the body.
+    pub fn new(inner: B, guard: G) -> Self {
+        Self {
+            inner,
+            guard: Some(guard),
+        }
+    }
+}
+
+impl<B, G> Body for GuardBody<B, G>
+where
+    B: Body,
+{
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = self.project();
+        let polled = this.inner.poll_frame(cx);
+        if let Poll::Ready(None) | Poll::Ready(Some(Err(_))) = &polled {
+            // The stream is over: release now rather than when hyper drops the body.
+            this.guard.take();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    struct Count(Arc<AtomicUsize>);
+    impl Drop for Count {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test]
+    async fn guard_is_released_at_end_of_stream() {
+        let released = Arc::new(AtomicUsize::new(0));
+        let body = GuardBody::new(Full::new(Bytes::from("abc")), Count(released.clone()));
+        let mut body = std::pin::pin!(body);
+        let first = body.frame().await;
+        assert!(first.is_some());
+        assert_eq!(released.load(Ordering::SeqCst), 0);
+        assert!(body.frame().await.is_none());
+        assert_eq!(released.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn guard_is_released_when_body_is_dropped_early() {
+        let released = Arc::new(AtomicUsize::new(0));
+        let body = GuardBody::new(Full::new(Bytes::from("abc")), Count(released.clone()));
+        drop(body);
+        assert_eq!(released.load(Ordering::SeqCst), 1);
+    }
+}

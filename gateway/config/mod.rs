@@ -1,0 +1,284 @@
+//! Typed gateway configuration (TOML), validated at load.
+//!
+//! The file is parsed with `deny_unknown_fields` through `serde_path_to_error`, so a typo
+//! or a wrong type is reported with its key path (`pools[1].prefill[0].kv_tokens`). Cross-field
+//! rules live in [`validate`]; every error names the key and says how to fix it. Config is pure
+//! data: it never builds clients or responses.
+//!
+//! The reference for every key is `config/example.toml` and `config/README.md`.
+
+mod validate;
+
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use validate::validate;
+
+/// A configuration error, naming the file, the key path and the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: key `{key}`: {message}")]
+    Parse {
+        path: PathBuf,
+        key: String,
+        message: String,
+    },
+    #[error("{path}: key `{key}`: {reason}")]
+    Invalid {
+        path: PathBuf,
+        key: String,
+        reason: String,
+    },
+}
+
+/// The whole configuration document.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Listening sockets, TLS, limits, drain.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// How the gateway talks to engines.
+    #[serde(default)]
+    pub upstream: UpstreamConfig,
+    /// Models the gateway serves, by the name clients send.
+    #[serde(default)]
+    pub models: Vec<ModelConfig>,
+    /// Engine pools; several pools of one model share traffic by weight (canaries).
+    #[serde(default)]
+    pub pools: Vec<PoolConfig>,
+    /// Tenants and their API keys.
+    #[serde(default)]
+    pub tenants: Vec<TenantConfig>,
+    /// The file this was read from; relative paths inside were resolved against its folder.
+    #[serde(skip)]
+    pub source: PathBuf,
+}
+
+/// `[server]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Data port (clients).
+    pub listen: SocketAddr,
+    /// Admin port: /health, /ready, /metrics. Keep it on a private interface.
+    pub admin_listen: SocketAddr,
+    /// Largest accepted request body, e.g. "64MiB".
+    pub max_body_bytes: bytesize::ByteSize,
+    /// How long in-flight requests and streams may run after SIGTERM/SIGINT.
+    #[serde(with = "humantime_serde")]
+    pub drain_timeout: Duration,
+    /// Serve requests without an API key as the tenant `anonymous` (off by default).
+    pub allow_anonymous: bool,
+    /// TLS termination on the data port.
+    pub tls: Option<TlsConfig>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            admin_listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
+            max_body_bytes: bytesize::ByteSize::mib(64),
+            drain_timeout: Duration::from_secs(30),
+            allow_anonymous: false,
+            tls: None,
+        }
+    }
+}
+
+/// `[server.tls]`: PEM certificate chain and private key.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// `[upstream]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamConfig {
+    /// TCP connect timeout to an engine.
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// Until the engine's response headers arrive (streams) or its whole body (non-streaming).
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+    /// How often worker capacity is re-discovered from `/get_server_info`.
+    #[serde(with = "humantime_serde")]
+    pub discovery_interval: Duration,
+    /// Idle keep-alive connections kept per engine.
+    pub max_idle_per_host: usize,
+    /// How long an idle upstream connection is kept.
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(600),
+            discovery_interval: Duration::from_secs(30),
+            max_idle_per_host: 64,
+            idle_timeout: Duration::from_secs(90),
+        }
+    }
+}
+
+/// `[[models]]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// What clients send as `model`.
+    pub name: String,
+    /// `tokenizer.json`, relative to the config file.
+    pub tokenizer: PathBuf,
+    /// `tokenizer_config.json` holding `chat_template`; relative to the config file.
+    pub chat_template: Option<PathBuf>,
+    /// The model's context window in tokens.
+    pub context_window: u64,
+}
+
+/// Which HTTP API the engines of a pool speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EngineKind {
+    /// SGLang: native `/generate` plus the OpenAI routes; supports PD disaggregation.
+    Sglang,
+    /// An OpenAI-compatible server (vLLM and others): chat and completions only.
+    Openai,
+}
+
+/// How requests are served inside a pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PoolMode {
+    /// Every request goes to one prefill and one decode worker (SGLang PD).
+    Disaggregated,
+    /// Every request goes to one worker that does both.
+    Unified,
+}
+
+/// `[[pools]]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolConfig {
+    pub name: String,
+    /// A `[[models]].name`.
+    pub model: String,
+    pub engine: EngineKind,
+    pub mode: PoolMode,
+    /// Share of the model's traffic (canary rollouts); 0 takes the pool out of rotation.
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+    /// Engine version label, reported in metrics (canary bookkeeping).
+    #[serde(default)]
+    pub version: Option<String>,
+    /// The `model` value the engines expect on OpenAI routes (default: the model's name).
+    #[serde(default)]
+    pub served_model: Option<String>,
+    /// Unified pools: the workers.
+    #[serde(default)]
+    pub workers: Vec<WorkerConfig>,
+    /// Disaggregated pools: prefill workers.
+    #[serde(default)]
+    pub prefill: Vec<WorkerConfig>,
+    /// Disaggregated pools: decode workers.
+    #[serde(default)]
+    pub decode: Vec<WorkerConfig>,
+}
+
+fn default_weight() -> u32 {
+    100
+}
+
+/// One engine process.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerConfig {
+    /// Base URL, e.g. `http://10.0.0.1:30000`.
+    #[serde(with = "http_serde_uri")]
+    pub url: http::Uri,
+    /// KV pool size in tokens; the smaller of this and the discovered value is enforced.
+    #[serde(default)]
+    pub kv_tokens: Option<u64>,
+    /// Prefill workers: the KV bootstrap port (else discovered from the engine).
+    #[serde(default)]
+    pub bootstrap_port: Option<u16>,
+    /// Prefill workers: the host decode workers reach for KV (default: the URL's host).
+    #[serde(default)]
+    pub bootstrap_host: Option<String>,
+}
+
+/// `[[tenants]]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    pub name: String,
+    /// Hex SHA-256 digests of the tenant's API keys (never the keys themselves).
+    #[serde(default)]
+    pub api_key_sha256: Vec<String>,
+}
+
+mod http_serde_uri {
+    use serde::{de::Error, Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<http::Uri, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse::<http::Uri>().map_err(|e| {
+            D::Error::custom(format!(
+                "`{s}` is not a URL ({e}); write e.g. \"http://10.0.0.1:30000\""
+            ))
+        })
+    }
+}
+
+impl Config {
+    /// Read, parse and validate a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml(&text, path)
+    }
+
+    /// Parse and validate config text; `path` anchors relative paths and error messages.
+    pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let parse_error = |key: String, message: String| ConfigError::Parse {
+            path: path.to_owned(),
+            key,
+            message,
+        };
+        let de = toml::de::Deserializer::parse(text)
+            .map_err(|e| parse_error(String::from("."), e.to_string()))?;
+        let mut config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
+            let key = e.path().to_string();
+            parse_error(key, e.into_inner().to_string())
+        })?;
+        config.source = path.to_owned();
+        validate(config)
+    }
+
+    /// The folder relative paths are resolved against.
+    pub fn base_dir(&self) -> &Path {
+        self.source.parent().unwrap_or_else(|| Path::new("."))
+    }
+
+    /// A model by name.
+    pub fn model(&self, name: &str) -> Option<&ModelConfig> {
+        self.models.iter().find(|m| m.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,80 @@
+use super::*;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every shipped config and every `config/fixtures/valid` file loads.
+#[test]
+fn shipped_and_valid_fixture_configs_load() {
+    let mut files = vec![
+        repo().join("config/example.toml"),
+        repo().join("config/demo.toml"),
+        repo().join("config/incident.toml"),
+    ];
+    for entry in std::fs::read_dir(repo().join("config/fixtures/valid")).unwrap() {
+        files.push(entry.unwrap().path());
+    }
+    for file in files {
+        if let Err(e) = Config::load(&file) {
+            panic!("{} should load: {e}", file.display());
+        }
+    }
+}
+
+/// Every `config/fixtures/invalid` file fails, naming the key its first line expects
+/// (`# expect: <key>`).
+#[test]
+fn invalid_fixture_configs_name_the_offending_key() {
+    let dir = repo().join("config/fixtures/invalid");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let expected = text
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("# expect: "))
+            .unwrap_or_else(|| panic!("{} lacks a `# expect: key` first line", path.display()))
+            .trim()
+            .to_owned();
+        // Anchor relative paths at config/ so fixtures can name the shipped tokenizers.
+        let anchor = repo().join("config").join(path.file_name().unwrap());
+        let err = Config::from_toml(&text, &anchor)
+            .err()
+            .unwrap_or_else(|| panic!("{} should be rejected", path.display()));
+        let key = match &err {
+            ConfigError::Parse { key, .. } | ConfigError::Invalid { key, .. } => key.clone(),
+            ConfigError::Io { .. } => String::new(),
+        };
+        assert_eq!(key, expected, "{}: {err}", path.display());
+        seen += 1;
+    }
+    assert!(
+        seen >= 10,
+        "expected at least 10 invalid fixtures, found {seen}"
+    );
+}
+
+#[test]
+fn defaults_fill_the_server_section() {
+    let text = r#"
+        [server]
+        allow_anonymous = true
+        [[models]]
+        name = "m"
+        tokenizer = "tokenizers/qwen3/tokenizer.json"
+        context_window = 4096
+        [[pools]]
+        name = "p"
+        model = "m"
+        engine = "sglang"
+        mode = "unified"
+        workers = [{ url = "http://127.0.0.1:1", kv_tokens = 4096 }]
+    "#;
+    let cfg = Config::from_toml(text, &repo().join("config/inline.toml")).unwrap();
+    assert_eq!(cfg.server.max_body_bytes.as_u64(), 64 * 1024 * 1024);
+    assert_eq!(cfg.server.drain_timeout, Duration::from_secs(30));
+    assert_eq!(cfg.pools[0].weight, 100);
+    assert!(cfg.models[0].tokenizer.is_absolute());
+}

@@ -1,0 +1,260 @@
+//! Cross-field rules of the config, checked once at load (pingora's `validate(self)`).
+//!
+//! Each failure is a [`ConfigError::Invalid`] naming the key path and the fix.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use super::{Config, ConfigError, EngineKind, PoolMode, WorkerConfig};
+
+/// Resolve relative paths against the config file and check every cross-field rule.
+pub fn validate(mut config: Config) -> Result<Config, ConfigError> {
+    let file = config.source.clone();
+    let base = config.base_dir().to_owned();
+    let invalid = |key: String, reason: String| ConfigError::Invalid {
+        path: file.clone(),
+        key,
+        reason,
+    };
+
+    if config.server.max_body_bytes.as_u64() == 0 {
+        return Err(invalid(
+            "server.max_body_bytes".into(),
+            "must be positive, e.g. \"64MiB\"".into(),
+        ));
+    }
+    if let Some(tls) = config.server.tls.as_mut() {
+        tls.cert =
+            existing_file(&base, &tls.cert).map_err(|r| invalid("server.tls.cert".into(), r))?;
+        tls.key =
+            existing_file(&base, &tls.key).map_err(|r| invalid("server.tls.key".into(), r))?;
+    }
+
+    if config.models.is_empty() {
+        return Err(invalid(
+            "models".into(),
+            "no model is configured; add a [[models]] table with name, tokenizer and context_window"
+                .into(),
+        ));
+    }
+    let mut model_names = HashSet::new();
+    for (i, model) in config.models.iter_mut().enumerate() {
+        let key = |field: &str| format!("models[{i}].{field}");
+        if model.name.trim().is_empty() {
+            return Err(invalid(key("name"), "must not be empty".into()));
+        }
+        if !model_names.insert(model.name.clone()) {
+            return Err(invalid(
+                key("name"),
+                format!(
+                    "`{}` is defined twice; model names must be unique",
+                    model.name
+                ),
+            ));
+        }
+        if model.context_window == 0 {
+            return Err(invalid(
+                key("context_window"),
+                "must be the model's context window in tokens, e.g. 131072".into(),
+            ));
+        }
+        model.tokenizer =
+            existing_file(&base, &model.tokenizer).map_err(|r| invalid(key("tokenizer"), r))?;
+        if let Some(t) = model.chat_template.as_mut() {
+            *t = existing_file(&base, t).map_err(|r| invalid(key("chat_template"), r))?;
+        }
+    }
+
+    let mut pool_names = HashSet::new();
+    for (i, pool) in config.pools.iter().enumerate() {
+        let key = |field: &str| format!("pools[{i}].{field}");
+        if pool.name.trim().is_empty() {
+            return Err(invalid(key("name"), "must not be empty".into()));
+        }
+        if !pool_names.insert(pool.name.clone()) {
+            return Err(invalid(
+                key("name"),
+                format!(
+                    "`{}` is defined twice; pool names must be unique",
+                    pool.name
+                ),
+            ));
+        }
+        if !model_names.contains(&pool.model) {
+            return Err(invalid(
+                key("model"),
+                format!(
+                    "`{}` is not a [[models]] name; use one of: {}",
+                    pool.model,
+                    sorted(&model_names)
+                ),
+            ));
+        }
+        match pool.mode {
+            PoolMode::Unified => {
+                if pool.workers.is_empty() {
+                    return Err(invalid(
+                        key("workers"),
+                        "a unified pool needs at least one worker: workers = [{ url = \"http://...\" }]"
+                            .into(),
+                    ));
+                }
+                if !pool.prefill.is_empty() || !pool.decode.is_empty() {
+                    return Err(invalid(
+                        key("prefill"),
+                        "prefill/decode lists belong to mode = \"disaggregated\"; a unified pool lists `workers`".into(),
+                    ));
+                }
+            }
+            PoolMode::Disaggregated => {
+                if pool.engine == EngineKind::Openai {
+                    return Err(invalid(
+                        key("mode"),
+                        "engine = \"openai\" pools are unified; prefill/decode disaggregation needs engine = \"sglang\"".into(),
+                    ));
+                }
+                if pool.prefill.is_empty() || pool.decode.is_empty() {
+                    return Err(invalid(
+                        key(if pool.prefill.is_empty() {
+                            "prefill"
+                        } else {
+                            "decode"
+                        }),
+                        "a disaggregated pool needs at least one prefill and one decode worker"
+                            .into(),
+                    ));
+                }
+                if !pool.workers.is_empty() {
+                    return Err(invalid(
+                        key("workers"),
+                        "`workers` belongs to mode = \"unified\"; list prefill and decode instead"
+                            .into(),
+                    ));
+                }
+            }
+        }
+        for (list, workers) in [
+            ("workers", &pool.workers),
+            ("prefill", &pool.prefill),
+            ("decode", &pool.decode),
+        ] {
+            for (j, worker) in workers.iter().enumerate() {
+                check_worker(worker, list == "prefill")
+                    .map_err(|(field, r)| invalid(key(&format!("{list}[{j}].{field}")), r))?;
+            }
+        }
+    }
+    for model in &model_names {
+        if !config.pools.iter().any(|p| &p.model == model) {
+            return Err(invalid(
+                "pools".into(),
+                format!(
+                    "model `{model}` has no pool; add a [[pools]] table with model = \"{model}\""
+                ),
+            ));
+        }
+    }
+
+    let mut tenant_names = HashSet::new();
+    let mut key_hashes = HashSet::new();
+    for (i, tenant) in config.tenants.iter_mut().enumerate() {
+        let key = |field: &str| format!("tenants[{i}].{field}");
+        if tenant.name.trim().is_empty() {
+            return Err(invalid(key("name"), "must not be empty".into()));
+        }
+        if !tenant_names.insert(tenant.name.clone()) {
+            return Err(invalid(
+                key("name"),
+                format!(
+                    "`{}` is defined twice; tenant names must be unique",
+                    tenant.name
+                ),
+            ));
+        }
+        for (j, hash) in tenant.api_key_sha256.iter_mut().enumerate() {
+            *hash = hash.to_ascii_lowercase();
+            if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(invalid(
+                    key(&format!("api_key_sha256[{j}]")),
+                    "must be 64 hex digits: the SHA-256 of the key (`kvgate hash-key`, or `printf %s KEY | sha256sum`)".into(),
+                ));
+            }
+            if !key_hashes.insert(hash.clone()) {
+                return Err(invalid(
+                    key(&format!("api_key_sha256[{j}]")),
+                    "this key hash is listed twice; each API key belongs to one tenant".into(),
+                ));
+            }
+        }
+    }
+    if key_hashes.is_empty() && !config.server.allow_anonymous {
+        return Err(invalid(
+            "tenants".into(),
+            "no tenant has an API key, so every request would get 401; add [[tenants]] with api_key_sha256, or set server.allow_anonymous = true".into(),
+        ));
+    }
+    Ok(config)
+}
+
+fn check_worker(worker: &WorkerConfig, is_prefill: bool) -> Result<(), (&'static str, String)> {
+    match worker.url.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err((
+                "url",
+                "https to engines is not supported yet; use http:// (TLS to engines is planned)"
+                    .into(),
+            ))
+        }
+        _ => {
+            return Err((
+                "url",
+                "must start with http://, e.g. \"http://10.0.0.1:30000\"".into(),
+            ))
+        }
+    }
+    if worker.url.host().is_none() {
+        return Err((
+            "url",
+            "must name a host, e.g. \"http://10.0.0.1:30000\"".into(),
+        ));
+    }
+    if !matches!(worker.url.path(), "" | "/") || worker.url.query().is_some() {
+        return Err(("url", "must be a base URL without a path or query".into()));
+    }
+    if worker.kv_tokens == Some(0) {
+        return Err((
+            "kv_tokens",
+            "must be the KV pool size in tokens (SGLang's max_total_num_tokens), or left out to discover it".into(),
+        ));
+    }
+    if !is_prefill && (worker.bootstrap_port.is_some() || worker.bootstrap_host.is_some()) {
+        return Err((
+            "bootstrap_port",
+            "only prefill workers have a KV bootstrap server; remove it here".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn existing_file(base: &Path, path: &Path) -> Result<PathBuf, String> {
+    let resolved = if path.is_absolute() {
+        path.to_owned()
+    } else {
+        base.join(path)
+    };
+    if resolved.is_file() {
+        Ok(resolved)
+    } else {
+        Err(format!(
+            "file {} does not exist (relative paths are resolved against the config file's folder)",
+            resolved.display()
+        ))
+    }
+}
+
+fn sorted(set: &HashSet<String>) -> String {
+    let mut v: Vec<&str> = set.iter().map(String::as_str).collect();
+    v.sort_unstable();
+    v.join(", ")
+}

@@ -1,0 +1,73 @@
+//! Metric names, descriptions and the Prometheus recorder.
+//!
+//! Names are `kvgate_` prefixed, counters end in `_total`, units are base units. Labels are
+//! bounded: endpoint, status class, pool and worker names come from the config, never from
+//! the request.
+
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use std::sync::OnceLock;
+
+/// Requests answered by the data port, by endpoint and status code.
+pub const REQUESTS_TOTAL: &str = "kvgate_requests_total";
+/// Time from request to response headers, by endpoint.
+pub const REQUEST_DURATION_SECONDS: &str = "kvgate_request_duration_seconds";
+/// Gateway errors by code (`GatewayError::code`).
+pub const ERRORS_TOTAL: &str = "kvgate_errors_total";
+/// Requests sent to engines, by pool, role and outcome.
+pub const UPSTREAM_REQUESTS_TOTAL: &str = "kvgate_upstream_requests_total";
+/// Requests currently outstanding at a worker (until its response body ends).
+pub const WORKER_OUTSTANDING: &str = "kvgate_worker_outstanding_requests";
+/// 1 when a worker may serve traffic, 0 when not (unknown capacity, unreachable).
+pub const WORKER_ELIGIBLE: &str = "kvgate_worker_eligible";
+/// A worker's KV pool in tokens, by source (configured / discovered / enforced).
+pub const WORKER_KV_TOKENS: &str = "kvgate_worker_kv_tokens";
+/// Configured and discovered capacity disagree for a worker (1) or agree (0).
+pub const WORKER_CAPACITY_MISMATCH: &str = "kvgate_worker_capacity_mismatch";
+/// Data-port connections currently open.
+pub const CONNECTIONS_OPEN: &str = "kvgate_connections_open";
+
+const DURATION_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0, 300.0,
+];
+
+/// The process-wide Prometheus handle. The first call installs the recorder; later calls
+/// (several gateways in one test process) share it.
+pub fn handle() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let builder = PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                metrics_exporter_prometheus::Matcher::Suffix("_seconds".into()),
+                DURATION_BUCKETS,
+            )
+            .unwrap_or_else(|_| PrometheusBuilder::new());
+        let recorder = builder.build_recorder();
+        let handle = recorder.handle();
+        // Another recorder may already be installed (an embedding application); then ours
+        // still renders what it saw, which is nothing, and the embedder's wins.
+        let _ = metrics::set_global_recorder(recorder);
+        describe_all();
+        handle
+    })
+}
+
+fn describe_all() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(REQUESTS_TOTAL, "Requests answered on the data port");
+    describe_histogram!(
+        REQUEST_DURATION_SECONDS,
+        Unit::Seconds,
+        "Time until response headers"
+    );
+    describe_counter!(ERRORS_TOTAL, "Gateway errors by code");
+    describe_counter!(UPSTREAM_REQUESTS_TOTAL, "Requests sent to engines");
+    describe_gauge!(WORKER_OUTSTANDING, "Outstanding requests per worker");
+    describe_gauge!(WORKER_ELIGIBLE, "1 if a worker may serve traffic");
+    describe_gauge!(WORKER_KV_TOKENS, "Worker KV pool size in tokens");
+    describe_gauge!(
+        WORKER_CAPACITY_MISMATCH,
+        "1 if configured and discovered KV capacity disagree"
+    );
+    describe_gauge!(CONNECTIONS_OPEN, "Open data-port connections");
+}

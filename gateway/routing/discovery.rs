@@ -1,0 +1,146 @@
+//! Capacity discovery: ask each engine for its KV pool (`/get_server_info`, newer SGLang
+//! `/server_info`) at start-up and on an interval.
+
+use http::StatusCode;
+use serde_json::Value;
+use std::sync::Arc;
+
+use super::{Discovery, Router, ServerInfo, Worker};
+use crate::upstream::{read_body, Upstream};
+
+const INFO_PATHS: [&str; 2] = ["/get_server_info", "/server_info"];
+const MAX_INFO_BYTES: usize = 4 * 1024 * 1024;
+
+/// Probe every worker once, concurrently.
+pub async fn discover_all(router: &Router, upstream: &Upstream) {
+    let probes = router
+        .workers()
+        .map(|w| discover_worker(w.clone(), upstream.clone()));
+    futures_util::future::join_all(probes).await;
+}
+
+/// Probe one worker and record what it reported.
+pub async fn discover_worker(worker: Arc<Worker>, upstream: Upstream) {
+    let result = probe(&worker, &upstream).await;
+    let changed = match (&worker.discovery(), &result) {
+        (Discovery::Found(a), Discovery::Found(b)) => a != b,
+        (Discovery::Failed(_), Discovery::Failed(_)) => false,
+        _ => true,
+    };
+    if changed {
+        match &result {
+            Discovery::Found(info) => tracing::info!(
+                pool = %worker.pool, role = worker.role.as_str(), worker = %worker.authority,
+                kv_tokens = ?info.max_total_num_tokens, max_req_input_len = ?info.max_req_input_len,
+                context_length = ?info.context_length, "discovered worker capacity"
+            ),
+            Discovery::Failed(e) => tracing::warn!(
+                pool = %worker.pool, role = worker.role.as_str(), worker = %worker.authority,
+                error = %e, "worker discovery failed"
+            ),
+            Discovery::Pending => {}
+        }
+    }
+    worker.set_discovery(result);
+    if let Some((configured, discovered)) = worker.capacity_mismatch() {
+        if changed {
+            tracing::warn!(
+                pool = %worker.pool, role = worker.role.as_str(), worker = %worker.authority,
+                configured, discovered, enforced = configured.min(discovered),
+                "configured kv_tokens disagrees with the engine; enforcing the smaller"
+            );
+        }
+    }
+}
+
+async fn probe(worker: &Worker, upstream: &Upstream) -> Discovery {
+    let mut last_error = String::from("no answer");
+    for path in INFO_PATHS {
+        let deadline = upstream
+            .deadline()
+            .min(tokio::time::Instant::now() + std::time::Duration::from_secs(10));
+        let response = match upstream.get(worker, path, deadline).await {
+            Ok(r) => r,
+            Err(e) => return Discovery::Failed(e.to_string()),
+        };
+        let status = response.status();
+        let body = match read_body(
+            worker,
+            response.into_body(),
+            MAX_INFO_BYTES,
+            deadline,
+            std::time::Duration::from_secs(10),
+        )
+        .await
+        {
+            Ok(b) => b,
+            Err(e) => return Discovery::Failed(e.to_string()),
+        };
+        if status == StatusCode::NOT_FOUND {
+            last_error = format!("{path} answered 404");
+            continue;
+        }
+        if !status.is_success() {
+            return Discovery::Failed(format!("{path} answered {status}"));
+        }
+        return match serde_json::from_slice::<Value>(&body) {
+            Ok(v) => Discovery::Found(parse_server_info(&v)),
+            Err(e) => Discovery::Failed(format!("{path} is not JSON: {e}")),
+        };
+    }
+    Discovery::Failed(last_error)
+}
+
+/// Read the capacity fields out of a server-info document. SGLang has moved them between
+/// releases (`scheduler_info`, `internal_states[0]`, top level); look in each.
+pub fn parse_server_info(v: &Value) -> ServerInfo {
+    let scopes: Vec<&Value> = [
+        v.get("scheduler_info"),
+        v.get("internal_states").and_then(|s| s.get(0)),
+        Some(v),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let find_u64 = |key: &str| {
+        scopes
+            .iter()
+            .find_map(|s| s.get(key).and_then(Value::as_u64))
+    };
+    ServerInfo {
+        max_total_num_tokens: find_u64("max_total_num_tokens"),
+        max_req_input_len: find_u64("max_req_input_len"),
+        context_length: find_u64("context_length"),
+        bootstrap_port: find_u64("disaggregation_bootstrap_port")
+            .and_then(|p| u16::try_from(p).ok()),
+        disaggregation_mode: v
+            .get("disaggregation_mode")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        version: v.get("version").and_then(Value::as_str).map(str::to_owned),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reads_capacity_from_scheduler_info_or_top_level() {
+        let info = parse_server_info(&json!({
+            "context_length": 1048576,
+            "disaggregation_mode": "prefill",
+            "disaggregation_bootstrap_port": 8998,
+            "scheduler_info": {"max_total_num_tokens": 681280, "max_req_input_len": 681274},
+            "version": "0.5.21"
+        }));
+        assert_eq!(info.max_total_num_tokens, Some(681280));
+        assert_eq!(info.max_req_input_len, Some(681274));
+        assert_eq!(info.context_length, Some(1048576));
+        assert_eq!(info.bootstrap_port, Some(8998));
+        let older = parse_server_info(&json!({"max_total_num_tokens": 5}));
+        assert_eq!(older.max_total_num_tokens, Some(5));
+        assert_eq!(older.bootstrap_port, None);
+    }
+}

@@ -1,0 +1,334 @@
+//! One engine process: its address, role, load and capacity.
+//!
+//! Capacity is the smaller of the configured `kv_tokens` and what the engine reports
+//! (`/get_server_info` → `scheduler_info.max_total_num_tokens`); a worker whose capacity is
+//! neither configured nor discovered is not eligible to serve (I3).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+
+use crate::config::WorkerConfig;
+use crate::metrics;
+
+/// What a worker does for a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Does prefill and decode (unified pools).
+    Unified,
+    /// Computes the prompt's KV and hands it to a decode worker.
+    Prefill,
+    /// Receives KV from a prefill worker and generates.
+    Decode,
+}
+
+impl Role {
+    /// A metric label and log field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Unified => "unified",
+            Role::Prefill => "prefill",
+            Role::Decode => "decode",
+        }
+    }
+}
+
+/// What an engine reported about itself (`/get_server_info` or `/server_info`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerInfo {
+    /// `scheduler_info.max_total_num_tokens`: the KV pool in tokens.
+    pub max_total_num_tokens: Option<u64>,
+    /// `scheduler_info.max_req_input_len` (or top-level `max_req_input_len`).
+    pub max_req_input_len: Option<u64>,
+    /// `context_length`.
+    pub context_length: Option<u64>,
+    /// `disaggregation_bootstrap_port`.
+    pub bootstrap_port: Option<u16>,
+    /// `disaggregation_mode`: "null", "prefill", "decode".
+    pub disaggregation_mode: Option<String>,
+    /// `version`.
+    pub version: Option<String>,
+}
+
+/// The result of the last discovery probe.
+#[derive(Debug, Clone, Default)]
+pub enum Discovery {
+    /// Not probed yet.
+    #[default]
+    Pending,
+    /// The engine answered.
+    Found(ServerInfo),
+    /// The probe failed; the reason is shown by /ready and `kvgate check`.
+    Failed(String),
+}
+
+/// A worker of a pool.
+#[derive(Debug)]
+pub struct Worker {
+    /// Pool name (metric label).
+    pub pool: Arc<str>,
+    /// The role in its pool.
+    pub role: Role,
+    /// Base URL as configured (no trailing slash).
+    pub base_url: String,
+    /// Authority (`host:port`), a metric label.
+    pub authority: String,
+    /// Host that decode workers reach for KV (prefill only).
+    pub bootstrap_host: String,
+    configured_kv_tokens: Option<u64>,
+    configured_bootstrap_port: Option<u16>,
+    discovery: RwLock<Discovery>,
+    outstanding: AtomicUsize,
+}
+
+impl Worker {
+    /// A worker from its config entry.
+    pub fn new(pool: Arc<str>, role: Role, config: &WorkerConfig) -> Self {
+        let authority = config
+            .url
+            .authority()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let host = config.url.host().unwrap_or_default().to_owned();
+        let scheme = config.url.scheme_str().unwrap_or("http");
+        Self {
+            pool,
+            role,
+            base_url: format!("{scheme}://{authority}"),
+            authority,
+            bootstrap_host: config.bootstrap_host.clone().unwrap_or(host),
+            configured_kv_tokens: config.kv_tokens,
+            configured_bootstrap_port: config.bootstrap_port,
+            discovery: RwLock::new(Discovery::Pending),
+            outstanding: AtomicUsize::new(0),
+        }
+    }
+
+    /// The configured KV pool size, if any.
+    pub fn configured_kv_tokens(&self) -> Option<u64> {
+        self.configured_kv_tokens
+    }
+
+    /// The last discovery result.
+    pub fn discovery(&self) -> Discovery {
+        match self.discovery.read() {
+            Ok(d) => d.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Record a discovery result and publish the capacity gauges.
+    pub fn set_discovery(&self, discovery: Discovery) {
+        match self.discovery.write() {
+            Ok(mut d) => *d = discovery,
+            Err(poisoned) => *poisoned.into_inner() = discovery,
+        }
+        self.publish_gauges();
+    }
+
+    fn discovered(&self) -> Option<ServerInfo> {
+        match self.discovery() {
+            Discovery::Found(info) => Some(info),
+            _ => None,
+        }
+    }
+
+    /// The KV pool size the gateway enforces: the smaller of configured and discovered.
+    pub fn kv_tokens(&self) -> Option<u64> {
+        let discovered = self.discovered().and_then(|i| i.max_total_num_tokens);
+        match (self.configured_kv_tokens, discovered) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whether configured and discovered capacity disagree.
+    pub fn capacity_mismatch(&self) -> Option<(u64, u64)> {
+        let discovered = self.discovered().and_then(|i| i.max_total_num_tokens)?;
+        let configured = self.configured_kv_tokens?;
+        (configured != discovered).then_some((configured, discovered))
+    }
+
+    /// The engine's own input limit when it reported one.
+    pub fn discovered_max_req_input_len(&self) -> Option<u64> {
+        self.discovered().and_then(|i| i.max_req_input_len)
+    }
+
+    /// The engine's own context length when it reported one.
+    pub fn discovered_context_length(&self) -> Option<u64> {
+        self.discovered().and_then(|i| i.context_length)
+    }
+
+    /// The KV bootstrap port (prefill): configured, else discovered.
+    pub fn bootstrap_port(&self) -> Option<u16> {
+        self.configured_bootstrap_port
+            .or_else(|| self.discovered().and_then(|i| i.bootstrap_port))
+    }
+
+    /// Why this worker may not serve, or `None` when it may.
+    pub fn ineligibility(&self) -> Option<String> {
+        if self.kv_tokens().is_none() {
+            let why = match self.discovery() {
+                Discovery::Pending => "not discovered yet".to_owned(),
+                Discovery::Failed(e) => e,
+                Discovery::Found(_) => "engine did not report max_total_num_tokens".to_owned(),
+            };
+            return Some(format!(
+                "KV capacity unknown (kv_tokens not configured; discovery: {why})"
+            ));
+        }
+        if self.role == Role::Prefill && self.bootstrap_port().is_none() {
+            return Some("KV bootstrap port unknown (configure bootstrap_port)".to_owned());
+        }
+        None
+    }
+
+    /// Whether the worker may serve (I3).
+    pub fn is_eligible(&self) -> bool {
+        self.ineligibility().is_none()
+    }
+
+    /// Requests currently outstanding here.
+    pub fn outstanding(&self) -> usize {
+        self.outstanding.load(Ordering::Relaxed)
+    }
+
+    /// Count one request against this worker until the returned guard drops.
+    pub fn start_request(self: &Arc<Self>) -> WorkerLoad {
+        let n = self.outstanding.fetch_add(1, Ordering::Relaxed) + 1;
+        self.outstanding_gauge().set(n as f64);
+        WorkerLoad {
+            worker: self.clone(),
+        }
+    }
+
+    fn labels(&self) -> [(&'static str, String); 3] {
+        [
+            ("pool", self.pool.to_string()),
+            ("role", self.role.as_str().to_owned()),
+            ("worker", self.authority.clone()),
+        ]
+    }
+
+    fn outstanding_gauge(&self) -> ::metrics::Gauge {
+        ::metrics::gauge!(metrics::WORKER_OUTSTANDING, &self.labels())
+    }
+
+    /// Publish eligibility and capacity gauges.
+    pub fn publish_gauges(&self) {
+        let labels = self.labels();
+        ::metrics::gauge!(metrics::WORKER_ELIGIBLE, &labels).set(if self.is_eligible() {
+            1.0
+        } else {
+            0.0
+        });
+        let sourced = |source: &'static str, value: Option<u64>| {
+            if let Some(v) = value {
+                let mut l = labels.to_vec();
+                l.push(("source", source.to_owned()));
+                ::metrics::gauge!(metrics::WORKER_KV_TOKENS, &l).set(v as f64);
+            }
+        };
+        sourced("configured", self.configured_kv_tokens);
+        sourced(
+            "discovered",
+            self.discovered().and_then(|i| i.max_total_num_tokens),
+        );
+        sourced("enforced", self.kv_tokens());
+        ::metrics::gauge!(metrics::WORKER_CAPACITY_MISMATCH, &labels).set(
+            if self.capacity_mismatch().is_some() {
+                1.0
+            } else {
+                0.0
+            },
+        );
+    }
+}
+
+/// Holds one outstanding request against a worker; the count drops with it.
+#[derive(Debug)]
+pub struct WorkerLoad {
+    worker: Arc<Worker>,
+}
+
+impl WorkerLoad {
+    /// The worker this load is on.
+    pub fn worker(&self) -> &Arc<Worker> {
+        &self.worker
+    }
+}
+
+impl Drop for WorkerLoad {
+    fn drop(&mut self) {
+        let n = self
+            .worker
+            .outstanding
+            .fetch_sub(1, Ordering::Relaxed)
+            .saturating_sub(1);
+        self.worker.outstanding_gauge().set(n as f64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worker(kv: Option<u64>, role: Role) -> Worker {
+        let config = WorkerConfig {
+            url: "http://10.0.0.1:30000".parse().unwrap(),
+            kv_tokens: kv,
+            bootstrap_port: None,
+            bootstrap_host: None,
+        };
+        Worker::new(Arc::from("p"), role, &config)
+    }
+
+    #[test]
+    fn smaller_of_configured_and_discovered_capacity_wins() {
+        let w = worker(Some(1000), Role::Unified);
+        assert_eq!(w.kv_tokens(), Some(1000));
+        w.set_discovery(Discovery::Found(ServerInfo {
+            max_total_num_tokens: Some(800),
+            ..Default::default()
+        }));
+        assert_eq!(w.kv_tokens(), Some(800));
+        assert_eq!(w.capacity_mismatch(), Some((1000, 800)));
+    }
+
+    #[test]
+    fn unknown_capacity_is_ineligible() {
+        let w = worker(None, Role::Decode);
+        assert!(!w.is_eligible());
+        w.set_discovery(Discovery::Failed("connection refused".into()));
+        assert!(w.ineligibility().unwrap().contains("connection refused"));
+        w.set_discovery(Discovery::Found(ServerInfo {
+            max_total_num_tokens: Some(10),
+            ..Default::default()
+        }));
+        assert!(w.is_eligible());
+    }
+
+    #[test]
+    fn prefill_needs_a_bootstrap_port() {
+        let w = worker(Some(10), Role::Prefill);
+        assert!(!w.is_eligible());
+        w.set_discovery(Discovery::Found(ServerInfo {
+            bootstrap_port: Some(8998),
+            ..Default::default()
+        }));
+        assert!(w.is_eligible());
+        assert_eq!(w.base_url, "http://10.0.0.1:30000");
+        assert_eq!(w.bootstrap_host, "10.0.0.1");
+    }
+
+    #[test]
+    fn load_guard_counts_outstanding_requests() {
+        let w = Arc::new(worker(Some(10), Role::Unified));
+        let a = w.start_request();
+        let b = w.start_request();
+        assert_eq!(w.outstanding(), 2);
+        drop(a);
+        assert_eq!(w.outstanding(), 1);
+        drop(b);
+        assert_eq!(w.outstanding(), 0);
+    }
+}

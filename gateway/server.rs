@@ -1,0 +1,191 @@
+//! The accept loop: plain TCP or rustls, HTTP/1.1 and HTTP/2 (h2c or ALPN h2) on one port,
+//! with graceful shutdown.
+//!
+//! On shutdown the listener stops accepting, open connections are told to finish (HTTP/1
+//! closes after the current response, HTTP/2 sends GOAWAY) and in-flight requests and
+//! streams get up to the drain timeout before the remaining connections are dropped.
+
+use http::{Request, Response};
+use http_body::Body;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use std::convert::Infallible;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
+use tower::Service;
+
+use crate::body::BoxError;
+use crate::metrics;
+
+/// How long a TLS handshake may take before the connection is dropped.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A shutdown signal shared by servers and background tasks.
+#[derive(Clone, Debug)]
+pub struct Shutdown {
+    rx: watch::Receiver<bool>,
+}
+
+/// The sending half of [`Shutdown`].
+#[derive(Debug)]
+pub struct ShutdownTrigger {
+    tx: watch::Sender<bool>,
+}
+
+impl Shutdown {
+    /// A new signal and its trigger.
+    pub fn new() -> (ShutdownTrigger, Shutdown) {
+        let (tx, rx) = watch::channel(false);
+        (ShutdownTrigger { tx }, Shutdown { rx })
+    }
+
+    /// Resolves once shutdown was triggered (or the trigger was dropped).
+    pub async fn wait(&mut self) {
+        let _ = self.rx.wait_for(|stop| *stop).await;
+    }
+
+    /// Whether shutdown was triggered.
+    pub fn is_triggered(&self) -> bool {
+        *self.rx.borrow()
+    }
+}
+
+impl ShutdownTrigger {
+    /// Start shutting down.
+    pub fn trigger(&self) {
+        let _ = self.tx.send(true);
+    }
+}
+
+/// A TLS error at start-up, naming the file.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot read TLS certificate {path}: {reason}")]
+    Cert { path: String, reason: String },
+    #[error("cannot read TLS private key {path}: {reason}")]
+    Key { path: String, reason: String },
+    #[error("TLS certificate and key do not form a valid server identity: {0}")]
+    Config(String),
+}
+
+/// Build a rustls acceptor (ALPN h2, http/1.1) from PEM files.
+pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, TlsError> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| TlsError::Cert {
+            path: cert.display().to_string(),
+            reason: e.to_string(),
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::Cert {
+            path: cert.display().to_string(),
+            reason: "no CERTIFICATE block found".into(),
+        });
+    }
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| TlsError::Key {
+        path: key.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Serve `service` on `listener` until `shutdown`, then drain for up to `drain_timeout`.
+pub async fn serve<S, B>(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    service: S,
+    mut shutdown: Shutdown,
+    drain_timeout: Duration,
+) where
+    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    let graceful = GracefulShutdown::new();
+    let builder = auto::Builder::new(TokioExecutor::new());
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.wait() => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(pair) => pair,
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(service.clone());
+        let builder = builder.clone();
+        let tls = tls.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let open = ::metrics::gauge!(metrics::CONNECTIONS_OPEN);
+            open.increment(1.0);
+            let result = match tls {
+                None => {
+                    let conn =
+                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    watcher.watch(conn.into_owned()).await
+                }
+                Some(acceptor) => {
+                    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
+                    {
+                        Ok(Ok(tls_stream)) => {
+                            let conn = builder
+                                .serve_connection_with_upgrades(TokioIo::new(tls_stream), service);
+                            watcher.watch(conn.into_owned()).await
+                        }
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                            Ok(())
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "TLS handshake timed out");
+                            Ok(())
+                        }
+                    }
+                }
+            };
+            if let Err(e) = result {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+            open.decrement(1.0);
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(drain_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            ?drain_timeout,
+            "drain timeout passed; dropping remaining connections"
+        );
+    }
+}

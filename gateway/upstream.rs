@@ -1,0 +1,146 @@
+//! The one pooled HTTP client every route and every discovery probe uses.
+//!
+//! Connection errors become 502 `upstream_unavailable`, missed deadlines 504
+//! `upstream_timeout`; what the engine said is interpreted by dispatch, not here.
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, Response};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use std::time::Duration;
+use tokio::time::Instant;
+
+use crate::config::UpstreamConfig;
+use crate::error::GatewayError;
+use crate::routing::Worker;
+
+/// The shared upstream client.
+#[derive(Clone, Debug)]
+pub struct Upstream {
+    client: Client<HttpConnector, Full<Bytes>>,
+    request_timeout: Duration,
+}
+
+impl Upstream {
+    /// Build the client from `[upstream]`.
+    pub fn new(config: &UpstreamConfig) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(config.connect_timeout));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(config.idle_timeout)
+            .pool_max_idle_per_host(config.max_idle_per_host)
+            .build(connector);
+        Self {
+            client,
+            request_timeout: config.request_timeout,
+        }
+    }
+
+    /// The deadline for one exchange starting now.
+    pub fn deadline(&self) -> Instant {
+        Instant::now() + self.request_timeout
+    }
+
+    /// POST a JSON body to `worker` and wait (until `deadline`) for the response headers.
+    pub async fn post_json(
+        &self,
+        worker: &Worker,
+        path: &str,
+        body: Bytes,
+        request_id: Option<&HeaderValue>,
+        deadline: Instant,
+    ) -> Result<Response<Incoming>, GatewayError> {
+        let mut builder = Request::builder()
+            .method(Method::POST)
+            .uri(format!("{}{}", worker.base_url, path))
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json, text/event-stream");
+        if let Some(id) = request_id {
+            builder = builder.header("x-request-id", id);
+        }
+        let request = builder
+            .body(Full::new(body))
+            .map_err(|e| GatewayError::Internal(format!("building upstream request: {e}")))?;
+        self.send(worker, request, deadline).await
+    }
+
+    /// GET `path` from `worker` (discovery probes).
+    pub async fn get(
+        &self,
+        worker: &Worker,
+        path: &str,
+        deadline: Instant,
+    ) -> Result<Response<Incoming>, GatewayError> {
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri(format!("{}{}", worker.base_url, path))
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| GatewayError::Internal(format!("building upstream request: {e}")))?;
+        self.send(worker, request, deadline).await
+    }
+
+    async fn send(
+        &self,
+        worker: &Worker,
+        request: Request<Full<Bytes>>,
+        deadline: Instant,
+    ) -> Result<Response<Incoming>, GatewayError> {
+        match tokio::time::timeout_at(deadline, self.client.request(request)).await {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(e)) => Err(GatewayError::UpstreamUnavailable {
+                pool: worker.pool.to_string(),
+                role: worker.role.as_str(),
+                worker: worker.authority.clone(),
+                detail: error_chain(&e),
+            }),
+            Err(_) => Err(timeout(worker, self.request_timeout)),
+        }
+    }
+}
+
+/// Read a whole upstream body, at most `limit` bytes, before `deadline`.
+pub async fn read_body(
+    worker: &Worker,
+    body: Incoming,
+    limit: usize,
+    deadline: Instant,
+    timeout_for_errors: Duration,
+) -> Result<Bytes, GatewayError> {
+    let collected = tokio::time::timeout_at(deadline, Limited::new(body, limit).collect()).await;
+    match collected {
+        Ok(Ok(c)) => Ok(c.to_bytes()),
+        Ok(Err(e)) => Err(GatewayError::UpstreamProtocol {
+            pool: worker.pool.to_string(),
+            role: worker.role.as_str(),
+            detail: format!("reading the response body failed: {e}"),
+        }),
+        Err(_) => Err(timeout(worker, timeout_for_errors)),
+    }
+}
+
+fn timeout(worker: &Worker, timeout: Duration) -> GatewayError {
+    GatewayError::UpstreamTimeout {
+        pool: worker.pool.to_string(),
+        role: worker.role.as_str(),
+        worker: worker.authority.clone(),
+        timeout,
+    }
+}
+
+/// `e: cause: cause` — hyper-util's top-level message alone ("client error (Connect)") hides
+/// the reason.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
