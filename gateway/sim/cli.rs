@@ -130,3 +130,48 @@ async fn wait_for_signal() -> Result<(), SimError> {
             .map_err(io("waiting for Ctrl-C"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: SimArgs,
+    }
+
+    #[test]
+    fn flags_parse_with_kebab_case_values() {
+        let cli = Cli::try_parse_from([
+            "sim-engine",
+            "--role",
+            "prefill",
+            "--listen",
+            "127.0.0.1:0",
+            "--tokenizer",
+            "t.json",
+            "--kv-tokens",
+            "2048",
+            "--context-length",
+            "1048576",
+            "--bootstrap-port",
+            "0",
+            "--fault",
+            "abort-mid-stream",
+            "--page-size",
+            "32",
+            "--token-latency-ms",
+            "5",
+        ])
+        .unwrap();
+        assert_eq!(cli.args.role, SimRole::Prefill);
+        assert_eq!(cli.args.fault, SimFault::AbortMidStream);
+        assert_eq!(cli.args.kv_tokens, 2048);
+        assert_eq!(cli.args.bootstrap_port, 0);
+        let defaults = Cli::try_parse_from(["sim-engine", "--tokenizer", "t.json"]).unwrap();
+        assert_eq!(defaults.args.fault, SimFault::None);
+        assert_eq!(defaults.args.role, SimRole::Unified);
+    }
+}

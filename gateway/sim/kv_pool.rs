@@ -299,20 +299,24 @@ mod tests {
         );
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn allocation_waits_for_freed_pages_but_only_for_a_bounded_time() {
-        let pool = pool(8);
+        let pool = KvPool::new(8, 4, Duration::from_millis(50));
         let held = pool.allocate(8).await.unwrap();
-        // Nothing frees: the wait ends with Exhausted after the bound (paused clock).
+        // Nothing frees: the wait ends with Exhausted after the bound.
         let err = pool.allocate(4).await.err().unwrap();
         assert!(matches!(err, PoolError::Exhausted { need: 4, .. }));
-        // A free during the wait wakes the waiter.
+        // A free during the wait wakes the waiter (this pool waits long enough).
+        let pool = KvPool::new(8, 4, Duration::from_secs(30));
+        let held2 = pool.allocate(8).await.unwrap();
         let waiter = tokio::spawn({
             let pool = Arc::clone(&pool);
             async move { pool.allocate(8).await.map(|a| a.page_ids().to_vec()) }
         });
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Let the waiter register before freeing; the result does not depend on timing.
+        tokio::task::yield_now().await;
         drop(held);
+        drop(held2);
         assert_eq!(waiter.await.unwrap().unwrap(), vec![0, 1]);
     }
 }
