@@ -1,0 +1,177 @@
+//! `kvgate sim-engine ...`: run one simulated engine until Ctrl-C or SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::config::{SimConfig, SimFault, SimRole};
+use crate::tokenize::{ModelTokenizer, TokenizeError};
+
+/// Command-line arguments of the simulated engine.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SimArgs {
+    /// Unified, prefill or decode worker.
+    #[arg(long, value_enum, default_value_t = SimRole::Unified)]
+    pub role: SimRole,
+    /// Address of the HTTP API.
+    #[arg(long, default_value = "127.0.0.1:30000")]
+    pub listen: SocketAddr,
+    /// Served model name.
+    #[arg(long, default_value = "sim-model")]
+    pub model: String,
+    /// Path of tokenizer.json; tokenizer_config.json is looked up beside it.
+    #[arg(long)]
+    pub tokenizer: PathBuf,
+    /// KV pool size in tokens (max_total_num_tokens).
+    #[arg(long, default_value_t = 65_536)]
+    pub kv_tokens: usize,
+    /// The model's context length.
+    #[arg(long, default_value_t = 32_768)]
+    pub context_length: usize,
+    /// Prefill: bootstrap port on the --listen host (0 = ephemeral).
+    #[arg(long, default_value_t = super::config::DEFAULT_BOOTSTRAP_PORT)]
+    pub bootstrap_port: u16,
+    /// Injected fault.
+    #[arg(long, value_enum, default_value_t = SimFault::None)]
+    pub fault: SimFault,
+    /// Tokens per KV page.
+    #[arg(long, default_value_t = 16)]
+    pub page_size: usize,
+    /// Milliseconds between generated tokens.
+    #[arg(long, default_value_t = 0)]
+    pub token_latency_ms: u64,
+}
+
+/// Why the simulated engine could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The tokenizer files could not be loaded.
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizeError),
+    /// A listener could not be bound, or a signal handler installed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}
+
+fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> SimError {
+    let context = context.into();
+    move |source| SimError::Io { context, source }
+}
+
+/// Runs the engine described by `args`, printing its addresses, until Ctrl-C or SIGTERM.
+pub async fn run_cli(args: SimArgs) -> Result<(), SimError> {
+    let config_path = args.tokenizer.with_file_name("tokenizer_config.json");
+    let config_path = config_path.exists().then_some(config_path);
+    let tokenizer_path = args.tokenizer.clone();
+    let tokenizer = tokio::task::spawn_blocking(move || {
+        ModelTokenizer::from_files(&tokenizer_path, config_path.as_deref())
+    })
+    .await
+    .map_err(|e| io("loading the tokenizer")(std::io::Error::other(e)))??;
+    let http = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(io(format!("binding {}", args.listen)))?;
+    let bootstrap = match args.role {
+        SimRole::Prefill => {
+            let addr = SocketAddr::new(args.listen.ip(), args.bootstrap_port);
+            Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(io(format!("binding bootstrap {addr}")))?,
+            )
+        }
+        SimRole::Unified | SimRole::Decode => None,
+    };
+    let config = SimConfig {
+        role: args.role,
+        model: args.model,
+        kv_tokens: args.kv_tokens,
+        context_length: args.context_length,
+        page_size: args.page_size,
+        fault: args.fault,
+        token_latency: Duration::from_millis(args.token_latency_ms),
+        ..SimConfig::default()
+    };
+    let running = super::spawn(config, Arc::new(tokenizer), http, bootstrap)
+        .await
+        .map_err(io("starting the engine"))?;
+    println!(
+        "sim-engine role={:?} http=http://{}",
+        args.role, running.http_addr
+    );
+    if let Some(addr) = running.bootstrap_addr {
+        println!("sim-engine bootstrap={addr}");
+    }
+    wait_for_signal().await?;
+    running.shutdown().await;
+    Ok(())
+}
+
+async fn wait_for_signal() -> Result<(), SimError> {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(io("installing the SIGTERM handler"))?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r.map_err(io("waiting for Ctrl-C")),
+            _ = term.recv() => Ok(()),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c()
+            .await
+            .map_err(io("waiting for Ctrl-C"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: SimArgs,
+    }
+
+    #[test]
+    fn flags_parse_with_kebab_case_values() {
+        let cli = Cli::try_parse_from([
+            "sim-engine",
+            "--role",
+            "prefill",
+            "--listen",
+            "127.0.0.1:0",
+            "--tokenizer",
+            "t.json",
+            "--kv-tokens",
+            "2048",
+            "--context-length",
+            "1048576",
+            "--bootstrap-port",
+            "0",
+            "--fault",
+            "abort-mid-stream",
+            "--page-size",
+            "32",
+            "--token-latency-ms",
+            "5",
+        ])
+        .unwrap();
+        assert_eq!(cli.args.role, SimRole::Prefill);
+        assert_eq!(cli.args.fault, SimFault::AbortMidStream);
+        assert_eq!(cli.args.kv_tokens, 2048);
+        assert_eq!(cli.args.bootstrap_port, 0);
+        let defaults = Cli::try_parse_from(["sim-engine", "--tokenizer", "t.json"]).unwrap();
+        assert_eq!(defaults.args.fault, SimFault::None);
+        assert_eq!(defaults.args.role, SimRole::Unified);
+    }
+}

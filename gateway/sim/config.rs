@@ -1,0 +1,106 @@
+//! Configuration of one simulated engine: its role, pool, limits and injected fault.
+
+use std::time::Duration;
+
+/// SGLang's default `--disaggregation-bootstrap-port`, reported when no bootstrap listener runs.
+pub const DEFAULT_BOOTSTRAP_PORT: u16 = 8998;
+
+/// Settings of one simulated engine (the SGLang server arguments that matter here).
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// Unified, prefill or decode worker.
+    pub role: SimRole,
+    /// Served model name (`/v1/models` id, `served_model_name`).
+    pub model: String,
+    /// KV pool size in tokens (`max_total_num_tokens`).
+    pub kv_tokens: usize,
+    /// The model's context window (`context_length`).
+    pub context_length: usize,
+    /// Tokens per KV page.
+    pub page_size: usize,
+    /// Injected misbehaviour; [`SimFault::None`] is the fixed engine.
+    pub fault: SimFault,
+    /// Sleep between two generated tokens, so tests can hold a stream open.
+    pub token_latency: Duration,
+    /// How long a decode waits for its room on the prefill's bootstrap server; also bounds
+    /// how long any request waits for free KV pages.
+    pub bootstrap_timeout: Duration,
+    /// Reported engine version.
+    pub version: String,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            role: SimRole::Unified,
+            model: "sim-model".to_string(),
+            kv_tokens: 65_536,
+            context_length: 32_768,
+            page_size: 16,
+            fault: SimFault::None,
+            token_latency: Duration::ZERO,
+            bootstrap_timeout: Duration::from_secs(5),
+            version: "0.5.22-sim".to_string(),
+        }
+    }
+}
+
+impl SimConfig {
+    /// SGLang's `max_req_len = min(context_len - 1, max_total_num_tokens - 1)`.
+    pub fn max_req_len(&self) -> usize {
+        self.context_length
+            .saturating_sub(1)
+            .min(self.kv_tokens.saturating_sub(1))
+    }
+
+    /// SGLang's `max_req_input_len = max_req_len - 5`: longer inputs are aborted by the scheduler.
+    pub fn max_req_input_len(&self) -> usize {
+        self.max_req_len().saturating_sub(5)
+    }
+}
+
+/// Which part of a (possibly disaggregated) deployment the engine plays.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SimRole {
+    /// Prefill and decode in one engine (`disaggregation_mode = "null"`).
+    Unified,
+    /// Prefill worker: computes KV and hands it out on its bootstrap listener.
+    Prefill,
+    /// Decode worker: fetches KV from the prefill named in the request and generates.
+    Decode,
+}
+
+impl SimRole {
+    /// Value of `disaggregation_mode` in `/get_server_info`.
+    pub fn disaggregation_mode(self) -> &'static str {
+        match self {
+            SimRole::Unified => "null",
+            SimRole::Prefill => "prefill",
+            SimRole::Decode => "decode",
+        }
+    }
+}
+
+/// A misbehaviour to inject; each reproduces something real engines have done.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SimFault {
+    /// The fixed engine (SGLang ≥ 0.5.22): over-long prompts are refused before any KV transfer.
+    None,
+    /// The incident: an over-long prompt is aborted into a one-token placeholder, yet its
+    /// (stale) pages are published as ready and decode answers 200 from them.
+    Incident,
+    /// Stream a few tokens, then end with `finish_reason.type == "abort"`, all on HTTP 200.
+    AbortMidStream,
+    /// HTTP 200 stream carrying `data: {"error": ...}` before `[DONE]`.
+    ErrorEvent,
+    /// HTTP 200 with `finish_reason: {"type": "abort", "status_code": null}`.
+    AbortNoStatus,
+    /// Accept generation requests and never answer.
+    Hang,
+    /// Close the connection of a generation request without any response.
+    Reset,
+    /// Report a `prompt_tokens` that differs from the real input length.
+    WrongPromptTokens,
+    /// Prefill answers HTTP 200 with an abort and publishes its room as aborted.
+    PrefillAbort,
+}

@@ -1,0 +1,81 @@
+//! The shared state of one simulated engine.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+
+use super::bootstrap::BootstrapClient;
+use super::config::SimConfig;
+use super::kv_pool::KvPool;
+use super::rooms::Rooms;
+use super::stats::{ReceivedRequest, SimStats, SimStatsSnapshot};
+use crate::tokenize::ModelTokenizer;
+
+/// One engine: its KV pool, rooms, counters and received-request log.
+pub struct SimEngine {
+    pub(crate) config: SimConfig,
+    pub(crate) tokenizer: Arc<ModelTokenizer>,
+    pub(crate) pool: Arc<KvPool>,
+    pub(crate) rooms: Arc<Rooms>,
+    pub(crate) stats: Arc<SimStats>,
+    pub(crate) client: BootstrapClient,
+    pub(crate) shutdown: watch::Receiver<bool>,
+    /// Port of the bootstrap listener, when this engine runs one.
+    pub(crate) bootstrap_port: Option<u16>,
+    /// Woken whenever a stream ends, so tests can wait on counters without sleeping.
+    pub(crate) changed: Arc<Notify>,
+}
+
+impl std::fmt::Debug for SimEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimEngine")
+            .field("config", &self.config)
+            .field("stats", &self.stats.snapshot())
+            .finish()
+    }
+}
+
+impl SimEngine {
+    /// Counters so far.
+    pub fn stats(&self) -> SimStatsSnapshot {
+        self.stats.snapshot()
+    }
+
+    /// Every request received so far, in arrival order.
+    pub fn received(&self) -> Vec<ReceivedRequest> {
+        self.stats.received()
+    }
+
+    /// The engine's configuration.
+    pub fn config(&self) -> &SimConfig {
+        &self.config
+    }
+
+    /// Tokens currently held in the KV pool.
+    pub fn used_kv_tokens(&self) -> usize {
+        self.pool.used_tokens()
+    }
+
+    /// Waits up to `timeout` until `done(stats)` holds (re-checked whenever a stream ends);
+    /// returns the last snapshot either way, `Ok` when it held.
+    pub async fn wait_for_stats(
+        &self,
+        timeout: Duration,
+        done: impl Fn(&SimStatsSnapshot) -> bool,
+    ) -> Result<SimStatsSnapshot, SimStatsSnapshot> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let snapshot = self.stats();
+            if done(&snapshot) {
+                return Ok(snapshot);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Err(self.stats());
+            }
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! A faithful simulated SGLang engine: HTTP API, paged KV pool, prefill/decode roles, and
+//! switchable faults, among them the incident's bug.
+//!
+//! No GPU runs here, so tests, the demo and benchmarks use this engine in place of SGLang.
+//! It speaks SGLang's native `/generate` and the OpenAI-compatible endpoints with the shapes
+//! of `engine-api.md`, counts prompts with the model's real tokenizer (so `prompt_tokens` is
+//! what the real engine reports) and keeps KV in a pool whose freed pages are not cleared.
+//!
+//! Generated text is deterministic: the last `min(max_new_tokens, content_len)` tokens of
+//! the request's KV content. A correct engine therefore echoes the end of the prompt, and an
+//! engine that reads stale pages echoes someone else's prompt, which is what the incident
+//! looked like from outside.
+//!
+//! In PD mode a prefill publishes each request's KV under its `bootstrap_room` on a
+//! bootstrap listener (protocol in `bootstrap.rs`), and the decode named by the same request
+//! collects it from `bootstrap_host:bootstrap_port`.
+//!
+//! Files: `config` (settings, roles, faults), `kv_pool`, `rooms` + `bootstrap` (the KV
+//! hand-off), `request` (parsing), `schedule` (checks, roles, faults), `native` / `openai` /
+//! `reply` (response shapes), `stream` (SSE body), `server` (routes), `listen` (accept loop),
+//! `cli` (`kvgate sim-engine`).
+
+mod bootstrap;
+mod cli;
+mod config;
+mod engine;
+mod kv_pool;
+mod listen;
+mod native;
+mod openai;
+mod reply;
+mod request;
+mod rooms;
+mod schedule;
+mod server;
+mod stats;
+mod stream;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+
+pub use cli::{run_cli, SimArgs, SimError};
+pub use config::{SimConfig, SimFault, SimRole, DEFAULT_BOOTSTRAP_PORT};
+pub use engine::SimEngine;
+pub use stats::{ReceivedRequest, SimStatsSnapshot};
+
+use crate::tokenize::ModelTokenizer;
+use kv_pool::KvPool;
+use rooms::Rooms;
+use stats::SimStats;
+
+/// A running engine: its addresses and shared state.
+#[derive(Debug)]
+pub struct RunningSim {
+    /// Address of the HTTP API.
+    pub http_addr: SocketAddr,
+    /// Address of the bootstrap listener (prefill role).
+    pub bootstrap_addr: Option<SocketAddr>,
+    /// Shared state, for assertions.
+    pub engine: Arc<SimEngine>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Serves on already-bound listeners (tests bind 127.0.0.1:0 and keep the listener — never
+/// bind/drop/rebind, never sleep for readiness). The prefill role needs `bootstrap`.
+pub async fn spawn(
+    config: SimConfig,
+    tokenizer: Arc<ModelTokenizer>,
+    http: TcpListener,
+    bootstrap: Option<TcpListener>,
+) -> std::io::Result<RunningSim> {
+    if config.role == SimRole::Prefill && bootstrap.is_none() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the prefill role needs a bootstrap listener",
+        ));
+    }
+    let http_addr = http.local_addr()?;
+    let bootstrap_addr = bootstrap
+        .as_ref()
+        .map(TcpListener::local_addr)
+        .transpose()?;
+    let (shutdown, stop) = watch::channel(false);
+    let pool = KvPool::new(config.kv_tokens, config.page_size, config.bootstrap_timeout);
+    let engine = Arc::new(SimEngine {
+        config,
+        tokenizer,
+        pool,
+        rooms: Arc::new(Rooms::default()),
+        stats: Arc::new(SimStats::default()),
+        client: bootstrap::client(),
+        shutdown: stop.clone(),
+        bootstrap_port: bootstrap_addr.map(|a| a.port()),
+        changed: Arc::new(Notify::new()),
+    });
+    let mut tasks = Vec::new();
+    if let Some(listener) = bootstrap {
+        let rooms = Arc::clone(&engine.rooms);
+        let stats = Arc::clone(&engine.stats);
+        tasks.push(listen::serve(listener, stop.clone(), move |req| {
+            bootstrap::handle(Arc::clone(&rooms), Arc::clone(&stats), req)
+        }));
+    }
+    let api = Arc::clone(&engine);
+    tasks.push(listen::serve(http, stop, move |req| {
+        server::handle(Arc::clone(&api), req)
+    }));
+    Ok(RunningSim {
+        http_addr,
+        bootstrap_addr,
+        engine,
+        shutdown,
+        tasks,
+    })
+}
+
+impl RunningSim {
+    /// Stops accepting, drops open connections (also hanging ones) and ends all tasks.
+    pub async fn shutdown(self) {
+        self.shutdown.send_replace(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}

@@ -1,0 +1,296 @@
+//! The engine's HTTP API: routing, request recording, info endpoints and generation.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::{json, Value};
+
+use super::config::{SimFault, SimRole, DEFAULT_BOOTSTRAP_PORT};
+use super::engine::SimEngine;
+use super::listen::{full, json_response, Body, ResetConnection};
+use super::native;
+use super::openai;
+use super::reply::{unix_now, Reply};
+use super::request::{self, Api, ParseError};
+use super::schedule;
+use super::stats::ReceivedRequest;
+use super::stream::SseBody;
+
+/// Largest request body accepted (a 1M-token prompt is a few MB of text).
+const MAX_BODY_BYTES: usize = 64 << 20;
+
+/// Paths the engine serves, for 405 vs 404.
+const KNOWN_PATHS: &[&str] = &[
+    "/generate",
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/models",
+    "/get_server_info",
+    "/server_info",
+    "/get_model_info",
+    "/model_info",
+    "/health",
+    "/health_generate",
+    "/v1/loads",
+];
+
+/// Handles one HTTP request.
+pub(crate) async fn handle(
+    engine: Arc<SimEngine>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, ResetConnection> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let bytes = match Limited::new(req.into_body(), MAX_BODY_BYTES)
+        .collect()
+        .await
+    {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => {
+            engine.stats.record(ReceivedRequest {
+                path,
+                body: Value::Null,
+                bytes: 0,
+            });
+            return Ok(json_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &native::error_body("request body too large or unreadable"),
+            ));
+        }
+    };
+    let parsed: Result<Value, String> = if bytes.is_empty() {
+        Ok(Value::Null)
+    } else {
+        serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+    };
+    // Record first, so tests see every request whatever happens next.
+    engine.stats.record(ReceivedRequest {
+        path: path.clone(),
+        body: parsed.clone().unwrap_or(Value::Null),
+        bytes: bytes.len(),
+    });
+    let response = match (&method, path.as_str()) {
+        (&Method::POST, "/generate") => generation(&engine, Api::Generate, parsed).await?,
+        (&Method::POST, "/v1/chat/completions") => generation(&engine, Api::Chat, parsed).await?,
+        (&Method::POST, "/v1/completions") => generation(&engine, Api::Completions, parsed).await?,
+        (&Method::GET, "/v1/models") => json_response(StatusCode::OK, &models(&engine)),
+        (&Method::GET, "/get_server_info" | "/server_info") => {
+            json_response(StatusCode::OK, &server_info(&engine))
+        }
+        (&Method::GET, "/get_model_info" | "/model_info") => {
+            json_response(StatusCode::OK, &model_info(&engine))
+        }
+        (&Method::GET, "/health") => Response::new(full("")),
+        (&Method::GET, "/health_generate") => health_generate(&engine).await,
+        (&Method::GET, "/v1/loads") => json_response(StatusCode::OK, &loads(&engine)),
+        (_, p) if KNOWN_PATHS.contains(&p) => json_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &json!({"detail": "Method Not Allowed"}),
+        ),
+        _ => json_response(StatusCode::NOT_FOUND, &json!({"detail": "Not Found"})),
+    };
+    Ok(response)
+}
+
+fn error_response(api: Api, status: u16, message: &str) -> Response<Body> {
+    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = match api {
+        Api::Generate => native::error_body(message),
+        Api::Chat | Api::Completions => openai::error_object(message, status),
+    };
+    json_response(code, &body)
+}
+
+async fn generation(
+    engine: &Arc<SimEngine>,
+    api: Api,
+    parsed: Result<Value, String>,
+) -> Result<Response<Body>, ResetConnection> {
+    match engine.config.fault {
+        SimFault::Hang => std::future::pending::<()>().await,
+        SimFault::Reset => return Err(ResetConnection),
+        _ => {}
+    }
+    let body = match parsed {
+        Ok(body) => body,
+        Err(e) => return Ok(error_response(api, 400, &format!("Invalid JSON body: {e}"))),
+    };
+    // Tokenizing is CPU work; keep it off the async workers.
+    let parse = {
+        let engine = Arc::clone(engine);
+        tokio::task::spawn_blocking(move || {
+            request::parse(api, &body, &engine.config, &engine.tokenizer)
+        })
+    };
+    let req = match parse.await {
+        Ok(Ok(req)) => req,
+        Ok(Err(ParseError::BadRequest(msg))) => return Ok(error_response(api, 400, &msg)),
+        Ok(Err(err @ ParseError::ModelNotFound(_))) => {
+            let mut body = openai::error_object(&err.to_string(), 404);
+            if let Some(map) = body.as_object_mut() {
+                map.insert("param".into(), json!("model"));
+                map.insert("code".into(), json!("model_not_found"));
+            }
+            return Ok(json_response(StatusCode::NOT_FOUND, &body));
+        }
+        Err(_) => return Ok(error_response(api, 500, "tokenizer task failed")),
+    };
+    let started = Instant::now();
+    let mut results = Vec::with_capacity(req.samples.len());
+    let mut pages = Vec::new();
+    for sample in &req.samples {
+        let (result, hold) = schedule::run_sample(engine, req.max_new_tokens, sample).await;
+        results.push(result);
+        pages.extend(hold);
+    }
+    let e2e = started.elapsed().as_secs_f64();
+    let tokenizer = &engine.tokenizer;
+    let reply = match api {
+        Api::Generate => native::reply(&req, &results, tokenizer, e2e),
+        Api::Chat | Api::Completions => {
+            openai::reply(&req, &engine.config.model, &results, tokenizer)
+        }
+    };
+    match reply {
+        Reply::Full { status, body } => {
+            // A non-streaming answer still takes as long as generating its tokens.
+            let tokens: usize = results.iter().map(|r| r.output_ids.len()).sum();
+            let latency = engine.config.token_latency;
+            if !latency.is_zero() && tokens > 0 {
+                tokio::time::sleep(
+                    latency.saturating_mul(u32::try_from(tokens).unwrap_or(u32::MAX)),
+                )
+                .await;
+            }
+            drop(pages);
+            let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            Ok(json_response(code, &body))
+        }
+        Reply::Stream(events) => {
+            let body = SseBody::new(
+                events,
+                engine.config.token_latency,
+                pages,
+                Arc::clone(&engine.stats),
+                Arc::clone(&engine.changed),
+            );
+            let mut response = Response::new(body.boxed_unsync());
+            response.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("text/event-stream"),
+            );
+            response.headers_mut().insert(
+                hyper::header::CACHE_CONTROL,
+                hyper::header::HeaderValue::from_static("no-cache"),
+            );
+            Ok(response)
+        }
+    }
+}
+
+/// `/health_generate`: a one-token generation through the pool (PD roles use a local fake
+/// room, as SGLang uses a fake bootstrap host).
+async fn health_generate(engine: &SimEngine) -> Response<Body> {
+    let token = engine.tokenizer.eos_token_id().unwrap_or(0);
+    match engine.pool.allocate(2).await {
+        Ok(pages) => {
+            pages.write(&[token]);
+            let ok = pages.content() == [token];
+            drop(pages);
+            if ok {
+                Response::new(full(""))
+            } else {
+                json_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &native::error_body("health generate failed"),
+                )
+            }
+        }
+        Err(err) => json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &native::error_body(&err.to_string()),
+        ),
+    }
+}
+
+fn models(engine: &SimEngine) -> Value {
+    let c = &engine.config;
+    json!({"object": "list", "data": [{
+        "id": c.model, "object": "model", "created": unix_now(), "owned_by": "sglang",
+        "root": c.model, "parent": null, "max_model_len": c.context_length,
+    }]})
+}
+
+fn server_info(engine: &SimEngine) -> Value {
+    let c = &engine.config;
+    let scheduler = json!({
+        "status": "ok",
+        "max_total_num_tokens": c.kv_tokens,
+        "max_req_input_len": c.max_req_input_len(),
+    });
+    json!({
+        "model_path": c.model,
+        "tokenizer_path": c.model,
+        "served_model_name": c.model,
+        "context_length": c.context_length,
+        "page_size": c.page_size,
+        "max_total_tokens": c.kv_tokens,
+        "disaggregation_mode": c.role.disaggregation_mode(),
+        "disaggregation_bootstrap_port": engine.bootstrap_port.unwrap_or(DEFAULT_BOOTSTRAP_PORT),
+        "disaggregation_transfer_backend": "sim",
+        "allow_auto_truncate": false,
+        "sim_fault": format!("{:?}", c.fault),
+        "scheduler_info": scheduler.clone(),
+        "internal_states": [scheduler],
+        "version": c.version,
+    })
+}
+
+fn model_info(engine: &SimEngine) -> Value {
+    let c = &engine.config;
+    json!({
+        "model_path": c.model,
+        "tokenizer_path": c.model,
+        "is_generation": true,
+        "preferred_sampling_params": null,
+        "weight_version": "default",
+        "has_image_understanding": false,
+        "has_audio_understanding": false,
+        "model_type": "sim",
+        "architectures": ["SimForCausalLM"],
+    })
+}
+
+fn loads(engine: &SimEngine) -> Value {
+    let c = &engine.config;
+    let used = engine.pool.used_tokens().min(c.kv_tokens);
+    let running = engine
+        .stats
+        .running
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let load = json!({
+        "dp_rank": 0,
+        "num_running_reqs": running,
+        "num_waiting_reqs": 0,
+        "num_used_tokens": used,
+        "max_total_num_tokens": c.kv_tokens,
+        "token_usage": if c.kv_tokens == 0 { 0.0 } else { used as f64 / c.kv_tokens as f64 },
+    });
+    let mut top = load.clone();
+    if let Some(map) = top.as_object_mut() {
+        map.insert("timestamp".into(), json!(unix_now()));
+        map.insert(
+            "role".into(),
+            json!(match c.role {
+                SimRole::Unified => "unified",
+                SimRole::Prefill => "prefill",
+                SimRole::Decode => "decode",
+            }),
+        );
+        map.insert("loads".into(), json!([load]));
+    }
+    top
+}

@@ -1,0 +1,97 @@
+//! Counters and the received-request log, for assertions in tests.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// One request as the engine received it, recorded before anything else happens.
+#[derive(Clone, Debug)]
+pub struct ReceivedRequest {
+    /// Request path, e.g. `/generate`.
+    pub path: String,
+    /// The body parsed as JSON, or `null` when empty or malformed.
+    pub body: serde_json::Value,
+    /// Body length in bytes.
+    pub bytes: usize,
+}
+
+/// A point-in-time copy of the engine's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SimStatsSnapshot {
+    /// Requests received on the HTTP listener (every path).
+    pub requests: u64,
+    /// Sum of request body sizes.
+    pub body_bytes: u64,
+    /// Streaming responses started.
+    pub streams_started: u64,
+    /// Streaming responses whose body was read to its end.
+    pub streams_completed: u64,
+    /// Streaming responses dropped before their end: the client went away.
+    pub streams_cancelled: u64,
+    /// Rooms published as ready on the bootstrap listener (prefill).
+    pub rooms_published: u64,
+    /// Rooms published as aborted (prefill).
+    pub rooms_aborted: u64,
+    /// KV transfers served: ready rooms handed to a decode (prefill).
+    pub kv_transfers: u64,
+    /// KV transfers received from a prefill (decode).
+    pub kv_received: u64,
+    /// Samples that ended with an abort finish reason or error.
+    pub aborted: u64,
+}
+
+/// Live counters behind [`SimStatsSnapshot`].
+#[derive(Debug, Default)]
+pub(crate) struct SimStats {
+    pub(crate) requests: AtomicU64,
+    pub(crate) body_bytes: AtomicU64,
+    pub(crate) streams_started: AtomicU64,
+    pub(crate) streams_completed: AtomicU64,
+    pub(crate) streams_cancelled: AtomicU64,
+    pub(crate) rooms_published: AtomicU64,
+    pub(crate) rooms_aborted: AtomicU64,
+    pub(crate) kv_transfers: AtomicU64,
+    pub(crate) kv_received: AtomicU64,
+    pub(crate) aborted: AtomicU64,
+    pub(crate) running: AtomicU64,
+    received: Mutex<Vec<ReceivedRequest>>,
+}
+
+/// Adds one to a counter.
+pub(crate) fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+impl SimStats {
+    /// Records a request in the log and counters.
+    pub(crate) fn record(&self, request: ReceivedRequest) {
+        bump(&self.requests);
+        self.body_bytes
+            .fetch_add(request.bytes as u64, Ordering::Relaxed);
+        // A poisoned log only means another request panicked mid-push; keep recording.
+        let mut log = self.received.lock().unwrap_or_else(|p| p.into_inner());
+        log.push(request);
+    }
+
+    pub(crate) fn received(&self) -> Vec<ReceivedRequest> {
+        self.received
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn snapshot(&self) -> SimStatsSnapshot {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        SimStatsSnapshot {
+            requests: get(&self.requests),
+            body_bytes: get(&self.body_bytes),
+            streams_started: get(&self.streams_started),
+            streams_completed: get(&self.streams_completed),
+            streams_cancelled: get(&self.streams_cancelled),
+            rooms_published: get(&self.rooms_published),
+            rooms_aborted: get(&self.rooms_aborted),
+            kv_transfers: get(&self.kv_transfers),
+            kv_received: get(&self.kv_received),
+            aborted: get(&self.aborted),
+        }
+    }
+}

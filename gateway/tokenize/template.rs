@@ -1,0 +1,385 @@
+//! HF-compatible chat template rendering with minijinja.
+//!
+//! HF transformers compiles chat templates in a sandboxed Jinja2 environment with
+//! `trim_blocks=True, lstrip_blocks=True` (and Jinja2's default of dropping one trailing
+//! newline), and adds `raise_exception`, `strftime_now` and its own `tojson` filter. This file
+//! reproduces that environment so a rendered prompt is byte-identical to Python's, which
+//! is what makes the gateway's token count exact.
+
+use std::fmt::Write as _;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use minijinja::value::{Kwargs, Serde};
+use minijinja::{Environment, Error, ErrorKind, Value};
+
+use super::error::TokenizeError;
+
+/// Name under which the single chat template is stored in its environment.
+const TEMPLATE_NAME: &str = "chat_template";
+
+/// A compiled chat template with the special tokens it may refer to.
+pub(crate) struct ChatTemplate {
+    env: Environment<'static>,
+    bos_token: Option<String>,
+    eos_token: Option<String>,
+}
+
+/// Carried as the source of the minijinja error raised by `raise_exception`, so the
+/// template's own message can be told apart from ordinary render failures.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct RaisedException(String);
+
+impl ChatTemplate {
+    /// Compiles `source` the way HF transformers does.
+    pub(crate) fn new(
+        source: String,
+        bos_token: Option<String>,
+        eos_token: Option<String>,
+    ) -> Result<Self, TokenizeError> {
+        let mut env = Environment::new();
+        let syntax = minijinja::syntax::SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            // Jinja2 (and so HF) drops a single trailing newline of the template.
+            .keep_trailing_newline(false)
+            .build()
+            .map_err(|e| TokenizeError::Template(e.to_string()))?;
+        env.set_syntax(syntax);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
+        env.add_filter("tojson", tojson);
+        env.add_template_owned(TEMPLATE_NAME, source)
+            .map_err(|e| TokenizeError::Template(describe(&e)))?;
+        Ok(Self {
+            env,
+            bos_token,
+            eos_token,
+        })
+    }
+
+    /// Renders the template like `apply_chat_template(..., tokenize=False)`.
+    pub(crate) fn render(
+        &self,
+        messages: &serde_json::Value,
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String, TokenizeError> {
+        let template = self
+            .env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| TokenizeError::Template(describe(&e)))?;
+        // HF passes `tools=None` when there are none, so `tools is none` holds in templates.
+        let tools = tools.map_or(Value::from(()), |t| Value::from(Serde(t)));
+        let special =
+            |token: &Option<String>| token.as_deref().map_or(Value::UNDEFINED, Value::from);
+        let ctx = minijinja::context! {
+            messages => Value::from(Serde(messages)),
+            tools => tools,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => special(&self.bos_token),
+            eos_token => special(&self.eos_token),
+        };
+        template.render(ctx).map_err(|e| match raised_message(&e) {
+            Some(msg) => TokenizeError::TemplateRaised(msg),
+            None => TokenizeError::Template(describe(&e)),
+        })
+    }
+}
+
+/// Formats a minijinja error with its detail and line, which its `Display` alone omits.
+fn describe(err: &Error) -> String {
+    match err.line() {
+        Some(line) => format!("{err} (line {line})"),
+        None => err.to_string(),
+    }
+}
+
+/// Finds the message of a `raise_exception` call in an error's cause chain.
+fn raised_message(err: &Error) -> Option<String> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cause {
+        if let Some(raised) = e.downcast_ref::<RaisedException>() {
+            return Some(raised.0.clone());
+        }
+        cause = e.source();
+    }
+    None
+}
+
+/// `raise_exception(msg)`: templates use it to reject conversations they cannot render.
+fn raise_exception(msg: String) -> Result<Value, Error> {
+    Err(Error::new(ErrorKind::InvalidOperation, msg.clone()).with_source(RaisedException(msg)))
+}
+
+/// `strftime_now(format)`: the current time (UTC; the sim has no time zone database).
+fn strftime_now(format: String) -> Result<String, Error> {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    Ok(strftime_utc(&format, secs))
+}
+
+/// HF's `tojson`: `json.dumps(x, ensure_ascii=False, indent=..., separators=..., sort_keys=...)`.
+///
+/// minijinja's built-in `tojson` escapes HTML characters and uses compact separators, which
+/// would change the rendered prompt and so the token count.
+fn tojson(value: Value, indent: Option<Value>, kwargs: Kwargs) -> Result<String, Error> {
+    let indent = match indent {
+        Some(v) => Some(v),
+        None => kwargs.get::<Option<Value>>("indent")?,
+    };
+    let indent: Option<String> = match indent {
+        None => None,
+        Some(v) if v.is_none() || v.is_undefined() => None,
+        Some(v) => match v.as_str() {
+            Some(s) => Some(s.to_string()),
+            None => {
+                let n = i64::try_from(v)?;
+                Some(" ".repeat(usize::try_from(n.max(0)).unwrap_or(0)))
+            }
+        },
+    };
+    let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
+    let _ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
+    let separators: Option<Value> = kwargs.get("separators")?;
+    kwargs.assert_all_used()?;
+    let (item_sep, key_sep) = match separators {
+        Some(seps) if !seps.is_none() => {
+            let item = seps.get_item_by_index(0)?;
+            let key = seps.get_item_by_index(1)?;
+            (
+                item.as_str().unwrap_or(",").to_string(),
+                key.as_str().unwrap_or(":").to_string(),
+            )
+        }
+        // Python's defaults: ", " without indent, "," with it.
+        _ if indent.is_some() => (",".to_string(), ": ".to_string()),
+        _ => (", ".to_string(), ": ".to_string()),
+    };
+    let json = serde_json::to_value(&value)
+        .map_err(|e| Error::new(ErrorKind::BadSerialization, e.to_string()))?;
+    let style = JsonStyle {
+        indent,
+        item_sep,
+        key_sep,
+        sort_keys: sort_keys.unwrap_or(false),
+    };
+    let mut out = String::new();
+    style.write(&mut out, &json, 0);
+    Ok(out)
+}
+
+/// The layout options of Python's `json.dumps`.
+struct JsonStyle {
+    indent: Option<String>,
+    item_sep: String,
+    key_sep: String,
+    sort_keys: bool,
+}
+
+impl JsonStyle {
+    fn newline(&self, out: &mut String, depth: usize) {
+        if let Some(indent) = &self.indent {
+            out.push('\n');
+            for _ in 0..depth {
+                out.push_str(indent);
+            }
+        }
+    }
+
+    fn write(&self, out: &mut String, value: &serde_json::Value, depth: usize) {
+        match value {
+            serde_json::Value::Array(items) if !items.is_empty() => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(&self.item_sep);
+                    }
+                    self.newline(out, depth + 1);
+                    self.write(out, item, depth + 1);
+                }
+                self.newline(out, depth);
+                out.push(']');
+            }
+            serde_json::Value::Object(map) if !map.is_empty() => {
+                let mut entries: Vec<_> = map.iter().collect();
+                if self.sort_keys {
+                    entries.sort_by(|a, b| a.0.cmp(b.0));
+                }
+                out.push('{');
+                for (i, (key, item)) in entries.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(&self.item_sep);
+                    }
+                    self.newline(out, depth + 1);
+                    out.push_str(&serde_json::Value::String(key.clone()).to_string());
+                    out.push_str(&self.key_sep);
+                    self.write(out, item, depth + 1);
+                }
+                self.newline(out, depth);
+                out.push('}');
+            }
+            // Scalars and empty containers: serde_json escapes strings the way
+            // `ensure_ascii=False` does (control characters only).
+            other => out.push_str(&other.to_string()),
+        }
+    }
+}
+
+const MONTHS: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+const WEEKDAYS: [&str; 7] = [
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "Sunday",
+];
+
+/// A small `strftime` over UTC: the directives chat templates use (dates in prompts).
+fn strftime_utc(format: &str, unix_secs: u64) -> String {
+    let days = i64::try_from(unix_secs / 86_400).unwrap_or(0);
+    let secs_of_day = unix_secs % 86_400;
+    let (year, month, day) = civil_from_days(days);
+    // 1970-01-01 was a Thursday (index 3 with Monday = 0).
+    let weekday = usize::try_from((days + 3).rem_euclid(7)).unwrap_or(0);
+    let (hour, minute, second) = (secs_of_day / 3600, secs_of_day / 60 % 60, secs_of_day % 60);
+    let month_name = MONTHS
+        .get(month.saturating_sub(1) as usize)
+        .copied()
+        .unwrap_or("");
+    let weekday_name = WEEKDAYS.get(weekday).copied().unwrap_or("");
+    let mut out = String::new();
+    let mut chars = format.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        let _ = match chars.next() {
+            Some('Y') => write!(out, "{year}"),
+            Some('y') => write!(out, "{:02}", year.rem_euclid(100)),
+            Some('m') => write!(out, "{month:02}"),
+            Some('d') => write!(out, "{day:02}"),
+            Some('-') => match chars.next() {
+                Some('d') => write!(out, "{day}"),
+                Some('m') => write!(out, "{month}"),
+                Some(other) => write!(out, "%-{other}"),
+                None => write!(out, "%-"),
+            },
+            Some('B') => write!(out, "{month_name}"),
+            Some('b') => write!(out, "{}", month_name.get(..3).unwrap_or("")),
+            Some('A') => write!(out, "{weekday_name}"),
+            Some('a') => write!(out, "{}", weekday_name.get(..3).unwrap_or("")),
+            Some('H') => write!(out, "{hour:02}"),
+            Some('I') => write!(out, "{:02}", (hour + 11) % 12 + 1),
+            Some('p') => write!(out, "{}", if hour < 12 { "AM" } else { "PM" }),
+            Some('M') => write!(out, "{minute:02}"),
+            Some('S') => write!(out, "{second:02}"),
+            Some('%') => write!(out, "%"),
+            Some(other) => write!(out, "%{other}"),
+            None => write!(out, "%"),
+        };
+    }
+    out
+}
+
+/// Days since 1970-01-01 to (year, month 1..=12, day 1..=31), proleptic Gregorian.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (
+        year,
+        u32::try_from(month).unwrap_or(1),
+        u32::try_from(day).unwrap_or(1),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn render(src: &str, messages: serde_json::Value) -> Result<String, TokenizeError> {
+        ChatTemplate::new(src.to_string(), Some("<s>".into()), Some("</s>".into()))?
+            .render(&messages, None, true)
+    }
+
+    #[test]
+    fn tojson_matches_python_json_dumps() {
+        let out = render(
+            "{{ messages[0] | tojson }}|{{ messages[0] | tojson(indent=2) }}",
+            json!([{"b": "<é & \"q\">\n", "a": [1, 2.5, true, null], "e": {}}]),
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            "{\"b\": \"<é & \\\"q\\\">\\n\", \"a\": [1, 2.5, true, null], \"e\": {}}|{\n  \"b\": \"<é & \\\"q\\\">\\n\",\n  \"a\": [\n    1,\n    2.5,\n    true,\n    null\n  ],\n  \"e\": {}\n}"
+        );
+    }
+
+    #[test]
+    fn raise_exception_surfaces_the_template_message() {
+        let err = render(
+            "{{ raise_exception('Only user and assistant roles') }}",
+            json!([]),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, TokenizeError::TemplateRaised(ref m) if m == "Only user and assistant roles"),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn trim_and_lstrip_blocks_and_trailing_newline_like_jinja2() {
+        let out = render(
+            "  {% if true %}\nA\n  {% endif %}\n{{ bos_token }}\n",
+            json!([]),
+        )
+        .unwrap();
+        assert_eq!(out, "A\n<s>");
+    }
+
+    #[test]
+    fn pycompat_string_methods_work() {
+        let out = render(
+            "{{ messages[0].content.strip().upper() }}{{ 'a,b'.split(',')[-1] }}",
+            json!([{"content": " hi "}]),
+        )
+        .unwrap();
+        assert_eq!(out, "HIb");
+    }
+
+    #[test]
+    fn strftime_formats_a_known_date() {
+        // 2024-02-29 13:05:09 UTC, a Thursday.
+        assert_eq!(
+            strftime_utc("%d %b %Y %H:%M:%S %A %-d %%", 1_709_211_909),
+            "29 Feb 2024 13:05:09 Thursday 29 %"
+        );
+    }
+}
