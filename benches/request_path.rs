@@ -1,1 +1,124 @@
-fn main() {}
+//! The in-process request path: parse → route → dispatch to an in-process simulated engine
+//! over loopback, against the same request sent straight to the engine (the baseline,
+//! measured in the same run). The gap is what the gateway adds.
+//!
+//! `cargo bench --bench request_path`
+
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use serde_json::json;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tower::{Service, ServiceExt};
+
+use kvgate::api::{parse_inference, Endpoint, ModelCatalog};
+use kvgate::app::Gateway;
+use kvgate::config::Config;
+use kvgate::sim::{self, SimConfig, SimRole};
+use kvgate::tokenize::ModelTokenizer;
+
+const KEY: &str = "kvgate-demo-key";
+
+fn bench(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = repo.join("config/tokenizers/qwen3");
+    let tokenizer = Arc::new(
+        ModelTokenizer::from_files(
+            &dir.join("tokenizer.json"),
+            Some(&dir.join("tokenizer_config.json")),
+        )
+        .unwrap(),
+    );
+    let engine = rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let config = SimConfig {
+            role: SimRole::Unified,
+            model: "qwen3".into(),
+            kv_tokens: 65536,
+            context_length: 32768,
+            ..SimConfig::default()
+        };
+        sim::spawn(config, tokenizer, listener, None).await.unwrap()
+    });
+    let text = format!(
+        r#"
+[[models]]
+name = "qwen3"
+tokenizer = "tokenizers/qwen3/tokenizer.json"
+chat_template = "tokenizers/qwen3/tokenizer_config.json"
+context_window = 32768
+[[pools]]
+name = "u"
+model = "qwen3"
+engine = "sglang"
+mode = "unified"
+workers = [{{ url = "http://{}", kv_tokens = 65536 }}]
+[[tenants]]
+name = "bench"
+api_key_sha256 = ["{}"]
+"#,
+        engine.http_addr,
+        kvgate::auth::hash_key(KEY)
+    );
+    let config = Config::from_toml(&text, &repo.join("config/bench.toml")).unwrap();
+    let catalog = ModelCatalog::from_config(&config);
+    let gateway = Gateway::new(config);
+    rt.block_on(kvgate::routing::discover_all(
+        gateway.router(),
+        &kvgate::upstream::Upstream::new(&Default::default()),
+    ));
+    let stack = kvgate::build_stack::<Full<Bytes>>(gateway.stack_parts());
+
+    let body = json!({"text": "The quick brown fox jumps over the lazy dog. ".repeat(20), "sampling_params": {"max_new_tokens": 4}}).to_string();
+    let body = Bytes::from(body);
+
+    let mut group = c.benchmark_group("request_path");
+    group.throughput(Throughput::Bytes(body.len() as u64));
+    group.bench_function("parse_only", |b| {
+        b.iter(|| parse_inference(Endpoint::Generate, &body, &catalog).unwrap())
+    });
+
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+    let direct_url = format!("http://{}/generate", engine.http_addr);
+    group.bench_function("baseline_direct_to_engine", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let req = Request::post(&direct_url)
+                    .header("content-type", "application/json")
+                    .body(Full::new(body.clone()))
+                    .unwrap();
+                let resp = client.request(req).await.unwrap();
+                resp.into_body().collect().await.unwrap().to_bytes()
+            })
+        })
+    });
+    group.bench_function("through_gateway_stack", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let req = Request::post("/generate")
+                    .header("content-type", "application/json")
+                    .header("authorization", format!("Bearer {KEY}"))
+                    .body(Full::new(body.clone()))
+                    .unwrap();
+                let mut svc = stack.clone();
+                let resp = svc.ready().await.unwrap().call(req).await.unwrap();
+                assert!(resp.status().is_success());
+                resp.into_body().collect().await.ok().unwrap().to_bytes()
+            })
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,1 +1,181 @@
-fn main(){}
+//! The `kvgate` command line: serve, check, sim-engine, demo, hash-key.
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use kvgate::app::Gateway;
+use kvgate::check::CapacityReport;
+use kvgate::config::Config;
+use kvgate::routing::{discover_all, Router};
+use kvgate::upstream::Upstream;
+
+/// kvgate: admission and isolation in front of LLM inference engines.
+#[derive(Parser, Debug)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the gateway.
+    Serve {
+        /// The gateway config (TOML).
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Validate a config and print, per model and pool, what the gateway will enforce.
+    Check {
+        /// The gateway config (TOML).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Also ask every worker for its capacity (/get_server_info) before reporting.
+        #[arg(long)]
+        discover: bool,
+        /// Treat configuration mismatches (context window above a KV pool) as errors.
+        #[arg(long)]
+        strict: bool,
+    },
+    /// Run a simulated SGLang engine (tests, demo, benchmarks).
+    SimEngine(kvgate::sim::SimArgs),
+    /// Run the gateway with built-in simulated engines on loopback, ready for curl.
+    Demo(kvgate::demo::DemoArgs),
+    /// Print the SHA-256 of an API key, for `api_key_sha256`.
+    HashKey {
+        /// The key; read from stdin when omitted (keeps it out of shell history).
+        key: Option<String>,
+    },
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("kvgate: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(cli.command))
+}
+
+async fn run(command: Command) -> ExitCode {
+    match command {
+        Command::Serve { config } => serve(config).await,
+        Command::Check {
+            config,
+            discover,
+            strict,
+        } => check(config, discover, strict).await,
+        Command::SimEngine(args) => match kvgate::sim::run_cli(args).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("kvgate sim-engine: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Demo(args) => match kvgate::demo::run(args).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("kvgate demo: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::HashKey { key } => hash_key(key),
+    }
+}
+
+fn load(path: &std::path::Path) -> Option<Config> {
+    match Config::load(path) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            eprintln!("kvgate: invalid config: {e}");
+            None
+        }
+    }
+}
+
+async fn serve(path: PathBuf) -> ExitCode {
+    let Some(config) = load(&path) else {
+        return ExitCode::from(2);
+    };
+    let running = match Gateway::new(config).bind_and_start().await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("kvgate: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    kvgate::demo::wait_for_signal().await;
+    tracing::info!("shutting down: no new connections, draining in-flight requests");
+    running.shutdown().await;
+    ExitCode::SUCCESS
+}
+
+async fn check(path: PathBuf, discover: bool, strict: bool) -> ExitCode {
+    let Some(config) = load(&path) else {
+        return ExitCode::from(2);
+    };
+    let router = Router::from_config(&config);
+    if discover {
+        discover_all(&router, &Upstream::new(&config.upstream)).await;
+    }
+    let report = CapacityReport::build(&config, &router);
+    println!("config {} is valid", path.display());
+    print!("{report}");
+    if strict && !report.warnings().is_empty() {
+        eprintln!(
+            "kvgate check --strict: {} warning(s) treated as errors",
+            report.warnings().len()
+        );
+        return ExitCode::from(3);
+    }
+    ExitCode::SUCCESS
+}
+
+fn hash_key(key: Option<String>) -> ExitCode {
+    let key = match key {
+        Some(k) => k,
+        None => {
+            let mut line = String::new();
+            if let Err(e) = std::io::stdin().read_line(&mut line) {
+                eprintln!("kvgate hash-key: cannot read stdin: {e}");
+                return ExitCode::FAILURE;
+            }
+            line.trim_end_matches(['\r', '\n']).to_owned()
+        }
+    };
+    if key.is_empty() {
+        eprintln!("kvgate hash-key: the key is empty");
+        return ExitCode::FAILURE;
+    }
+    println!("{}", kvgate::auth::hash_key(&key));
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,246 @@
+//! Shared integration-test harness: simulated engines and gateways on `127.0.0.1:0`
+//! (listeners are bound here and handed over, never rebound), and a real HTTP client.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use http::{header, HeaderMap, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use tokio::net::TcpListener;
+
+use kvgate::app::{Gateway, RunningGateway};
+use kvgate::config::Config;
+use kvgate::sim::{self, RunningSim, SimConfig, SimFault, SimRole};
+use kvgate::tokenize::ModelTokenizer;
+
+pub const KEY: &str = "kvgate-demo-key";
+pub const KEY_SHA256: &str = "2dfed5a298869fa9315da696048c1321c7fd5a8eb0098a2a7dcfbd7793660871";
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The Qwen3 tokenizer, loaded once per test binary.
+pub fn qwen3() -> Arc<ModelTokenizer> {
+    static TOKENIZER: OnceLock<Arc<ModelTokenizer>> = OnceLock::new();
+    TOKENIZER
+        .get_or_init(|| {
+            let dir = repo().join("config/tokenizers/qwen3");
+            Arc::new(
+                ModelTokenizer::from_files(
+                    &dir.join("tokenizer.json"),
+                    Some(&dir.join("tokenizer_config.json")),
+                )
+                .expect("qwen3 tokenizer loads"),
+            )
+        })
+        .clone()
+}
+
+pub async fn bind() -> TcpListener {
+    TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1:0")
+}
+
+/// A simulated engine of `role` serving model "qwen3".
+pub async fn engine(
+    role: SimRole,
+    fault: SimFault,
+    kv_tokens: usize,
+    context_length: usize,
+) -> RunningSim {
+    engine_with(SimConfig {
+        role,
+        fault,
+        kv_tokens,
+        context_length,
+        model: "qwen3".into(),
+        ..SimConfig::default()
+    })
+    .await
+}
+
+pub async fn engine_with(config: SimConfig) -> RunningSim {
+    let bootstrap = if config.role == SimRole::Prefill {
+        Some(bind().await)
+    } else {
+        None
+    };
+    sim::spawn(config, qwen3(), bind().await, bootstrap)
+        .await
+        .expect("sim engine starts")
+}
+
+/// A worker entry for `engine` (capacity left to discovery unless `kv` is given).
+pub fn worker(engine: &RunningSim, kv: Option<u64>) -> String {
+    let mut s = format!("{{ url = \"http://{}\"", engine.http_addr);
+    if let Some(kv) = kv {
+        s.push_str(&format!(", kv_tokens = {kv}"));
+    }
+    if let Some(b) = engine.bootstrap_addr {
+        s.push_str(&format!(", bootstrap_port = {}", b.port()));
+    }
+    s.push_str(" }");
+    s
+}
+
+/// The standard model, tenant and server tables, with `pools` appended.
+pub fn config_with_pools(context_window: u64, pools: &str) -> String {
+    format!(
+        r#"
+[server]
+drain_timeout = "10s"
+
+[upstream]
+request_timeout = "20s"
+discovery_interval = "1h"
+
+[[models]]
+name = "qwen3"
+tokenizer = "tokenizers/qwen3/tokenizer.json"
+chat_template = "tokenizers/qwen3/tokenizer_config.json"
+context_window = {context_window}
+
+{pools}
+
+[[tenants]]
+name = "t1"
+api_key_sha256 = ["{KEY_SHA256}"]
+"#
+    )
+}
+
+pub fn unified_pool(name: &str, workers: &[String]) -> String {
+    format!(
+        "[[pools]]\nname = \"{name}\"\nmodel = \"qwen3\"\nengine = \"sglang\"\nmode = \"unified\"\nworkers = [{}]\n",
+        workers.join(", ")
+    )
+}
+
+pub fn pd_pool(name: &str, prefill: &[String], decode: &[String]) -> String {
+    format!(
+        "[[pools]]\nname = \"{name}\"\nmodel = \"qwen3\"\nengine = \"sglang\"\nmode = \"disaggregated\"\nprefill = [{}]\ndecode = [{}]\n",
+        prefill.join(", "),
+        decode.join(", ")
+    )
+}
+
+pub fn parse_config(text: &str) -> Config {
+    Config::from_toml(text, &repo().join("config/test.toml"))
+        .unwrap_or_else(|e| panic!("test config: {e}\n{text}"))
+}
+
+pub async fn gateway(text: &str) -> RunningGateway {
+    Gateway::new(parse_config(text))
+        .start(bind().await, bind().await)
+        .await
+        .expect("gateway starts")
+}
+
+/// A reply read to its end.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Reply {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+    /// The `data:` payloads of an SSE body.
+    pub fn sse_data(&self) -> Vec<String> {
+        sse_data(&self.text())
+    }
+}
+
+pub fn sse_data(text: &str) -> Vec<String> {
+    text.split("\n\n")
+        .filter_map(|event| {
+            let lines: Vec<&str> = event
+                .lines()
+                .filter_map(|l| {
+                    l.strip_prefix("data:")
+                        .map(|d| d.strip_prefix(' ').unwrap_or(d))
+                })
+                .collect();
+            (!lines.is_empty()).then(|| lines.join("\n"))
+        })
+        .collect()
+}
+
+pub fn client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+}
+
+pub fn request(
+    method: Method,
+    url: &str,
+    key: Option<&str>,
+    body: impl Into<Bytes>,
+) -> Request<Full<Bytes>> {
+    let mut b = Request::builder()
+        .method(method)
+        .uri(url)
+        .header(header::CONTENT_TYPE, "application/json");
+    if let Some(key) = key {
+        b = b.header(header::AUTHORIZATION, format!("Bearer {key}"));
+    }
+    b.body(Full::new(body.into())).expect("request")
+}
+
+pub async fn send(req: Request<Full<Bytes>>) -> Response<Incoming> {
+    client().request(req).await.expect("HTTP exchange")
+}
+
+pub async fn read(response: Response<Incoming>) -> Reply {
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.expect("read body").to_bytes();
+    Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    }
+}
+
+pub async fn post(url: &str, key: Option<&str>, body: &Value) -> Reply {
+    read(send(request(Method::POST, url, key, body.to_string())).await).await
+}
+
+pub async fn get(url: &str, key: Option<&str>) -> Reply {
+    read(send(request(Method::GET, url, key, Bytes::new())).await).await
+}
+
+/// The OpenAI error code of a gateway error reply.
+pub fn error_code(reply: &Reply) -> String {
+    reply.json()["error"]["code"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// What an engine received on its generation routes (discovery probes left out).
+pub fn generations(engine: &RunningSim) -> Vec<sim::ReceivedRequest> {
+    engine
+        .engine
+        .received()
+        .into_iter()
+        .filter(|r| {
+            matches!(
+                r.path.as_str(),
+                "/generate" | "/v1/chat/completions" | "/v1/completions"
+            )
+        })
+        .collect()
+}
