@@ -71,7 +71,7 @@ api_key_sha256 = ["{}"]
     );
     let config = Config::from_toml(&text, &repo.join("config/bench.toml")).unwrap();
     let catalog = ModelCatalog::from_config(&config);
-    let gateway = Gateway::new(config);
+    let gateway = Gateway::new(config).unwrap();
     rt.block_on(kvgate::routing::discover_all(
         gateway.router(),
         &kvgate::upstream::Upstream::new(&Default::default()),

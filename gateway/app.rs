@@ -7,6 +7,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::admin::Admin;
+use crate::admission::{AdmissionState, ModelAdmission};
 use crate::api::ModelCatalog;
 use crate::auth::ApiKeys;
 use crate::check::CapacityReport;
@@ -14,8 +15,12 @@ use crate::config::Config;
 use crate::dispatch::DispatchLimits;
 use crate::routing::{discover_all, Router};
 use crate::server::{self, Shutdown, ShutdownTrigger, TlsError};
+use crate::tokenize::{ModelTokenizer, TokenizeError};
 use crate::upstream::Upstream;
 use crate::{build_stack, StackParts};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
 
 /// Largest non-streaming engine response read into memory.
 const MAX_RESPONSE_BYTES: usize = 256 * 1024 * 1024;
@@ -35,6 +40,33 @@ pub enum StartError {
     },
     #[error("listener address: {0}")]
     Io(#[from] std::io::Error),
+    #[error("model `{model}`: {source}")]
+    Tokenizer {
+        model: String,
+        source: TokenizeError,
+    },
+    #[error("admission.strict is set and the configuration is mismatched:\n{0}")]
+    Mismatch(String),
+}
+
+/// Load a model's tokenizer once per process: several gateways (tests, reloads) and the
+/// demo's engines share the ≈130 MB it takes.
+pub fn load_tokenizer(
+    tokenizer: &std::path::Path,
+    chat_template: Option<&std::path::Path>,
+) -> Result<Arc<ModelTokenizer>, TokenizeError> {
+    type Cache = Mutex<HashMap<(PathBuf, Option<PathBuf>), Arc<ModelTokenizer>>>;
+    static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
+    let key = (tokenizer.to_owned(), chat_template.map(|p| p.to_owned()));
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(t) = cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
+        return Ok(t);
+    }
+    let loaded = Arc::new(ModelTokenizer::from_files(tokenizer, chat_template)?);
+    if let Ok(mut c) = cache.lock() {
+        c.insert(key, loaded.clone());
+    }
+    Ok(loaded)
 }
 
 /// A configured gateway, not yet serving.
@@ -43,18 +75,45 @@ pub struct Gateway {
     config: Arc<Config>,
     router: Arc<Router>,
     upstream: Upstream,
+    admission: Arc<AdmissionState>,
 }
 
 impl Gateway {
-    /// Build pools, workers and the upstream client from validated config.
-    pub fn new(config: Config) -> Self {
+    /// Build pools, workers, tokenizers and the upstream client from validated config.
+    pub fn new(config: Config) -> Result<Self, StartError> {
         let router = Arc::new(Router::from_config(&config));
         let upstream = Upstream::new(&config.upstream);
-        Self {
+        let mut models = HashMap::new();
+        for model in &config.models {
+            let tokenizer = load_tokenizer(&model.tokenizer, model.chat_template.as_deref())
+                .map_err(|source| StartError::Tokenizer {
+                    model: model.name.clone(),
+                    source,
+                })?;
+            models.insert(
+                model.name.clone(),
+                ModelAdmission {
+                    tokenizer,
+                    context_window: model.context_window,
+                    default_max_new_tokens: model.default_max_new_tokens,
+                },
+            );
+        }
+        let counts = config
+            .admission
+            .max_concurrent_counts
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+        let admission = Arc::new(AdmissionState {
+            models,
+            router: router.clone(),
+            permits: Arc::new(tokio::sync::Semaphore::new(counts)),
+        });
+        Ok(Self {
             config: Arc::new(config),
             router,
             upstream,
-        }
+            admission,
+        })
     }
 
     /// The live pools.
@@ -68,6 +127,7 @@ impl Gateway {
             keys: ApiKeys::from_config(&self.config),
             catalog: ModelCatalog::from_config(&self.config),
             router: self.router.clone(),
+            admission: self.admission.clone(),
             upstream: self.upstream.clone(),
             max_body_bytes: usize::try_from(self.config.server.max_body_bytes.as_u64())
                 .unwrap_or(usize::MAX),
@@ -104,8 +164,12 @@ impl Gateway {
         };
         crate::metrics::handle();
         discover_all(&self.router, &self.upstream).await;
-        for line in CapacityReport::build(&self.config, &self.router).warnings() {
+        let report = CapacityReport::build(&self.config, &self.router);
+        for line in report.warnings() {
             tracing::warn!("{line}");
+        }
+        if self.config.admission.strict && !report.warnings().is_empty() {
+            return Err(StartError::Mismatch(report.warnings().join("\n")));
         }
         let data_addr = data.local_addr()?;
         let admin_addr = admin.local_addr()?;

@@ -2,21 +2,14 @@
 //! dangerous (I4): a context window larger than the smallest KV pool on the path is the
 //! incident's configuration. Printed by `kvgate check` and logged at start-up.
 //!
-//! The input limit follows SGLang: an engine refuses inputs of `max_req_input_len` tokens or
-//! more, with `max_req_input_len = min(context_length - 1, pool - 1) - 5`.
+//! The numbers come from the admission layer ([`PoolBudget`]): what is printed is what is
+//! enforced.
 
 use std::fmt::{self, Write as _};
 
+use crate::admission::{worker_input_limit, PoolBudget};
 use crate::config::Config;
 use crate::routing::{Discovery, Pool, PoolWorkers, Router, Worker};
-
-/// SGLang's input limit for a worker whose context length is `context` and pool `pool`.
-pub fn sglang_max_req_input_len(context: u64, pool: u64) -> u64 {
-    context
-        .saturating_sub(1)
-        .min(pool.saturating_sub(1))
-        .saturating_sub(5)
-}
 
 /// The limits of one pool.
 #[derive(Debug, Clone)]
@@ -87,29 +80,12 @@ impl CapacityReport {
 }
 
 fn pool_limits(pool: &Pool, window: u64) -> PoolLimits {
-    let (prefill_side, decode_side): (&[std::sync::Arc<Worker>], &[std::sync::Arc<Worker>]) =
-        match &pool.workers {
-            PoolWorkers::Unified(ws) => (ws, ws),
-            PoolWorkers::Disaggregated { prefill, decode } => (prefill, decode),
-        };
-    // "Smallest" is over every worker the request could land on, so the answer never
-    // depends on which worker is picked; a worker of unknown capacity serves nothing (I3).
-    let eligible = |ws: &[std::sync::Arc<Worker>]| {
-        ws.iter()
-            .filter(|w| w.is_eligible())
-            .cloned()
-            .collect::<Vec<_>>()
-    };
-    let prefill_eligible = eligible(prefill_side);
-    let decode_eligible = eligible(decode_side);
-    let prefill_input_limit = prefill_eligible
-        .iter()
-        .filter_map(|w| worker_input_limit(w, window))
-        .min();
-    let prefill_pool = prefill_eligible.iter().filter_map(|w| w.kv_tokens()).min();
-    let decode_pool = decode_eligible.iter().filter_map(|w| w.kv_tokens()).min();
-    let max_prompt_tokens =
-        prefill_input_limit.map(|limit| limit.saturating_sub(1).min(window.saturating_sub(1)));
+    // The admission layer's own numbers: what is printed is what is enforced.
+    let budget = PoolBudget::of(pool, window);
+    let prefill_input_limit = budget.prefill_input_limit.as_ref().map(|b| b.tokens);
+    let prefill_pool = budget.prefill_pool.as_ref().map(|b| b.tokens);
+    let decode_pool = budget.decode_pool.as_ref().map(|b| b.tokens);
+    let max_prompt_tokens = budget.max_prompt_tokens();
     let workers = pool
         .all_workers()
         .map(|w| describe_worker(w, window))
@@ -144,18 +120,6 @@ fn pool_limits(pool: &Pool, window: u64) -> PoolLimits {
         workers,
         ineligible,
     }
-}
-
-fn worker_input_limit(w: &Worker, window: u64) -> Option<u64> {
-    let kv = w.kv_tokens()?;
-    let context = w
-        .discovered_context_length()
-        .map_or(window, |c| c.min(window));
-    let derived = sglang_max_req_input_len(context, kv);
-    Some(
-        w.discovered_max_req_input_len()
-            .map_or(derived, |d| d.min(derived)),
-    )
 }
 
 fn describe_worker(w: &Worker, window: u64) -> String {
@@ -224,18 +188,5 @@ impl fmt::Display for CapacityReport {
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sglang_input_limit_matches_the_engine_formula() {
-        // The incident: 1,048,576-token window, 681,280-token prefill pool.
-        assert_eq!(sglang_max_req_input_len(1_048_576, 681_280), 681_274);
-        assert_eq!(sglang_max_req_input_len(4096, 100_000), 4090);
-        assert_eq!(sglang_max_req_input_len(3, 3), 0);
     }
 }

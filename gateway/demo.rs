@@ -89,13 +89,13 @@ pub async fn start(args: &DemoArgs) -> Result<RunningDemo, DemoError> {
     let mut tokenizers: Vec<(String, Arc<ModelTokenizer>)> = Vec::new();
     for model in &config.models {
         let tokenizer =
-            ModelTokenizer::from_files(&model.tokenizer, model.chat_template.as_deref()).map_err(
+            crate::app::load_tokenizer(&model.tokenizer, model.chat_template.as_deref()).map_err(
                 |e| DemoError::Tokenizer {
                     model: model.name.clone(),
                     reason: e.to_string(),
                 },
             )?;
-        tokenizers.push((model.name.clone(), Arc::new(tokenizer)));
+        tokenizers.push((model.name.clone(), tokenizer));
     }
     let windows: Vec<(String, u64)> = config
         .models
@@ -127,7 +127,7 @@ pub async fn start(args: &DemoArgs) -> Result<RunningDemo, DemoError> {
     }
     let data = bind(config.server.listen).await?;
     let admin = bind(config.server.admin_listen).await?;
-    let gateway = Gateway::new(config).start(data, admin).await?;
+    let gateway = Gateway::new(config)?.start(data, admin).await?;
     Ok(RunningDemo { gateway, engines })
 }
 

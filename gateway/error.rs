@@ -37,6 +37,9 @@ pub enum GatewayError {
     MethodNotAllowed { method: String, path: String },
     #[error("The model `{model}` does not exist or you do not have access to it.")]
     ModelNotFound { model: String },
+    /// Admission refused the prompt (I2): no pool could hold it.
+    #[error(transparent)]
+    ContextLengthExceeded(#[from] crate::admission::PromptTooLong),
     #[error("Request body is larger than the limit of {limit} bytes")]
     BodyTooLarge { limit: usize },
     #[error(
@@ -96,6 +99,7 @@ impl GatewayError {
             | RouteNotFound { .. }
             | MethodNotAllowed { .. }
             | ModelNotFound { .. }
+            | ContextLengthExceeded(_)
             | BodyTooLarge { .. }
             | Unauthenticated => ErrorSource::Downstream,
             NoEligibleWorker { .. }
@@ -111,7 +115,7 @@ impl GatewayError {
     pub fn status(&self) -> StatusCode {
         use GatewayError::*;
         match self {
-            InvalidRequest { .. } => StatusCode::BAD_REQUEST,
+            InvalidRequest { .. } | ContextLengthExceeded(_) => StatusCode::BAD_REQUEST,
             RouteNotFound { .. } | ModelNotFound { .. } => StatusCode::NOT_FOUND,
             MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -138,6 +142,7 @@ impl GatewayError {
             | RouteNotFound { .. }
             | MethodNotAllowed { .. }
             | ModelNotFound { .. }
+            | ContextLengthExceeded(_)
             | BodyTooLarge { .. } => "invalid_request_error",
             Unauthenticated => "authentication_error",
             UpstreamStatus { status, .. } if status.is_client_error() => "invalid_request_error",
@@ -158,6 +163,7 @@ impl GatewayError {
             RouteNotFound { .. } => "not_found",
             MethodNotAllowed { .. } => "method_not_allowed",
             ModelNotFound { .. } => "model_not_found",
+            ContextLengthExceeded(_) => "context_length_exceeded",
             BodyTooLarge { .. } => "request_too_large",
             Unauthenticated => "invalid_api_key",
             NoEligibleWorker { .. } => "no_eligible_worker",
@@ -174,6 +180,7 @@ impl GatewayError {
         match self {
             GatewayError::InvalidRequest { param, .. } => param.as_deref(),
             GatewayError::ModelNotFound { .. } => Some("model"),
+            GatewayError::ContextLengthExceeded(p) => Some(p.param),
             _ => None,
         }
     }

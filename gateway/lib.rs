@@ -6,15 +6,17 @@
 //! request id → trace → catch panic → rescue (errors → JSON, outcome metrics)
 //!   → authenticate (API key → tenant) → catalog (/v1/models; 404/405)
 //!   → read body (413) → parse (one InferenceRequest for chat, completions, /generate)
-//!   → route (pool by weight, least-loaded workers) → dispatch (unified or prefill/decode)
+//!   → admit (exact token count vs. every pool's smallest KV bound; 400 before dispatch)
+//!   → route (pool by weight among the admitted, least-loaded workers)
+//!   → dispatch (unified or prefill/decode)
 //! ```
 //!
-//! Admission by exact token count, the response guard and tenant policy slot in between
-//! route and dispatch (see the open issues); each is one layer in one file.
+//! The response guard and tenant policy slot in as one layer each (see the open issues).
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod admin;
+pub mod admission;
 pub mod api;
 pub mod app;
 pub mod auth;
@@ -45,6 +47,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
+use crate::admission::{AdmissionState, AdmitLayer};
 use crate::api::{ModelCatalog, Parse};
 use crate::auth::{ApiKeys, Authenticate};
 use crate::body::{BoxBody, BoxError};
@@ -62,6 +65,7 @@ pub struct StackParts {
     pub keys: ApiKeys,
     pub catalog: ModelCatalog,
     pub router: Arc<Router>,
+    pub admission: Arc<AdmissionState>,
     pub upstream: Upstream,
     pub max_body_bytes: usize,
     pub limits: DispatchLimits,
@@ -100,6 +104,9 @@ where
         .layer(ReadBody::layer(parts.max_body_bytes))
         // One request model for chat, completions and /generate.
         .layer(Parse::layer(parts.catalog))
+        // Exact token counts against every pool's smallest KV bound: 400 before any byte
+        // goes downstream (I2); inserts TokenCount and the admitted pools.
+        .layer(AdmitLayer::new(parts.admission))
         // Pool by weight, then least-loaded eligible workers (I3: unknown capacity never serves).
         .layer(Route::layer(parts.router))
         .service(Dispatch::new(parts.upstream, parts.limits))

@@ -126,7 +126,14 @@ async fn serve(path: PathBuf) -> ExitCode {
     let Some(config) = load(&path) else {
         return ExitCode::from(2);
     };
-    let running = match Gateway::new(config).bind_and_start().await {
+    let gateway = match Gateway::new(config) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("kvgate: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let running = match gateway.bind_and_start().await {
         Ok(r) => r,
         Err(e) => {
             eprintln!("kvgate: cannot start: {e}");

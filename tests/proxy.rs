@@ -318,22 +318,25 @@ async fn backend_down_is_502_and_unknown_capacity_is_503() {
 
 #[tokio::test]
 async fn engine_refusal_keeps_its_status_and_message() {
-    // Fixed engine (--fault none) refuses an over-long prompt with its original 400; the
-    // gateway passes the refusal on as an error, on both PD legs.
-    let prefill = engine(SimRole::Prefill, SimFault::None, 256, WINDOW as usize).await;
+    // The gateway is told a larger prefill pool than the engine has, and the engine does not
+    // report its own (no /get_server_info): the fixed engine (--fault none) refuses with its
+    // original 400, which the gateway passes on as an error.
+    let prefill = engine_with(SimConfig {
+        role: SimRole::Prefill,
+        model: "qwen3".into(),
+        kv_tokens: 256,
+        context_length: WINDOW as usize,
+        server_info: false,
+        ..SimConfig::default()
+    })
+    .await;
     let decode = engine(SimRole::Decode, SimFault::None, 40960, WINDOW as usize).await;
-    // Tell the gateway a larger pool than the engine has, so the engine is the one refusing.
     let pools = pd_pool(
         "pd",
         &[worker(&prefill, Some(40960))],
         &[worker(&decode, None)],
     );
-    let mut cfg = parse_config(&config_with_pools(WINDOW, &pools));
-    cfg.upstream.discovery_interval = Duration::from_secs(3600);
-    let gw = kvgate::app::Gateway::new(cfg)
-        .start(bind().await, bind().await)
-        .await
-        .unwrap();
+    let gw = gateway(&config_with_pools(WINDOW, &pools)).await;
     let long = "word ".repeat(400);
     let reply = post(
         &format!("http://{}/generate", gw.data_addr()),
@@ -342,10 +345,14 @@ async fn engine_refusal_keeps_its_status_and_message() {
     )
     .await;
     assert_eq!(reply.status, 400, "{}", reply.text());
-    assert!(reply.json()["error"]["message"]
+    let message = reply.json()["error"]["message"]
         .as_str()
         .unwrap()
-        .contains("exceeds the maximum allowed length"));
+        .to_owned();
+    assert!(
+        message.contains("exceeds the maximum allowed length"),
+        "{message}"
+    );
     gw.shutdown().await;
 }
 

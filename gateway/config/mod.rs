@@ -57,6 +57,9 @@ pub struct Config {
     /// Tenants and their API keys.
     #[serde(default)]
     pub tenants: Vec<TenantConfig>,
+    /// Token counting and capacity checks.
+    #[serde(default)]
+    pub admission: AdmissionConfig,
     /// The file this was read from; relative paths inside were resolved against its folder.
     #[serde(skip)]
     pub source: PathBuf,
@@ -100,6 +103,17 @@ impl Default for ServerConfig {
 pub struct TlsConfig {
     pub cert: PathBuf,
     pub key: PathBuf,
+}
+
+/// `[admission]`
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdmissionConfig {
+    /// Refuse to start when a context window exceeds the smallest KV pool on its path (I4);
+    /// `kvgate check --strict` applies the same rule.
+    pub strict: bool,
+    /// Exact token counts running at once on the blocking pool (default: CPU cores).
+    pub max_concurrent_counts: Option<usize>,
 }
 
 /// `[upstream]`
@@ -146,6 +160,10 @@ pub struct ModelConfig {
     pub chat_template: Option<PathBuf>,
     /// The model's context window in tokens.
     pub context_window: u64,
+    /// New tokens assumed (and sent to the engine) when a request names none; unset: the
+    /// engines' defaults (`/generate` 128, completions 16, chat the rest of the window).
+    #[serde(default)]
+    pub default_max_new_tokens: Option<u64>,
 }
 
 /// Which HTTP API the engines of a pool speak.

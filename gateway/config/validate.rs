@@ -30,6 +30,12 @@ pub fn validate(mut config: Config) -> Result<Config, ConfigError> {
             existing_file(&base, &tls.key).map_err(|r| invalid("server.tls.key".into(), r))?;
     }
 
+    if config.admission.max_concurrent_counts == Some(0) {
+        return Err(invalid(
+            "admission.max_concurrent_counts".into(),
+            "must be at least 1, or left out to use one per CPU core".into(),
+        ));
+    }
     if config.models.is_empty() {
         return Err(invalid(
             "models".into(),
@@ -56,6 +62,12 @@ pub fn validate(mut config: Config) -> Result<Config, ConfigError> {
             return Err(invalid(
                 key("context_window"),
                 "must be the model's context window in tokens, e.g. 131072".into(),
+            ));
+        }
+        if model.default_max_new_tokens == Some(0) {
+            return Err(invalid(
+                key("default_max_new_tokens"),
+                "must be at least 1, or left out to use the engines' defaults".into(),
             ));
         }
         model.tokenizer =

@@ -4,7 +4,7 @@
 //! loaded eligible worker is picked, per role. Only eligible workers (known capacity, I3)
 //! are ever chosen.
 //!
-//! Reads: `InferenceRequest`. Writes: the [`RoutePlan`] extension, whose worker loads live
+//! Reads: `InferenceRequest`, `AdmittedPools`. Writes: the [`RoutePlan`] extension, whose worker loads live
 //! until the response body ends.
 
 mod discovery;
@@ -23,6 +23,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use tower::filter::{FilterLayer, Predicate};
 
+use crate::admission::AdmittedPools;
 use crate::api::InferenceRequest;
 use crate::body::BoxError;
 use crate::config::{Config, EngineKind};
@@ -81,7 +82,12 @@ impl Router {
     }
 
     /// Choose a pool by weight among those able to serve `request`, then its workers.
-    pub fn route(&self, request: &InferenceRequest) -> Result<RoutePlan, GatewayError> {
+    /// `admitted` (when not empty) limits the choice to the pools admission let through.
+    pub fn route(
+        &self,
+        request: &InferenceRequest,
+        admitted: &[Arc<str>],
+    ) -> Result<RoutePlan, GatewayError> {
         let no_worker = |reason: String| GatewayError::NoEligibleWorker {
             model: request.model.clone(),
             reason,
@@ -93,6 +99,9 @@ impl Router {
         let candidates: Vec<&Arc<Pool>> = pools
             .iter()
             .filter(|pool| {
+                if !admitted.is_empty() && !admitted.contains(&pool.name) {
+                    return false;
+                }
                 if request.endpoint.needs_sglang() && pool.engine != EngineKind::Sglang {
                     reasons.push(format!(
                         "pool `{}` is not an SGLang pool (/generate)",
@@ -137,7 +146,12 @@ impl Predicate<Request<Bytes>> for Route {
             .extensions()
             .get::<InferenceRequest>()
             .ok_or_else(|| GatewayError::Internal("routing ran before parsing".into()))?;
-        let plan = self.router.route(parsed)?;
+        let admitted = request
+            .extensions()
+            .get::<AdmittedPools>()
+            .map(|a| a.0.clone())
+            .unwrap_or_else(|| Arc::from(Vec::new()));
+        let plan = self.router.route(parsed, &admitted)?;
         request.extensions_mut().insert(plan);
         Ok(request)
     }

@@ -27,6 +27,10 @@ pub struct SimConfig {
     pub bootstrap_timeout: Duration,
     /// Reported engine version.
     pub version: String,
+    /// Serve `/get_server_info` and `/server_info`. Off: like engines without them (older
+    /// releases, vLLM), so a gateway must trust its configured capacity — the way tests
+    /// reproduce the incident's configuration mismatch.
+    pub server_info: bool,
 }
 
 impl Default for SimConfig {
@@ -41,6 +45,7 @@ impl Default for SimConfig {
             token_latency: Duration::ZERO,
             bootstrap_timeout: Duration::from_secs(5),
             version: "0.5.22-sim".to_string(),
+            server_info: true,
         }
     }
 }

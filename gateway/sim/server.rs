@@ -77,7 +77,7 @@ pub(crate) async fn handle(
         (&Method::POST, "/v1/chat/completions") => generation(&engine, Api::Chat, parsed).await?,
         (&Method::POST, "/v1/completions") => generation(&engine, Api::Completions, parsed).await?,
         (&Method::GET, "/v1/models") => json_response(StatusCode::OK, &models(&engine)),
-        (&Method::GET, "/get_server_info" | "/server_info") => {
+        (&Method::GET, "/get_server_info" | "/server_info") if engine.config.server_info => {
             json_response(StatusCode::OK, &server_info(&engine))
         }
         (&Method::GET, "/get_model_info" | "/model_info") => {

@@ -138,6 +138,7 @@ pub fn parse_config(text: &str) -> Config {
 
 pub async fn gateway(text: &str) -> RunningGateway {
     Gateway::new(parse_config(text))
+        .expect("gateway builds")
         .start(bind().await, bind().await)
         .await
         .expect("gateway starts")

@@ -1,0 +1,215 @@
+//! Counting prompts: a cheap upper bound first, the exact count when the bound does not
+//! settle admission (or later, in the background, for the stages that need it).
+//!
+//! A byte-level BPE never produces more tokens than bytes, so `bytes + special tokens added`
+//! bounds a text prompt; a rendered chat is bounded by its bytes. A prompt whose bound fits
+//! every bound of a pool is admitted without waiting for the exact count. Exact counting is
+//! CPU work and runs on the blocking pool, at most `max_concurrent_counts` at a time, never
+//! on the async threads.
+
+use futures_util::future::{BoxFuture, FutureExt, Shared};
+use std::sync::Arc;
+use tokio::sync::Semaphore;
+
+use super::prompt::{MaxNew, PromptInput, Sample};
+use crate::error::GatewayError;
+use crate::tokenize::{ModelTokenizer, TokenizeError};
+
+/// Special tokens a text prompt may gain from the tokenizer (BOS and EOS).
+const MAX_ADDED_SPECIAL_TOKENS: u64 = 2;
+
+/// A sample's prompt size as admission knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptTokens {
+    /// Counted exactly (or token ids).
+    Exact(u64),
+    /// Not counted yet: at most this many.
+    AtMost(u64),
+}
+
+impl PromptTokens {
+    /// The exact count, or the bound.
+    pub fn value(self) -> u64 {
+        match self {
+            PromptTokens::Exact(n) | PromptTokens::AtMost(n) => n,
+        }
+    }
+}
+
+/// Text still to be counted exactly.
+#[derive(Debug, Clone)]
+pub(super) struct Pending {
+    text: Arc<str>,
+    add_special_tokens: bool,
+}
+
+/// One sample, measured.
+#[derive(Debug, Clone)]
+pub(super) struct Measured {
+    pub tokens: PromptTokens,
+    pub max_new: MaxNew,
+    pub pending: Option<Pending>,
+}
+
+fn template_error(e: TokenizeError) -> GatewayError {
+    match e {
+        TokenizeError::NoChatTemplate => GatewayError::invalid(
+            "this model has no chat template; use /v1/completions or /generate",
+            Some("messages"),
+        ),
+        TokenizeError::TemplateRaised(m) => {
+            GatewayError::invalid(format!("chat template: {m}"), Some("messages"))
+        }
+        other => GatewayError::invalid(
+            format!("chat template could not render these messages: {other}"),
+            Some("messages"),
+        ),
+    }
+}
+
+/// Bound (or count, for token ids) every sample; renders chats.
+pub(super) fn measure(
+    samples: &[Sample<'_>],
+    tokenizer: &ModelTokenizer,
+) -> Result<Vec<Measured>, GatewayError> {
+    samples
+        .iter()
+        .map(|s| {
+            let (tokens, pending) = match s.input {
+                PromptInput::Ids(n) => (PromptTokens::Exact(n as u64), None),
+                PromptInput::Text(t) => (
+                    PromptTokens::AtMost(t.len() as u64 + MAX_ADDED_SPECIAL_TOKENS),
+                    Some(Pending {
+                        text: Arc::from(t),
+                        add_special_tokens: true,
+                    }),
+                ),
+                PromptInput::Chat { messages, tools } => {
+                    let rendered = tokenizer
+                        .apply_chat_template(messages, tools, true)
+                        .map_err(template_error)?;
+                    (
+                        PromptTokens::AtMost(rendered.len() as u64),
+                        Some(Pending {
+                            text: Arc::from(rendered),
+                            add_special_tokens: false,
+                        }),
+                    )
+                }
+            };
+            Ok(Measured {
+                tokens,
+                max_new: s.max_new,
+                pending,
+            })
+        })
+        .collect()
+}
+
+/// Count every pending sample exactly, on the blocking pool.
+pub(super) async fn count_exactly(
+    measured: &mut [Measured],
+    tokenizer: &Arc<ModelTokenizer>,
+    permits: &Arc<Semaphore>,
+) -> Result<(), GatewayError> {
+    let pending: Vec<(usize, Pending)> = measured
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| m.pending.clone().map(|p| (i, p)))
+        .collect();
+    if pending.is_empty() {
+        return Ok(());
+    }
+    let counts = run_blocking(pending, tokenizer.clone(), permits.clone()).await?;
+    for (i, n) in counts {
+        measured[i].tokens = PromptTokens::Exact(n);
+        measured[i].pending = None;
+    }
+    Ok(())
+}
+
+async fn run_blocking(
+    pending: Vec<(usize, Pending)>,
+    tokenizer: Arc<ModelTokenizer>,
+    permits: Arc<Semaphore>,
+) -> Result<Vec<(usize, u64)>, GatewayError> {
+    let _permit = permits
+        .acquire_owned()
+        .await
+        .map_err(|_| GatewayError::Internal("token counting is shut down".into()))?;
+    tokio::task::spawn_blocking(move || {
+        pending
+            .into_iter()
+            .map(|(i, p)| {
+                tokenizer
+                    .count(&p.text, p.add_special_tokens)
+                    .map(|n| (i, n as u64))
+                    .map_err(|e| GatewayError::Internal(format!("counting tokens: {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await
+    .map_err(|e| GatewayError::Internal(format!("token counting task failed: {e}")))?
+}
+
+type ExactFuture = Shared<BoxFuture<'static, Option<Arc<[u64]>>>>;
+
+/// The token counts of an admitted request, carried on as a request extension for later
+/// stages (rate limits, the response guard).
+#[derive(Debug, Clone)]
+pub struct TokenCount {
+    /// Per sample: exact when admission needed it, else the bound it admitted on.
+    pub prompt_tokens: Vec<PromptTokens>,
+    /// Per sample: the new tokens admission allowed for.
+    pub max_new_tokens: Vec<u64>,
+    exact: Option<ExactFuture>,
+}
+
+impl TokenCount {
+    pub(super) fn new(
+        measured: &[Measured],
+        max_new_tokens: Vec<u64>,
+        tokenizer: &Arc<ModelTokenizer>,
+        permits: &Arc<Semaphore>,
+    ) -> Self {
+        let prompt_tokens: Vec<PromptTokens> = measured.iter().map(|m| m.tokens).collect();
+        let pending: Vec<(usize, Pending)> = measured
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| m.pending.clone().map(|p| (i, p)))
+            .collect();
+        let exact = (!pending.is_empty()).then(|| {
+            let known = prompt_tokens.clone();
+            let task = tokio::spawn(run_blocking(pending, tokenizer.clone(), permits.clone()));
+            async move {
+                let counts = task.await.ok()?.ok()?;
+                let mut all: Vec<u64> = known.iter().map(|t| t.value()).collect();
+                for (i, n) in counts {
+                    all[i] = n;
+                }
+                Some(Arc::from(all))
+            }
+            .boxed()
+            .shared()
+        });
+        Self {
+            prompt_tokens,
+            max_new_tokens,
+            exact,
+        }
+    }
+
+    /// The exact prompt counts of every sample (waits for the background count if admission
+    /// did not need it). `None` when counting failed.
+    pub async fn exact(&self) -> Option<Arc<[u64]>> {
+        match &self.exact {
+            Some(f) => f.clone().await,
+            None => Some(self.prompt_tokens.iter().map(|t| t.value()).collect()),
+        }
+    }
+
+    /// Sum of the prompt sizes admission knows (exact or bound).
+    pub fn prompt_total(&self) -> u64 {
+        self.prompt_tokens.iter().map(|t| t.value()).sum()
+    }
+}

@@ -1,0 +1,252 @@
+//! Admission (I2, I3): count the prompt exactly as the engine will, and refuse what cannot
+//! fit before any byte goes downstream.
+//!
+//! Sits between parsing and routing. For every pool that could serve the request (its
+//! model's pools, weight > 0, eligible workers, the right engine for the endpoint) it checks
+//! each sample against the pool's [`PoolBudget`]; the request continues to the pools it fits
+//! and is refused with HTTP 400 `context_length_exceeded` when it fits none. Counting starts
+//! with a byte bound and counts exactly only when the bound does not settle it.
+//!
+//! Reads: `InferenceRequest`. Writes: [`TokenCount`] and [`AdmittedPools`]; may add the
+//! model's `default_max_new_tokens` to the forwarded body.
+
+mod budget;
+mod count;
+mod prompt;
+
+pub use budget::{
+    sglang_max_req_input_len, worker_input_limit, Bound, PoolBudget, Violation, WorkerBound,
+};
+pub use count::{PromptTokens, TokenCount};
+pub use prompt::{MaxNew, COMPLETIONS_DEFAULT_MAX_TOKENS, GENERATE_DEFAULT_MAX_NEW_TOKENS};
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use http::{Request, Response};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tokio::sync::Semaphore;
+use tower::{Layer, Service, ServiceExt};
+
+use crate::api::InferenceRequest;
+use crate::body::{BoxBody, BoxError};
+use crate::config::EngineKind;
+use crate::error::GatewayError;
+use crate::routing::Router;
+use crate::tokenize::ModelTokenizer;
+use count::Measured;
+
+/// A refused prompt: what was counted, the limit, and which bound it hit.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}", self.message())]
+pub struct PromptTooLong {
+    /// The sample (for batches), 0-based.
+    pub sample: Option<usize>,
+    pub prompt_tokens: u64,
+    pub max_new_tokens: u64,
+    pub violation: Violation,
+    /// The request field holding the prompt.
+    pub param: &'static str,
+}
+
+impl PromptTooLong {
+    fn message(&self) -> String {
+        let which = self
+            .sample
+            .map(|i| format!(" of sample {i}"))
+            .unwrap_or_default();
+        let v = &self.violation;
+        if v.includes_new_tokens {
+            format!(
+                "The prompt{which} has {} tokens and asks for up to {} new tokens: {} tokens in all, over the limit of {} set by {}. Shorten the prompt or lower max_tokens.",
+                self.prompt_tokens, self.max_new_tokens, v.counted, v.limit, v.bound
+            )
+        } else {
+            format!(
+                "The prompt{which} has {} tokens, over the limit of {} tokens set by {}. Shorten the prompt.",
+                v.counted, v.limit, v.bound
+            )
+        }
+    }
+}
+
+/// The pools a request was admitted to; routing picks among them. Empty when no pool was
+/// eligible at all (routing then answers 503 with the reasons).
+#[derive(Debug, Clone)]
+pub struct AdmittedPools(pub Arc<[Arc<str>]>);
+
+/// What admission knows of one model.
+#[derive(Debug, Clone)]
+pub struct ModelAdmission {
+    pub tokenizer: Arc<ModelTokenizer>,
+    pub context_window: u64,
+    pub default_max_new_tokens: Option<u64>,
+}
+
+/// Shared state of the admission stage.
+#[derive(Debug)]
+pub struct AdmissionState {
+    pub models: HashMap<String, ModelAdmission>,
+    pub router: Arc<Router>,
+    /// Bounds concurrent exact counts on the blocking pool.
+    pub permits: Arc<Semaphore>,
+}
+
+/// Layer constructor for [`Admit`].
+#[derive(Debug, Clone)]
+pub struct AdmitLayer {
+    state: Arc<AdmissionState>,
+}
+
+impl AdmitLayer {
+    /// Admit against `state`.
+    pub fn new(state: Arc<AdmissionState>) -> Self {
+        Self { state }
+    }
+}
+
+impl<S> Layer<S> for AdmitLayer {
+    type Service = Admit<S>;
+    fn layer(&self, inner: S) -> Admit<S> {
+        Admit {
+            inner,
+            state: self.state.clone(),
+        }
+    }
+}
+
+/// The admission stage.
+#[derive(Debug, Clone)]
+pub struct Admit<S> {
+    inner: S,
+    state: Arc<AdmissionState>,
+}
+
+// === impl Admit ===
+
+impl<S> Service<Request<Bytes>> for Admit<S>
+where
+    S: Service<Request<Bytes>, Response = Response<BoxBody>, Error = BoxError>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+{
+    type Response = Response<BoxBody>;
+    type Error = BoxError;
+    type Future = BoxFuture<'static, Result<Response<BoxBody>, BoxError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut request: Request<Bytes>) -> Self::Future {
+        let state = self.state.clone();
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let parsed = request
+                .extensions_mut()
+                .get_mut::<InferenceRequest>()
+                .ok_or_else(|| GatewayError::Internal("admission ran before parsing".into()))?;
+            let (count, pools) = admit(&state, parsed).await?;
+            request.extensions_mut().insert(count);
+            request.extensions_mut().insert(pools);
+            inner.oneshot(request).await
+        })
+    }
+}
+
+/// The admission decision for one parsed request.
+pub async fn admit(
+    state: &AdmissionState,
+    parsed: &mut InferenceRequest,
+) -> Result<(TokenCount, AdmittedPools), GatewayError> {
+    let model = state.models.get(&parsed.model).ok_or_else(|| {
+        GatewayError::Internal(format!("no tokenizer loaded for `{}`", parsed.model))
+    })?;
+    prompt::apply_model_default(parsed, model.default_max_new_tokens);
+    let mut measured = {
+        let samples = prompt::samples(parsed, model.default_max_new_tokens)?;
+        count::measure(&samples, &model.tokenizer)?
+    };
+    let window = model.context_window;
+    let budgets: Vec<PoolBudget> = state
+        .router
+        .pools_of(&parsed.model)
+        .iter()
+        .filter(|p| !(parsed.endpoint.needs_sglang() && p.engine != EngineKind::Sglang))
+        .filter(|p| p.ineligibility().is_none())
+        .map(|p| PoolBudget::of(p, window))
+        .collect();
+    let param = prompt::prompt_param(parsed.endpoint, &parsed.body);
+
+    let mut verdicts = judge(&budgets, &measured, window);
+    if verdicts.iter().any(Result::is_err) && measured.iter().any(|m| m.pending.is_some()) {
+        // The bound did not settle it: count exactly, then judge again.
+        count::count_exactly(&mut measured, &model.tokenizer, &state.permits).await?;
+        verdicts = judge(&budgets, &measured, window);
+    }
+    let admitted: Vec<Arc<str>> = budgets
+        .iter()
+        .zip(&verdicts)
+        .filter(|(_, v)| v.is_ok())
+        .map(|(b, _)| b.pool.clone())
+        .collect();
+    if admitted.is_empty() && !budgets.is_empty() {
+        // Refuse with the most lenient pool's reason: no pool would have taken it.
+        let (i, _) = budgets
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, b)| b.max_prompt_tokens())
+            .unwrap_or((0, &budgets[0]));
+        if let Some(Err(refusal)) = verdicts.into_iter().nth(i) {
+            let mut refusal = *refusal;
+            refusal.param = param;
+            if parsed.batch == 1 {
+                refusal.sample = None;
+            }
+            return Err(refusal.into());
+        }
+    }
+    let max_new: Vec<u64> = measured
+        .iter()
+        .map(|m| resolve_max_new(m, window))
+        .collect();
+    let count = TokenCount::new(&measured, max_new, &model.tokenizer, &state.permits);
+    Ok((count, AdmittedPools(admitted.into())))
+}
+
+fn resolve_max_new(m: &Measured, window: u64) -> u64 {
+    match m.max_new {
+        MaxNew::Tokens(n) => n,
+        MaxNew::RestOfWindow => window.saturating_sub(m.tokens.value()),
+    }
+}
+
+/// Per pool: admitted, or the first sample's refusal.
+fn judge(
+    budgets: &[PoolBudget],
+    measured: &[Measured],
+    window: u64,
+) -> Vec<Result<(), Box<PromptTooLong>>> {
+    budgets
+        .iter()
+        .map(|budget| {
+            for (i, m) in measured.iter().enumerate() {
+                let prompt = m.tokens.value();
+                let max_new = resolve_max_new(m, window);
+                if let Err(violation) = budget.check(prompt, max_new) {
+                    return Err(Box::new(PromptTooLong {
+                        sample: Some(i),
+                        prompt_tokens: prompt,
+                        max_new_tokens: max_new,
+                        violation,
+                        param: "",
+                    }));
+                }
+            }
+            Ok(())
+        })
+        .collect()
+}
