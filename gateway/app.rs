@@ -9,10 +9,12 @@ use tokio::task::JoinHandle;
 use crate::admin::Admin;
 use crate::admission::{AdmissionState, ModelAdmission};
 use crate::api::ModelCatalog;
+use crate::audit::AuditLog;
 use crate::auth::ApiKeys;
 use crate::check::CapacityReport;
 use crate::config::Config;
 use crate::dispatch::DispatchLimits;
+use crate::guard::GuardState;
 use crate::routing::{discover_all, Router};
 use crate::server::{self, Shutdown, ShutdownTrigger, TlsError};
 use crate::tokenize::{ModelTokenizer, TokenizeError};
@@ -45,6 +47,8 @@ pub enum StartError {
         model: String,
         source: TokenizeError,
     },
+    #[error("cannot open the audit log: {0}")]
+    Audit(std::io::Error),
     #[error("admission.strict is set and the configuration is mismatched:\n{0}")]
     Mismatch(String),
 }
@@ -76,6 +80,8 @@ pub struct Gateway {
     router: Arc<Router>,
     upstream: Upstream,
     admission: Arc<AdmissionState>,
+    guard: Arc<GuardState>,
+    audit: AuditLog,
 }
 
 impl Gateway {
@@ -108,17 +114,26 @@ impl Gateway {
             router: router.clone(),
             permits: Arc::new(tokio::sync::Semaphore::new(counts)),
         });
+        let audit = AuditLog::open(&config.audit).map_err(StartError::Audit)?;
+        let guard = Arc::new(GuardState::from_config(&config, audit.clone()));
         Ok(Self {
             config: Arc::new(config),
             router,
             upstream,
             admission,
+            guard,
+            audit,
         })
     }
 
     /// The live pools.
     pub fn router(&self) -> &Arc<Router> {
         &self.router
+    }
+
+    /// The audit log.
+    pub fn audit(&self) -> &AuditLog {
+        &self.audit
     }
 
     /// What the data-port stack needs.
@@ -128,6 +143,8 @@ impl Gateway {
             catalog: ModelCatalog::from_config(&self.config),
             router: self.router.clone(),
             admission: self.admission.clone(),
+            guard: self.guard.clone(),
+            audit: self.audit.clone(),
             upstream: self.upstream.clone(),
             max_body_bytes: usize::try_from(self.config.server.max_body_bytes.as_u64())
                 .unwrap_or(usize::MAX),
@@ -206,6 +223,7 @@ impl Gateway {
             trigger,
             tasks,
             router: self.router,
+            audit: self.audit,
         })
     }
 }
@@ -232,6 +250,7 @@ pub struct RunningGateway {
     trigger: ShutdownTrigger,
     tasks: Vec<JoinHandle<()>>,
     router: Arc<Router>,
+    audit: AuditLog,
 }
 
 impl RunningGateway {
@@ -248,6 +267,11 @@ impl RunningGateway {
     /// The live pools.
     pub fn router(&self) -> &Arc<Router> {
         &self.router
+    }
+
+    /// The audit log (recent lines in memory).
+    pub fn audit(&self) -> &AuditLog {
+        &self.audit
     }
 
     /// Stop accepting and start draining.

@@ -39,7 +39,7 @@ pub enum GatewayError {
     ModelNotFound { model: String },
     /// Admission refused the prompt (I2): no pool could hold it.
     #[error(transparent)]
-    ContextLengthExceeded(#[from] crate::admission::PromptTooLong),
+    ContextLengthExceeded(Box<crate::admission::PromptTooLong>),
     #[error("Request body is larger than the limit of {limit} bytes")]
     BodyTooLarge { limit: usize },
     #[error(
@@ -78,8 +78,27 @@ pub enum GatewayError {
         role: &'static str,
         detail: String,
     },
+    /// The engine aborted the request (I1): its own status is kept when it gave one.
+    #[error("The engine aborted the request: {message}")]
+    UpstreamAborted {
+        pool: String,
+        status: Option<StatusCode>,
+        message: String,
+    },
+    /// The answer failed a check (placeholder marker, prompt-count mismatch, empty or cut
+    /// result) and was not delivered (I1).
+    #[error(
+        "The engine's answer failed kvgate's integrity check ({reason}) and was not delivered."
+    )]
+    UpstreamIntegrity { pool: String, reason: String },
     #[error("Internal error: {0}")]
     Internal(String),
+}
+
+impl From<crate::admission::PromptTooLong> for GatewayError {
+    fn from(refusal: crate::admission::PromptTooLong) -> Self {
+        GatewayError::ContextLengthExceeded(Box::new(refusal))
+    }
 }
 
 impl GatewayError {
@@ -106,6 +125,8 @@ impl GatewayError {
             | UpstreamUnavailable { .. }
             | UpstreamTimeout { .. }
             | UpstreamStatus { .. }
+            | UpstreamAborted { .. }
+            | UpstreamIntegrity { .. }
             | UpstreamProtocol { .. } => ErrorSource::Upstream,
             Draining | Internal(_) => ErrorSource::Internal,
         }
@@ -130,6 +151,12 @@ impl GatewayError {
                     StatusCode::BAD_GATEWAY
                 }
             }
+            // An abort keeps the engine's error status; one that claims success never does.
+            UpstreamAborted {
+                status: Some(status),
+                ..
+            } if status.is_client_error() || status.is_server_error() => *status,
+            UpstreamAborted { .. } | UpstreamIntegrity { .. } => StatusCode::BAD_GATEWAY,
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -146,10 +173,16 @@ impl GatewayError {
             | BodyTooLarge { .. } => "invalid_request_error",
             Unauthenticated => "authentication_error",
             UpstreamStatus { status, .. } if status.is_client_error() => "invalid_request_error",
+            UpstreamAborted {
+                status: Some(status),
+                ..
+            } if status.is_client_error() => "invalid_request_error",
             NoEligibleWorker { .. } | Draining => "service_unavailable",
             UpstreamUnavailable { .. }
             | UpstreamTimeout { .. }
             | UpstreamStatus { .. }
+            | UpstreamAborted { .. }
+            | UpstreamIntegrity { .. }
             | UpstreamProtocol { .. } => "upstream_error",
             Internal(_) => "internal_error",
         }
@@ -172,6 +205,8 @@ impl GatewayError {
             UpstreamTimeout { .. } => "upstream_timeout",
             UpstreamStatus { .. } => "upstream_status",
             UpstreamProtocol { .. } => "upstream_protocol_error",
+            UpstreamAborted { .. } => "upstream_aborted",
+            UpstreamIntegrity { .. } => "upstream_integrity_error",
             Internal(_) => "internal_error",
         }
     }

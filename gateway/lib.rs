@@ -8,10 +8,11 @@
 //!   → read body (413) → parse (one InferenceRequest for chat, completions, /generate)
 //!   → admit (exact token count vs. every pool's smallest KV bound; 400 before dispatch)
 //!   → route (pool by weight among the admitted, least-loaded workers)
+//!   → guard (aborts, placeholders, prompt-count mismatch: never a false 2xx)
 //!   → dispatch (unified or prefill/decode)
 //! ```
 //!
-//! The response guard and tenant policy slot in as one layer each (see the open issues).
+//! Tenant policy slots in as one more layer (see the open issues).
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
@@ -19,6 +20,7 @@ pub mod admin;
 pub mod admission;
 pub mod api;
 pub mod app;
+pub mod audit;
 pub mod auth;
 pub mod body;
 pub mod catalog;
@@ -27,6 +29,7 @@ pub mod config;
 pub mod demo;
 pub mod dispatch;
 pub mod error;
+pub mod guard;
 pub mod metrics;
 pub mod read_body;
 pub mod rescue;
@@ -49,11 +52,13 @@ use tower_http::trace::TraceLayer;
 
 use crate::admission::{AdmissionState, AdmitLayer};
 use crate::api::{ModelCatalog, Parse};
+use crate::audit::AuditLog;
 use crate::auth::{ApiKeys, Authenticate};
 use crate::body::{BoxBody, BoxError};
 use crate::catalog::CatalogLayer;
 use crate::dispatch::{Dispatch, DispatchLimits};
 use crate::error::GatewayError;
+use crate::guard::{GuardLayer, GuardState};
 use crate::read_body::ReadBody;
 use crate::rescue::RescueLayer;
 use crate::routing::{Route, Router};
@@ -66,6 +71,8 @@ pub struct StackParts {
     pub catalog: ModelCatalog,
     pub router: Arc<Router>,
     pub admission: Arc<AdmissionState>,
+    pub guard: Arc<GuardState>,
+    pub audit: AuditLog,
     pub upstream: Upstream,
     pub max_body_bytes: usize,
     pub limits: DispatchLimits,
@@ -95,7 +102,7 @@ where
         // A bug below answers 500 instead of dropping the connection without a status (I6).
         .layer(CatchPanicLayer::custom(panic_response))
         // Errors become OpenAI-style JSON here and only here; every outcome is counted once.
-        .layer(RescueLayer)
+        .layer(RescueLayer::new(parts.audit))
         // 401 before the body is read: strangers cannot make us buffer 64 MiB.
         .layer(Authenticate::layer(parts.keys))
         // `/v1/models` and 404/405 need no body.
@@ -109,6 +116,9 @@ where
         .layer(AdmitLayer::new(parts.admission))
         // Pool by weight, then least-loaded eligible workers (I3: unknown capacity never serves).
         .layer(Route::layer(parts.router))
+        // Reads every engine answer, the prefill leg included: no abort, placeholder or
+        // foreign data leaves as a success (I1).
+        .layer(GuardLayer::new(parts.guard))
         .service(Dispatch::new(parts.upstream, parts.limits))
 }
 

@@ -23,6 +23,10 @@ pub const WORKER_ELIGIBLE: &str = "kvgate_worker_eligible";
 pub const WORKER_KV_TOKENS: &str = "kvgate_worker_kv_tokens";
 /// Configured and discovered capacity disagree for a worker (1) or agree (0).
 pub const WORKER_CAPACITY_MISMATCH: &str = "kvgate_worker_capacity_mismatch";
+/// Responses the guard stopped, by reason and pool.
+pub const GUARD_TRIPS_TOTAL: &str = "kvgate_guard_trips_total";
+/// Every accepted request's single outcome (I6): success, error, guard_error, client_cancelled.
+pub const REQUEST_OUTCOMES_TOTAL: &str = "kvgate_request_outcomes_total";
 /// Data-port connections currently open.
 pub const CONNECTIONS_OPEN: &str = "kvgate_connections_open";
 
@@ -70,4 +74,6 @@ fn describe_all() {
         "1 if configured and discovered KV capacity disagree"
     );
     describe_gauge!(CONNECTIONS_OPEN, "Open data-port connections");
+    describe_counter!(GUARD_TRIPS_TOTAL, "Responses stopped by the guard");
+    describe_counter!(REQUEST_OUTCOMES_TOTAL, "Request outcomes, one per request");
 }

@@ -10,18 +10,32 @@ use std::time::Instant;
 use tower::{Layer, Service};
 
 use crate::api::Endpoint;
+use crate::audit::AuditLog;
 use crate::body::{BoxBody, BoxError};
 use crate::error::GatewayError;
+use crate::guard::OutcomeAtStreamEnd;
 use crate::metrics;
 
 /// Layer constructor for [`Rescue`].
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RescueLayer;
+#[derive(Debug, Clone)]
+pub struct RescueLayer {
+    audit: AuditLog,
+}
+
+impl RescueLayer {
+    /// Rescue, writing request outcomes to `audit`.
+    pub fn new(audit: AuditLog) -> Self {
+        Self { audit }
+    }
+}
 
 impl<S> Layer<S> for RescueLayer {
     type Service = Rescue<S>;
     fn layer(&self, inner: S) -> Rescue<S> {
-        Rescue { inner }
+        Rescue {
+            inner,
+            audit: self.audit.clone(),
+        }
     }
 }
 
@@ -29,6 +43,7 @@ impl<S> Layer<S> for RescueLayer {
 #[derive(Debug, Clone)]
 pub struct Rescue<S> {
     inner: S,
+    audit: AuditLog,
 }
 
 // === impl Rescue ===
@@ -54,12 +69,20 @@ where
             .map(Endpoint::label)
             .unwrap_or("other");
         let started = Instant::now();
+        let audit = self.audit.clone();
+        let request_id = request
+            .headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         Box::pin(async move {
             use tower::ServiceExt;
+            let mut code = None;
             let response = match inner.oneshot(request).await {
                 Ok(response) => response,
                 Err(error) => {
                     let error = GatewayError::from_boxed(error);
+                    code = Some(error.code());
                     ::metrics::counter!(metrics::ERRORS_TOTAL, "code" => error.code()).increment(1);
                     if error.status().is_server_error() {
                         tracing::warn!(%error, code = error.code(), "request failed");
@@ -77,6 +100,26 @@ where
             .increment(1);
             ::metrics::histogram!(metrics::REQUEST_DURATION_SECONDS, "endpoint" => endpoint)
                 .record(started.elapsed().as_secs_f64());
+            // Exactly one outcome per request (I6): streams count theirs when they end.
+            if response.extensions().get::<OutcomeAtStreamEnd>().is_none() {
+                let outcome = if code.is_some() { "error" } else { "success" };
+                ::metrics::counter!(metrics::REQUEST_OUTCOMES_TOTAL, "outcome" => outcome)
+                    .increment(1);
+                let mut fields = serde_json::Map::new();
+                fields.insert("endpoint".into(), endpoint.into());
+                fields.insert("status".into(), response.status().as_u16().into());
+                fields.insert("outcome".into(), outcome.into());
+                fields.insert("code".into(), code.into());
+                fields.insert("request_id".into(), request_id.into());
+                if let Some(pool) = response
+                    .headers()
+                    .get("x-kvgate-pool")
+                    .and_then(|v| v.to_str().ok())
+                {
+                    fields.insert("pool".into(), pool.into());
+                }
+                audit.record("request", fields);
+            }
             Ok(response)
         })
     }

@@ -223,9 +223,7 @@ mod tests {
     use crate::api::{parse_inference, ModelCatalog};
 
     fn parse(endpoint: Endpoint, body: Value) -> InferenceRequest {
-        let text = format!(
-            "[server]\nallow_anonymous = true\n[[models]]\nname = \"qwen3\"\ntokenizer = \"tokenizers/qwen3/tokenizer.json\"\ncontext_window = 100\n[[pools]]\nname = \"p\"\nmodel = \"qwen3\"\nengine = \"sglang\"\nmode = \"unified\"\nworkers = [{{ url = \"http://127.0.0.1:1\" }}]\n"
-        );
+        let text = "[server]\nallow_anonymous = true\n[[models]]\nname = \"qwen3\"\ntokenizer = \"tokenizers/qwen3/tokenizer.json\"\ncontext_window = 100\n[[pools]]\nname = \"p\"\nmodel = \"qwen3\"\nengine = \"sglang\"\nmode = \"unified\"\nworkers = [{ url = \"http://127.0.0.1:1\" }]\n".to_string();
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/x.toml");
         let cfg = crate::config::Config::from_toml(&text, &path).unwrap();
         parse_inference(

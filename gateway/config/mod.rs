@@ -60,6 +60,9 @@ pub struct Config {
     /// Token counting and capacity checks.
     #[serde(default)]
     pub admission: AdmissionConfig,
+    /// Where audit lines go.
+    #[serde(default)]
+    pub audit: AuditConfig,
     /// The file this was read from; relative paths inside were resolved against its folder.
     #[serde(skip)]
     pub source: PathBuf,
@@ -103,6 +106,26 @@ impl Default for ServerConfig {
 pub struct TlsConfig {
     pub cert: PathBuf,
     pub key: PathBuf,
+}
+
+/// `[audit]`
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuditConfig {
+    /// `stderr` (default), `file` (then `path`) or `none`.
+    pub sink: AuditSink,
+    /// The file for `sink = "file"` (appended to).
+    pub path: Option<PathBuf>,
+}
+
+/// Where audit lines are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditSink {
+    #[default]
+    Stderr,
+    File,
+    None,
 }
 
 /// `[admission]`
@@ -213,6 +236,39 @@ pub struct PoolConfig {
     /// Disaggregated pools: decode workers.
     #[serde(default)]
     pub decode: Vec<WorkerConfig>,
+    /// The response guard of this pool (`[pools.guard]`).
+    #[serde(default)]
+    pub guard: GuardConfig,
+}
+
+/// `[pools.guard]`: how the responses of a pool are checked (I1).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GuardConfig {
+    /// Check responses at all. Off only to test other defences; never in production.
+    pub enabled: bool,
+    /// Literal strings whose presence in generated text marks a placeholder answer.
+    pub markers: Vec<String>,
+    /// Regular expressions (Rust `regex` syntax) that mark a placeholder answer.
+    pub marker_patterns: Vec<String>,
+    /// Allowed difference between the engine's `prompt_tokens` and kvgate's count for text
+    /// and chat prompts (token-id prompts are always compared exactly).
+    pub prompt_tokens_tolerance: u64,
+    /// How long the status line may be held while the first stream event is awaited.
+    #[serde(with = "humantime_serde")]
+    pub first_event_timeout: Duration,
+}
+
+impl Default for GuardConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            markers: Vec::new(),
+            marker_patterns: Vec::new(),
+            prompt_tokens_tolerance: 0,
+            first_event_timeout: Duration::from_secs(60),
+        }
+    }
 }
 
 fn default_weight() -> u32 {

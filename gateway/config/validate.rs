@@ -30,6 +30,13 @@ pub fn validate(mut config: Config) -> Result<Config, ConfigError> {
             existing_file(&base, &tls.key).map_err(|r| invalid("server.tls.key".into(), r))?;
     }
 
+    if config.audit.sink == super::AuditSink::File && config.audit.path.is_none() {
+        return Err(invalid(
+            "audit.path".into(),
+            "audit.sink = \"file\" needs a path, e.g. path = \"/var/log/kvgate/audit.jsonl\""
+                .into(),
+        ));
+    }
     if config.admission.max_concurrent_counts == Some(0) {
         return Err(invalid(
             "admission.max_concurrent_counts".into(),
@@ -144,6 +151,20 @@ pub fn validate(mut config: Config) -> Result<Config, ConfigError> {
                     ));
                 }
             }
+        }
+        for (j, pattern) in pool.guard.marker_patterns.iter().enumerate() {
+            if let Err(e) = regex::Regex::new(pattern) {
+                return Err(invalid(
+                    key(&format!("guard.marker_patterns[{j}]")),
+                    format!("not a valid regular expression: {e}"),
+                ));
+            }
+        }
+        if pool.guard.markers.iter().any(String::is_empty) {
+            return Err(invalid(
+                key("guard.markers"),
+                "an empty marker would match every answer; remove it".into(),
+            ));
         }
         for (list, workers) in [
             ("workers", &pool.workers),

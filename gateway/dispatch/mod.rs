@@ -25,6 +25,7 @@ use tower::Service;
 use crate::api::{Endpoint, InferenceRequest};
 use crate::body::{BoxBody, BoxError};
 use crate::error::GatewayError;
+use crate::guard::{PrefillAnswer, ServedBy};
 use crate::routing::{RoutePlan, Target};
 use crate::upstream::Upstream;
 
@@ -108,7 +109,12 @@ async fn dispatch(
             let response = upstream
                 .post_json(load.worker(), path, bytes, request_id.as_ref(), deadline)
                 .await;
-            relay.answer(load.worker(), response).await
+            let mut answer = relay.answer(load.worker(), response).await?;
+            answer.extensions_mut().insert(ServedBy {
+                worker: load.worker().authority.clone(),
+                prefill: None,
+            });
+            Ok(answer)
         }
         Target::Disaggregated { prefill, decode } => {
             bootstrap::inject(&mut body, prefill.worker(), parsed.batch);
@@ -136,8 +142,18 @@ async fn dispatch(
             let (prefill_result, decode_response) = tokio::join!(prefill_leg, decode_leg);
             // A failed prefill fails the request even when decode answered (dropping the
             // decode response closes its connection and cancels it).
-            prefill_result?;
-            relay.answer(decode.worker(), decode_response).await
+            let prefill_answer = prefill_result?;
+            let mut answer = relay.answer(decode.worker(), decode_response).await?;
+            // The guard checks the prefill leg too: an abort there fails the request even
+            // when decode says 200.
+            answer
+                .extensions_mut()
+                .insert(PrefillAnswer(prefill_answer));
+            answer.extensions_mut().insert(ServedBy {
+                worker: decode.worker().authority.clone(),
+                prefill: Some(prefill.worker().authority.clone()),
+            });
+            Ok(answer)
         }
     }
 }

@@ -108,4 +108,7 @@ pub enum SimFault {
     WrongPromptTokens,
     /// Prefill answers HTTP 200 with an abort and publishes its room as aborted.
     PrefillAbort,
+    /// Streams stop after a few token events: no final `finish_reason`, no `[DONE]`
+    /// (a connection cut mid-stream, as the client sees it).
+    CutStream,
 }

@@ -94,7 +94,7 @@ fn stream(
         "text_completion"
     };
     let created = unix_now();
-    let chunk = |index: usize, piece: Value, finish: Value, matched: Value| {
+    let chunk = |index: usize, piece: Value, finish: Value, matched: Value, sent_tokens: usize| {
         let mut choice = if chat {
             json!({"index": index, "delta": piece, "logprobs": null, "finish_reason": finish})
         } else {
@@ -105,7 +105,17 @@ fn stream(
                 map.insert("matched_stop".into(), matched);
             }
         }
-        json!({"id": req.id, "object": object, "created": created, "model": model, "choices": [choice]})
+        let mut event = json!({"id": req.id, "object": object, "created": created, "model": model, "choices": [choice]});
+        if req.continuous_usage {
+            if let (Some(map), Some(r)) = (event.as_object_mut(), results.get(index)) {
+                map.insert(
+                    "usage".into(),
+                    json!({"prompt_tokens": r.prompt_tokens, "completion_tokens": sent_tokens,
+                           "total_tokens": r.prompt_tokens + sent_tokens}),
+                );
+            }
+        }
+        event
     };
     let mut events = Vec::new();
     let mut failed = false;
@@ -132,11 +142,12 @@ fn stream(
                     json!({"role": "assistant", "content": ""}),
                     Value::Null,
                     Value::Null,
+                    0,
                 ),
             ));
         }
         let mut sent = String::new();
-        for (_, text) in text_steps(tokenizer, &r.output_ids) {
+        for (step, (_, text)) in text_steps(tokenizer, &r.output_ids).into_iter().enumerate() {
             let piece = delta(&sent, &text).to_string();
             sent = text;
             let piece = if chat {
@@ -146,7 +157,7 @@ fn stream(
             };
             events.push(Event::json(
                 true,
-                &chunk(index, piece, Value::Null, Value::Null),
+                &chunk(index, piece, Value::Null, Value::Null, step + 1),
             ));
         }
         if let Finish::Error { message } = &r.finish {
@@ -165,6 +176,7 @@ fn stream(
                 empty,
                 json!(finish_str(&r.finish)),
                 matched_stop(&r.finish),
+                r.output_ids.len(),
             ),
         ));
     }

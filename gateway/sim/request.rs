@@ -50,6 +50,8 @@ pub(crate) struct GenRequest {
     pub(crate) max_new_tokens: usize,
     pub(crate) stream: bool,
     pub(crate) include_usage: bool,
+    /// `stream_options.continuous_usage_stats` (vLLM, SGLang): usage in every chunk.
+    pub(crate) continuous_usage: bool,
     /// Response id of the OpenAI APIs.
     pub(crate) id: String,
 }
@@ -163,6 +165,11 @@ pub(crate) fn parse(
         .and_then(|o| o.get("include_usage"))
         .and_then(Value::as_bool)
         .unwrap_or(false);
+    let continuous_usage = body
+        .get("stream_options")
+        .and_then(|o| o.get("continuous_usage_stats"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     let prefix = match api {
         Api::Chat => "chatcmpl-",
         Api::Completions => "cmpl-",
@@ -175,6 +182,7 @@ pub(crate) fn parse(
         max_new_tokens: max_new,
         stream,
         include_usage,
+        continuous_usage,
         id: format!("{prefix}{}", random_hex()),
     })
 }

@@ -377,6 +377,7 @@ fn output_fault(fault: SimFault, result: &mut SampleResult) {
         | SimFault::Incident
         | SimFault::Hang
         | SimFault::Reset
-        | SimFault::PrefillAbort => {}
+        | SimFault::PrefillAbort
+        | SimFault::CutStream => {}
     }
 }

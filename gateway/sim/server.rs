@@ -169,7 +169,19 @@ async fn generation(
             let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             Ok(json_response(code, &body))
         }
-        Reply::Stream(events) => {
+        Reply::Stream(mut events) => {
+            if engine.config.fault == SimFault::CutStream {
+                // Keep the first three token events; the end never comes.
+                let mut tokens = 0;
+                let cut = events
+                    .iter()
+                    .position(|e| {
+                        tokens += usize::from(e.token);
+                        tokens > 3
+                    })
+                    .unwrap_or(events.len().saturating_sub(2));
+                events.truncate(cut);
+            }
             let body = SseBody::new(
                 events,
                 engine.config.token_latency,

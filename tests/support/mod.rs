@@ -101,6 +101,9 @@ drain_timeout = "10s"
 request_timeout = "20s"
 discovery_interval = "1h"
 
+[audit]
+sink = "none"
+
 [[models]]
 name = "qwen3"
 tokenizer = "tokenizers/qwen3/tokenizer.json"

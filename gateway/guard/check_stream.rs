@@ -1,0 +1,215 @@
+//! The per-event rules of a guarded stream (I1): what passes, what is rewritten, what trips.
+//!
+//! - an `error` event, or a `finish_reason` of abort/error, trips;
+//! - `[DONE]` before every sample has a final `finish_reason` trips;
+//! - prompt counts in `meta_info` / `usage` are cross-checked as soon as they appear;
+//! - generated text is scanned for placeholder markers, incrementally (with overlap);
+//! - usage the gateway asked for on the client's behalf is stripped again.
+
+use bytes::Bytes;
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+use super::inspect::{self, Expectation, Markers, Shape, Trip};
+use super::sse::SseEvent;
+
+/// What the client asked for that the gateway changed to be able to check the stream.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UsageRewrite {
+    /// The client did not ask for the final usage chunk: drop it.
+    pub strip_final_usage: bool,
+    /// The client did not ask for usage in every chunk: remove it from chunks.
+    pub strip_chunk_usage: bool,
+}
+
+/// State of the checks over one stream.
+#[derive(Debug)]
+pub struct StreamCheck {
+    shape: Shape,
+    markers: Markers,
+    expect: Expectation,
+    batch: usize,
+    rewrite: UsageRewrite,
+    seen: BTreeSet<usize>,
+    finished: BTreeSet<usize>,
+    done: bool,
+    data_events: usize,
+    /// Per sample: generated text already scanned (cumulative length for native streams) and
+    /// the tail kept for markers spanning events.
+    scanned: Vec<(usize, String)>,
+}
+
+impl StreamCheck {
+    /// Checks for a stream of `batch` samples.
+    pub fn new(
+        shape: Shape,
+        markers: Markers,
+        expect: Expectation,
+        batch: usize,
+        rewrite: UsageRewrite,
+    ) -> Self {
+        Self {
+            shape,
+            markers,
+            expect,
+            batch: batch.max(1),
+            rewrite,
+            seen: BTreeSet::new(),
+            finished: BTreeSet::new(),
+            done: false,
+            data_events: 0,
+            scanned: Vec::new(),
+        }
+    }
+
+    /// Data events checked so far.
+    pub fn data_events(&self) -> usize {
+        self.data_events
+    }
+
+    /// Check one event: the bytes to forward (`None`: drop it), or a trip.
+    pub fn event(&mut self, event: &SseEvent) -> Result<Option<Bytes>, Trip> {
+        if event.comment_only || event.data.is_none() {
+            return Ok(Some(event.raw.clone()));
+        }
+        self.data_events += 1;
+        if event.is_done() {
+            self.require_finished("the stream sent [DONE] before a final finish_reason")?;
+            self.done = true;
+            return Ok(Some(event.raw.clone()));
+        }
+        let Some(mut value) = event.json() else {
+            // Not JSON: nothing the engines send; pass it, it carries no finish state.
+            return Ok(Some(event.raw.clone()));
+        };
+        if let Some(trip) = inspect::error_object(&value) {
+            return Err(trip);
+        }
+        match self.shape {
+            Shape::Native => self.native(&value)?,
+            Shape::OpenAi => {
+                self.openai(&value)?;
+                return Ok(self.rewrite_usage(event, &mut value));
+            }
+        }
+        Ok(Some(event.raw.clone()))
+    }
+
+    /// At the end of the stream: every sample finished and `[DONE]` seen.
+    pub fn end(&self) -> Result<(), Trip> {
+        self.require_finished("the stream ended before a final finish_reason")?;
+        if !self.done {
+            return Err(Trip::Truncated {
+                detail: "the stream ended without [DONE]",
+            });
+        }
+        Ok(())
+    }
+
+    fn require_finished(&self, detail: &'static str) -> Result<(), Trip> {
+        let all_seen_finished = self.seen.iter().all(|i| self.finished.contains(i));
+        if self.finished.len() < self.batch || !all_seen_finished {
+            return Err(Trip::Truncated { detail });
+        }
+        Ok(())
+    }
+
+    fn native(&mut self, v: &Value) -> Result<(), Trip> {
+        let index = v.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+        self.seen.insert(index);
+        if let Some(meta) = v.get("meta_info") {
+            if inspect::native_finish(meta.get("finish_reason").unwrap_or(&Value::Null))? {
+                self.finished.insert(index);
+            }
+            self.expect.check_prompt_tokens(
+                Some(index),
+                meta.get("prompt_tokens").and_then(Value::as_u64),
+            )?;
+        }
+        if let Some(text) = v.get("text").and_then(Value::as_str) {
+            // Native text is cumulative: scan only what is new (plus the overlap).
+            self.scan(index, text, true)?;
+        }
+        Ok(())
+    }
+
+    fn openai(&mut self, v: &Value) -> Result<(), Trip> {
+        let choices = v.get("choices").and_then(Value::as_array);
+        for choice in choices.into_iter().flatten() {
+            let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+            self.seen.insert(index);
+            if inspect::openai_finish(choice)? {
+                self.finished.insert(index);
+            }
+            let piece = choice
+                .pointer("/delta/content")
+                .or_else(|| choice.get("text"))
+                .and_then(Value::as_str);
+            if let Some(piece) = piece {
+                self.scan(index, piece, false)?;
+            }
+            if let Some(n) = v.pointer("/usage/prompt_tokens").and_then(Value::as_u64) {
+                self.expect.check_prompt_tokens(Some(index), Some(n))?;
+            }
+        }
+        if choices.is_none_or(|c| c.is_empty()) {
+            self.expect.check_prompt_tokens(
+                None,
+                v.pointer("/usage/prompt_tokens").and_then(Value::as_u64),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn scan(&mut self, index: usize, text: &str, cumulative: bool) -> Result<(), Trip> {
+        if self.markers.is_empty() {
+            return Ok(());
+        }
+        if self.scanned.len() <= index {
+            self.scanned.resize_with(index + 1, Default::default);
+        }
+        let (done_len, tail) = &mut self.scanned[index];
+        let new = if cumulative {
+            text.get(*done_len..).unwrap_or(text)
+        } else {
+            text
+        };
+        let window = format!("{tail}{new}");
+        if self.markers.matches(&window) {
+            return Err(Trip::PlaceholderMarker);
+        }
+        *done_len = if cumulative {
+            text.len()
+        } else {
+            *done_len + new.len()
+        };
+        let keep = self.markers.overlap();
+        let mut start = window.len().saturating_sub(keep);
+        while !window.is_char_boundary(start) {
+            start += 1;
+        }
+        *tail = window[start..].to_owned();
+        Ok(())
+    }
+
+    fn rewrite_usage(&self, event: &SseEvent, value: &mut Value) -> Option<Bytes> {
+        let has_usage = value.get("usage").is_some_and(|u| !u.is_null());
+        if !has_usage {
+            return Some(event.raw.clone());
+        }
+        let no_choices = value
+            .get("choices")
+            .and_then(Value::as_array)
+            .is_none_or(|c| c.is_empty());
+        if no_choices && self.rewrite.strip_final_usage {
+            return None;
+        }
+        if !no_choices && self.rewrite.strip_chunk_usage {
+            if let Some(map) = value.as_object_mut() {
+                map.remove("usage");
+            }
+            return Some(SseEvent::data_event(&value.to_string()));
+        }
+        Some(event.raw.clone())
+    }
+}

@@ -1,0 +1,336 @@
+//! The response guard (I1): an aborted, refused or placeholder result never reaches a client
+//! as a success.
+//!
+//! Sits right above dispatch, so it sees every engine answer, the prefill leg of PD requests
+//! included. Non-streaming answers are checked whole ([`inspect::check_answer`]); streams are
+//! re-framed and checked event by event ([`check_stream::StreamCheck`]), with the status line
+//! held until the first event has been checked. A trip becomes kvgate's JSON error (status
+//! mapping in `GatewayError`), or — once a stream is under way — an SSE error event that ends
+//! the stream without `[DONE]`. Every trip is one audit line and one
+//! `kvgate_guard_trips_total{reason,pool}`; every stream's outcome is counted once (I6).
+//!
+//! Reads: `InferenceRequest`, `RoutePlan`, `TokenCount`, `AuthContext`; the response
+//! extensions `PrefillAnswer` and `ServedBy` from dispatch.
+
+pub mod check_stream;
+pub mod inspect;
+pub mod sse;
+mod stream;
+
+use futures_util::future::BoxFuture;
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tower::{Layer, Service, ServiceExt};
+
+use crate::admission::TokenCount;
+use crate::api::{Endpoint, InferenceRequest};
+use crate::audit::AuditLog;
+use crate::auth::AuthContext;
+use crate::body::{self, BoxBody, BoxError};
+use crate::config::{Config, GuardConfig};
+use crate::error::GatewayError;
+use crate::metrics;
+use crate::routing::RoutePlan;
+use check_stream::{StreamCheck, UsageRewrite};
+use inspect::{Expectation, Markers, Shape, Trip};
+use stream::GuardedStream;
+
+/// The prefill worker's whole answer in a PD request (a response extension set by dispatch).
+#[derive(Debug, Clone)]
+pub struct PrefillAnswer(pub bytes::Bytes);
+
+/// Which workers served (a response extension set by dispatch; audit fields).
+#[derive(Debug, Clone)]
+pub struct ServedBy {
+    pub worker: String,
+    pub prefill: Option<String>,
+}
+
+/// Marks a response whose outcome is counted when its stream ends, not at the headers.
+#[derive(Debug, Clone, Copy)]
+pub struct OutcomeAtStreamEnd;
+
+#[derive(Debug)]
+struct PoolGuard {
+    config: GuardConfig,
+    markers: Markers,
+}
+
+/// Shared state of the guard.
+#[derive(Debug)]
+pub struct GuardState {
+    pools: HashMap<String, PoolGuard>,
+    audit: AuditLog,
+}
+
+impl GuardState {
+    /// Per-pool rules from the config.
+    pub fn from_config(config: &Config, audit: AuditLog) -> Self {
+        let pools = config
+            .pools
+            .iter()
+            .map(|p| {
+                let guard = PoolGuard {
+                    markers: Markers::from_config(&p.guard),
+                    config: p.guard.clone(),
+                };
+                (p.name.clone(), guard)
+            })
+            .collect();
+        Self { pools, audit }
+    }
+}
+
+/// Where a trip is reported: audit line, metric, and the client's error.
+#[derive(Debug, Clone)]
+pub struct TripReport {
+    audit: AuditLog,
+    fields: Map<String, Value>,
+    pool: String,
+}
+
+impl TripReport {
+    /// Record `trip` once and return the error the client gets.
+    pub fn record(&self, trip: &Trip) -> GatewayError {
+        ::metrics::counter!(metrics::GUARD_TRIPS_TOTAL, "reason" => trip.reason(), "pool" => self.pool.clone())
+            .increment(1);
+        let mut fields = self.fields.clone();
+        fields.insert("reason".into(), Value::from(trip.reason()));
+        match trip {
+            Trip::PromptTokens {
+                sample,
+                expected,
+                reported,
+            } => {
+                fields.insert("sample".into(), Value::from(*sample));
+                fields.insert("prompt_tokens_counted".into(), Value::from(*expected));
+                fields.insert("prompt_tokens_reported".into(), Value::from(*reported));
+            }
+            Trip::Aborted { status, .. } | Trip::ErrorIn2xx { status, .. } => {
+                fields.insert("engine_status".into(), Value::from(*status));
+            }
+            _ => {}
+        }
+        self.audit.record("guard_trip", fields);
+        trip_error(trip, &self.pool)
+    }
+
+    /// Count a stream's outcome and write its audit line.
+    pub fn outcome(&self, outcome: &'static str) {
+        ::metrics::counter!(metrics::REQUEST_OUTCOMES_TOTAL, "outcome" => outcome).increment(1);
+        let mut fields = self.fields.clone();
+        fields.insert("outcome".into(), Value::from(outcome));
+        fields.insert("stream".into(), Value::from(true));
+        self.audit.record("request", fields);
+    }
+}
+
+/// The one mapping from a trip to the client's error (statuses chosen in `GatewayError`).
+pub fn trip_error(trip: &Trip, pool: &str) -> GatewayError {
+    let pool = pool.to_owned();
+    match trip {
+        Trip::Aborted { status, message } | Trip::ErrorIn2xx { status, message } => GatewayError::UpstreamAborted {
+            pool,
+            status: status.and_then(|s| StatusCode::from_u16(s).ok()),
+            message: message.clone(),
+        },
+        Trip::PromptTokens { sample, expected, reported } => GatewayError::UpstreamIntegrity {
+            pool,
+            reason: format!("the engine reported {reported} prompt tokens for sample {sample} where kvgate counted {expected}"),
+        },
+        Trip::PlaceholderMarker => GatewayError::UpstreamIntegrity {
+            pool,
+            reason: "the answer matched a placeholder marker".into(),
+        },
+        Trip::EmptyResult { detail } | Trip::Truncated { detail } => GatewayError::UpstreamIntegrity {
+            pool,
+            reason: (*detail).to_owned(),
+        },
+    }
+}
+
+/// Layer constructor for [`Guard`].
+#[derive(Debug, Clone)]
+pub struct GuardLayer {
+    state: Arc<GuardState>,
+}
+
+impl GuardLayer {
+    /// Guard with `state`.
+    pub fn new(state: Arc<GuardState>) -> Self {
+        Self { state }
+    }
+}
+
+impl<S> Layer<S> for GuardLayer {
+    type Service = Guard<S>;
+    fn layer(&self, inner: S) -> Guard<S> {
+        Guard {
+            inner,
+            state: self.state.clone(),
+        }
+    }
+}
+
+/// The guard stage.
+#[derive(Debug, Clone)]
+pub struct Guard<S> {
+    inner: S,
+    state: Arc<GuardState>,
+}
+
+/// Ask OpenAI-format engines for usage in the stream (to cross-check the prompt count as
+/// early as the first chunk) and remember what the client did not ask for.
+fn request_stream_usage(parsed: &mut InferenceRequest) -> UsageRewrite {
+    let options = parsed
+        .body
+        .entry("stream_options")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !options.is_object() {
+        *options = Value::Object(Map::new());
+    }
+    let Some(options) = options.as_object_mut() else {
+        return UsageRewrite::default();
+    };
+    let asked =
+        |o: &Map<String, Value>, k: &str| o.get(k).and_then(Value::as_bool).unwrap_or(false);
+    let rewrite = UsageRewrite {
+        strip_final_usage: !asked(options, "include_usage"),
+        strip_chunk_usage: !asked(options, "continuous_usage_stats"),
+    };
+    options.insert("include_usage".into(), Value::Bool(true));
+    options.insert("continuous_usage_stats".into(), Value::Bool(true));
+    rewrite
+}
+
+fn token_id_input(parsed: &InferenceRequest) -> bool {
+    match parsed.endpoint {
+        Endpoint::Generate => parsed.body.contains_key("input_ids"),
+        Endpoint::Completions => parsed.body.get("prompt").is_some_and(|p| {
+            !p.is_string() && !p.as_array().is_some_and(|a| a.iter().all(Value::is_string))
+        }),
+        _ => false,
+    }
+}
+
+// === impl Guard ===
+
+impl<S> Service<Request<bytes::Bytes>> for Guard<S>
+where
+    S: Service<Request<bytes::Bytes>, Response = Response<BoxBody>, Error = BoxError>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+{
+    type Response = Response<BoxBody>;
+    type Error = BoxError;
+    type Future = BoxFuture<'static, Result<Response<BoxBody>, BoxError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut request: Request<bytes::Bytes>) -> Self::Future {
+        let state = self.state.clone();
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let pool = request
+                .extensions()
+                .get::<RoutePlan>()
+                .map(|p| p.pool.name.to_string())
+                .unwrap_or_default();
+            let Some(pool_guard) = state.pools.get(&pool).filter(|g| g.config.enabled) else {
+                return inner.oneshot(request).await;
+            };
+            let parsed = request
+                .extensions_mut()
+                .get_mut::<InferenceRequest>()
+                .ok_or_else(|| GatewayError::Internal("the guard ran before parsing".into()))?;
+            let shape = if parsed.endpoint == Endpoint::Generate {
+                Shape::Native
+            } else {
+                Shape::OpenAi
+            };
+            let (stream, batch, endpoint) = (parsed.stream, parsed.batch, parsed.endpoint);
+            let rewrite = if stream && shape == Shape::OpenAi {
+                request_stream_usage(parsed)
+            } else {
+                UsageRewrite::default()
+            };
+            let tolerance = if token_id_input(parsed) {
+                0
+            } else {
+                pool_guard.config.prompt_tokens_tolerance
+            };
+            let count = request.extensions().get::<TokenCount>().cloned();
+            let mut fields = Map::new();
+            fields.insert("pool".into(), Value::from(pool.clone()));
+            fields.insert("endpoint".into(), Value::from(endpoint.label()));
+            if let Some(auth) = request.extensions().get::<AuthContext>() {
+                fields.insert("tenant".into(), Value::from(&*auth.tenant));
+            }
+            if let Some(id) = request
+                .headers()
+                .get("x-request-id")
+                .and_then(|v| v.to_str().ok())
+            {
+                fields.insert("request_id".into(), Value::from(id));
+            }
+
+            let mut response = inner.oneshot(request).await?;
+            if let Some(served) = response.extensions().get::<ServedBy>() {
+                fields.insert("worker".into(), Value::from(served.worker.clone()));
+                if let Some(p) = &served.prefill {
+                    fields.insert("prefill_worker".into(), Value::from(p.clone()));
+                }
+            }
+            let report = TripReport {
+                audit: state.audit.clone(),
+                fields,
+                pool: pool.clone(),
+            };
+            // The gateway's own exact count (waits for the background count if admission
+            // settled on the byte bound).
+            let expect = Expectation {
+                prompt_tokens: match &count {
+                    Some(c) => c.exact().await,
+                    None => None,
+                },
+                tolerance,
+            };
+            if let Some(PrefillAnswer(prefill)) =
+                response.extensions_mut().remove::<PrefillAnswer>()
+            {
+                if let Err(trip) = inspect::check_prefill(shape, &prefill, &expect) {
+                    return Err(report.record(&trip).into());
+                }
+            }
+            let (mut parts, body) = response.into_parts();
+            if !stream {
+                let bytes = body
+                    .collect()
+                    .await
+                    .map_err(|e| GatewayError::Internal(format!("reading a buffered answer: {e}")))?
+                    .to_bytes();
+                if let Err(trip) =
+                    inspect::check_answer(shape, &bytes, &pool_guard.markers, &expect)
+                {
+                    return Err(report.record(&trip).into());
+                }
+                return Ok(Response::from_parts(parts, body::full(bytes)));
+            }
+            let check = StreamCheck::new(shape, pool_guard.markers.clone(), expect, batch, rewrite);
+            let mut guarded = GuardedStream::new(body, check, report.clone());
+            if let Err(trip) = guarded.prime(pool_guard.config.first_event_timeout).await {
+                return Err(report.record(&trip).into());
+            }
+            parts.extensions.insert(OutcomeAtStreamEnd);
+            Ok(Response::from_parts(parts, guarded.into_body()))
+        })
+    }
+}
