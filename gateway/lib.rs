@@ -27,6 +27,7 @@ pub mod config;
 pub mod demo;
 pub mod dispatch;
 pub mod error;
+pub mod guard;
 pub mod metrics;
 pub mod read_body;
 pub mod rescue;
