@@ -1,0 +1,3 @@
+//! SSE re-framer throughput (filled in by the next commit).
+
+fn main() {}
