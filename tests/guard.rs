@@ -446,3 +446,80 @@ async fn a_hanging_engine_times_out_with_504() {
     );
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn every_request_ends_in_exactly_one_counted_outcome() {
+    let engine = engine_with(SimConfig {
+        token_latency: std::time::Duration::from_millis(20),
+        ..sim(SimRole::Unified, SimFault::None, 40960, true)
+    })
+    .await;
+    let gw = gateway(&config_with_pools(
+        WINDOW,
+        &unified_pool("u", &[worker(&engine, None)]),
+    ))
+    .await;
+    let base = format!("http://{}", gw.data_addr());
+    let (path, body) = ask(false, "one", false, 2);
+    assert_eq!(
+        post(&format!("{base}{path}"), Some(KEY), &body)
+            .await
+            .status,
+        200
+    );
+    let (path, body) = ask(true, "two", true, 2);
+    assert!(succeeded(
+        &post(&format!("{base}{path}"), Some(KEY), &body).await,
+        true
+    ));
+    assert_eq!(
+        post(&format!("{base}/generate"), Some(KEY), &json!({"text": 5}))
+            .await
+            .status,
+        400
+    );
+    assert_eq!(
+        post(&format!("{base}/generate"), None, &json!({"text": "x"}))
+            .await
+            .status,
+        401
+    );
+    // A stream the client walks away from.
+    let (path, body) = ask(false, &words(30), true, 200);
+    let response = send(request(
+        http::Method::POST,
+        &format!("{base}{path}"),
+        Some(KEY),
+        body.to_string(),
+    ))
+    .await;
+    let mut stream = response.into_body();
+    use http_body_util::BodyExt;
+    stream.frame().await.unwrap().unwrap();
+    drop(stream);
+
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    let outcomes = loop {
+        let lines: Vec<Value> = gw
+            .audit()
+            .recent()
+            .into_iter()
+            .filter(|l| l["event"] == "request")
+            .collect();
+        if lines.len() >= 5 || tokio::time::Instant::now() > deadline {
+            break lines;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let mut kinds: Vec<String> = outcomes
+        .iter()
+        .map(|l| l["outcome"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        ["client_cancelled", "error", "error", "success", "success"],
+        "{outcomes:?}"
+    );
+    gw.shutdown().await;
+}

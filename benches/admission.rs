@@ -1,0 +1,78 @@
+//! Count + admission of a small chat request (≈500 tokens), next to what an exact count
+//! with the plain `encode` path costs for the same rendered prompt (baseline, same run).
+//!
+//! `cargo bench --bench admission`
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use serde_json::json;
+use std::path::PathBuf;
+
+use kvgate::api::{parse_inference, Endpoint, ModelCatalog};
+use kvgate::app::Gateway;
+use kvgate::config::Config;
+
+fn bench(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let text = "[audit]\nsink = \"none\"\n[server]\nallow_anonymous = true\n[[models]]\nname = \"qwen3\"\ntokenizer = \"tokenizers/qwen3/tokenizer.json\"\nchat_template = \"tokenizers/qwen3/tokenizer_config.json\"\ncontext_window = 40960\n[[pools]]\nname = \"pd\"\nmodel = \"qwen3\"\nengine = \"sglang\"\nmode = \"disaggregated\"\nprefill = [{ url = \"http://127.0.0.1:1\", kv_tokens = 32768, bootstrap_port = 2 }]\ndecode = [{ url = \"http://127.0.0.1:3\", kv_tokens = 49152 }]\n";
+    let config = Config::from_toml(text, &repo.join("config/bench.toml")).unwrap();
+    let catalog = ModelCatalog::from_config(&config);
+    let gateway = Gateway::new(config).unwrap();
+    let state = gateway.stack_parts().admission;
+    let tokenizer = kvgate::app::load_tokenizer(
+        &repo.join("config/tokenizers/qwen3/tokenizer.json"),
+        Some(&repo.join("config/tokenizers/qwen3/tokenizer_config.json")),
+    )
+    .unwrap();
+
+    let user = "Explain how a paged KV cache works in an inference engine, and why a gateway should check prompt lengths. ".repeat(22);
+    let body = json!({"model": "qwen3", "max_tokens": 256, "messages": [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": user}]})
+    .to_string();
+    let messages = json!([{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": user}]);
+    let rendered = tokenizer
+        .apply_chat_template(&messages, None, true)
+        .unwrap();
+    eprintln!(
+        "chat prompt: {} tokens, {} bytes",
+        tokenizer.count(&rendered, false).unwrap(),
+        rendered.len()
+    );
+
+    let mut group = c.benchmark_group("admission_chat_500_tokens");
+    group.bench_function("baseline_render_plus_plain_encode", |b| {
+        b.iter(|| {
+            let r = tokenizer
+                .apply_chat_template(&messages, None, true)
+                .unwrap();
+            tokenizer.encode(&r, false).unwrap().len()
+        })
+    });
+    group.bench_function("render_only", |b| {
+        b.iter(|| {
+            tokenizer
+                .apply_chat_template(&messages, None, true)
+                .unwrap()
+                .len()
+        })
+    });
+    group.bench_function("parse_count_admit", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let mut parsed =
+                    parse_inference(Endpoint::ChatCompletions, body.as_bytes(), &catalog).unwrap();
+                let (count, pools) = kvgate::admission::admit(&state, &mut parsed).await.unwrap();
+                (count.prompt_total(), pools.0.len())
+            })
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
