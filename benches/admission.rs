@@ -66,7 +66,9 @@ fn bench(c: &mut Criterion) {
             rt.block_on(async {
                 let mut parsed =
                     parse_inference(Endpoint::ChatCompletions, body.as_bytes(), &catalog).unwrap();
-                let (count, pools) = kvgate::admission::admit(&state, &mut parsed).await.unwrap();
+                let (count, pools) = kvgate::admission::admit(&state, &mut parsed, None)
+                    .await
+                    .unwrap();
                 (count.prompt_total(), pools.0.len())
             })
         })

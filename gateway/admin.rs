@@ -1,5 +1,6 @@
 //! The admin port: `GET /health` (the process is up; 503 while draining), `GET /ready`
-//! (every model has an eligible worker; says why not) and `GET /metrics` (Prometheus text).
+//! (every model has an eligible worker; says why not), `GET /metrics` (Prometheus text) and
+//! `POST /reload` (re-read tenants and API keys from the config file).
 
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
@@ -9,6 +10,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower::Service;
 
+use crate::app::Reloader;
 use crate::body::{self, BoxBody};
 use crate::routing::{Discovery, Router};
 use crate::server::Shutdown;
@@ -18,12 +20,18 @@ use crate::server::Shutdown;
 pub struct Admin {
     router: Arc<Router>,
     shutdown: Shutdown,
+    reloader: Option<Reloader>,
 }
 
 impl Admin {
-    /// Report on `router`; `/health` turns 503 once `shutdown` fires.
-    pub fn new(router: Arc<Router>, shutdown: Shutdown) -> Self {
-        Self { router, shutdown }
+    /// Report on `router`; `/health` turns 503 once `shutdown` fires; `POST /reload` reloads
+    /// tenants and keys through `reloader`.
+    pub fn new(router: Arc<Router>, shutdown: Shutdown, reloader: Option<Reloader>) -> Self {
+        Self {
+            router,
+            shutdown,
+            reloader,
+        }
     }
 }
 
@@ -108,6 +116,17 @@ impl<B> Service<Request<B>> for Admin {
                 };
                 json_response(status, report)
             }
+            (&Method::POST, "/reload") => match self.reloader.as_ref().map(Reloader::reload) {
+                Some(Ok(report)) => json_response(StatusCode::OK, report),
+                Some(Err(e)) => json_response(
+                    StatusCode::BAD_REQUEST,
+                    json!({"error": {"message": format!("reload refused, running config kept: {e}"), "type": "invalid_request_error", "param": null, "code": "invalid_config"}}),
+                ),
+                None => json_response(
+                    StatusCode::NOT_FOUND,
+                    json!({"error": {"message": "reload is not available", "type": "invalid_request_error", "param": null, "code": "not_found"}}),
+                ),
+            },
             (&Method::GET, "/metrics") => {
                 let mut r = Response::new(body::full(crate::metrics::handle().render()));
                 r.headers_mut().insert(

@@ -82,6 +82,30 @@ pub struct Gateway {
     admission: Arc<AdmissionState>,
     guard: Arc<GuardState>,
     audit: AuditLog,
+    keys: ApiKeys,
+}
+
+/// Re-reads the config file and swaps in its tenants and keys (SIGHUP, admin `POST /reload`).
+/// Requests in flight keep the tenant context they were admitted with; pools and models
+/// are not changed by a reload (restart for those).
+#[derive(Debug, Clone)]
+pub struct Reloader {
+    path: PathBuf,
+    keys: ApiKeys,
+}
+
+impl Reloader {
+    /// Reload now. An invalid file leaves the running tenants untouched.
+    pub fn reload(&self) -> Result<serde_json::Value, crate::config::ConfigError> {
+        let config = Config::load(&self.path)?;
+        let keys = self.keys.reload(&config);
+        tracing::info!(
+            tenants = config.tenants.len(),
+            keys,
+            "reloaded tenants and API keys"
+        );
+        Ok(serde_json::json!({"reloaded": true, "tenants": config.tenants.len(), "keys": keys}))
+    }
 }
 
 impl Gateway {
@@ -116,6 +140,7 @@ impl Gateway {
         });
         let audit = AuditLog::open(&config.audit).map_err(StartError::Audit)?;
         let guard = Arc::new(GuardState::from_config(&config, audit.clone()));
+        let keys = ApiKeys::from_config(&config);
         Ok(Self {
             config: Arc::new(config),
             router,
@@ -123,6 +148,7 @@ impl Gateway {
             admission,
             guard,
             audit,
+            keys,
         })
     }
 
@@ -139,7 +165,7 @@ impl Gateway {
     /// What the data-port stack needs.
     pub fn stack_parts(&self) -> StackParts {
         StackParts {
-            keys: ApiKeys::from_config(&self.config),
+            keys: self.keys.clone(),
             catalog: ModelCatalog::from_config(&self.config),
             router: self.router.clone(),
             admission: self.admission.clone(),
@@ -207,7 +233,15 @@ impl Gateway {
             shutdown.clone(),
             drain,
         )));
-        let admin_service = Admin::new(self.router.clone(), shutdown.clone());
+        let reloader = Reloader {
+            path: self.config.source.clone(),
+            keys: self.keys.clone(),
+        };
+        let admin_service = Admin::new(
+            self.router.clone(),
+            shutdown.clone(),
+            Some(reloader.clone()),
+        );
         // The admin port stops at once on shutdown; only data traffic drains.
         tasks.push(tokio::spawn(server::serve(
             admin,
@@ -224,6 +258,7 @@ impl Gateway {
             tasks,
             router: self.router,
             audit: self.audit,
+            reloader,
         })
     }
 }
@@ -251,9 +286,15 @@ pub struct RunningGateway {
     tasks: Vec<JoinHandle<()>>,
     router: Arc<Router>,
     audit: AuditLog,
+    reloader: Reloader,
 }
 
 impl RunningGateway {
+    /// Reloads tenants and keys from the config file.
+    pub fn reloader(&self) -> &Reloader {
+        &self.reloader
+    }
+
     /// The data port's address.
     pub fn data_addr(&self) -> SocketAddr {
         self.data_addr

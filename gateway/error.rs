@@ -40,6 +40,8 @@ pub enum GatewayError {
     /// Admission refused the prompt (I2): no pool could hold it.
     #[error(transparent)]
     ContextLengthExceeded(Box<crate::admission::PromptTooLong>),
+    #[error("Tenant `{tenant}` may not use model `{model}`.")]
+    ModelNotAllowed { tenant: String, model: String },
     #[error("Request body is larger than the limit of {limit} bytes")]
     BodyTooLarge { limit: usize },
     #[error(
@@ -119,6 +121,7 @@ impl GatewayError {
             | MethodNotAllowed { .. }
             | ModelNotFound { .. }
             | ContextLengthExceeded(_)
+            | ModelNotAllowed { .. }
             | BodyTooLarge { .. }
             | Unauthenticated => ErrorSource::Downstream,
             NoEligibleWorker { .. }
@@ -141,6 +144,7 @@ impl GatewayError {
             MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Unauthenticated => StatusCode::UNAUTHORIZED,
+            ModelNotAllowed { .. } => StatusCode::FORBIDDEN,
             NoEligibleWorker { .. } | Draining => StatusCode::SERVICE_UNAVAILABLE,
             UpstreamUnavailable { .. } | UpstreamProtocol { .. } => StatusCode::BAD_GATEWAY,
             UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
@@ -172,6 +176,7 @@ impl GatewayError {
             | ContextLengthExceeded(_)
             | BodyTooLarge { .. } => "invalid_request_error",
             Unauthenticated => "authentication_error",
+            ModelNotAllowed { .. } => "permission_error",
             UpstreamStatus { status, .. } if status.is_client_error() => "invalid_request_error",
             UpstreamAborted {
                 status: Some(status),
@@ -199,6 +204,7 @@ impl GatewayError {
             ContextLengthExceeded(_) => "context_length_exceeded",
             BodyTooLarge { .. } => "request_too_large",
             Unauthenticated => "invalid_api_key",
+            ModelNotAllowed { .. } => "model_not_allowed",
             NoEligibleWorker { .. } => "no_eligible_worker",
             Draining => "draining",
             UpstreamUnavailable { .. } => "upstream_unavailable",
@@ -214,7 +220,9 @@ impl GatewayError {
     fn param(&self) -> Option<&str> {
         match self {
             GatewayError::InvalidRequest { param, .. } => param.as_deref(),
-            GatewayError::ModelNotFound { .. } => Some("model"),
+            GatewayError::ModelNotFound { .. } | GatewayError::ModelNotAllowed { .. } => {
+                Some("model")
+            }
             GatewayError::ContextLengthExceeded(p) => Some(p.param),
             _ => None,
         }

@@ -31,6 +31,7 @@ pub mod dispatch;
 pub mod error;
 pub mod guard;
 pub mod metrics;
+pub mod policy;
 pub mod read_body;
 pub mod rescue;
 pub mod routing;
@@ -48,6 +49,7 @@ use std::sync::Arc;
 use tower::{Service, ServiceBuilder};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::admission::{AdmissionState, AdmitLayer};
@@ -59,6 +61,7 @@ use crate::catalog::CatalogLayer;
 use crate::dispatch::{Dispatch, DispatchLimits};
 use crate::error::GatewayError;
 use crate::guard::{GuardLayer, GuardState};
+use crate::policy::TenantRules;
 use crate::read_body::ReadBody;
 use crate::rescue::RescueLayer;
 use crate::routing::{Route, Router};
@@ -94,6 +97,11 @@ where
     B::Error: Into<BoxError>,
 {
     ServiceBuilder::new()
+        // Keys never reach logs: mark them sensitive before anything can record headers.
+        .layer(SetSensitiveRequestHeadersLayer::new([
+            http::header::AUTHORIZATION,
+            http::HeaderName::from_static("x-api-key"),
+        ]))
         // Every request gets an id first, so logs, engine requests and errors share it.
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .layer(PropagateRequestIdLayer::x_request_id())
@@ -111,6 +119,8 @@ where
         .layer(ReadBody::layer(parts.max_body_bytes))
         // One request model for chat, completions and /generate.
         .layer(Parse::layer(parts.catalog))
+        // 403 for models the tenant may not use, before any tokenizing.
+        .layer(TenantRules::layer())
         // Exact token counts against every pool's smallest KV bound: 400 before any byte
         // goes downstream (I2); inserts TokenCount and the admitted pools.
         .layer(AdmitLayer::new(parts.admission))

@@ -140,6 +140,25 @@ async fn serve(path: PathBuf) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    #[cfg(unix)]
+    {
+        // SIGHUP reloads tenants and keys (revocation without a restart).
+        let reloader = running.reloader().clone();
+        tokio::spawn(async move {
+            use tokio::signal::unix::{signal, SignalKind};
+            let Ok(mut hup) = signal(SignalKind::hangup()) else {
+                tracing::warn!(
+                    "SIGHUP handler unavailable: reload with POST /reload on the admin port"
+                );
+                return;
+            };
+            while hup.recv().await.is_some() {
+                if let Err(e) = reloader.reload() {
+                    tracing::error!(error = %e, "reload refused; the running config is kept");
+                }
+            }
+        });
+    }
     kvgate::demo::wait_for_signal().await;
     tracing::info!("shutting down: no new connections, draining in-flight requests");
     running.shutdown().await;

@@ -30,6 +30,7 @@ use tokio::sync::Semaphore;
 use tower::{Layer, Service, ServiceExt};
 
 use crate::api::InferenceRequest;
+use crate::auth::{AuthContext, TenantPolicy};
 use crate::body::{BoxBody, BoxError};
 use crate::config::EngineKind;
 use crate::error::GatewayError;
@@ -71,8 +72,7 @@ impl PromptTooLong {
     }
 }
 
-/// The pools a request was admitted to; routing picks among them. Empty when no pool was
-/// eligible at all (routing then answers 503 with the reasons).
+/// The pools a request was admitted to (never empty); routing picks among them.
 #[derive(Debug, Clone)]
 pub struct AdmittedPools(pub Arc<[Arc<str>]>);
 
@@ -145,11 +145,12 @@ where
         let state = self.state.clone();
         let inner = self.inner.clone();
         Box::pin(async move {
+            let auth = request.extensions().get::<AuthContext>().cloned();
             let parsed = request
                 .extensions_mut()
                 .get_mut::<InferenceRequest>()
                 .ok_or_else(|| GatewayError::Internal("admission ran before parsing".into()))?;
-            let (count, pools) = admit(&state, parsed).await?;
+            let (count, pools) = admit(&state, parsed, auth.as_ref().map(|a| &*a.policy)).await?;
             request.extensions_mut().insert(count);
             request.extensions_mut().insert(pools);
             inner.oneshot(request).await
@@ -161,31 +162,42 @@ where
 pub async fn admit(
     state: &AdmissionState,
     parsed: &mut InferenceRequest,
+    tenant: Option<&TenantPolicy>,
 ) -> Result<(TokenCount, AdmittedPools), GatewayError> {
     let model = state.models.get(&parsed.model).ok_or_else(|| {
         GatewayError::Internal(format!("no tokenizer loaded for `{}`", parsed.model))
     })?;
-    prompt::apply_model_default(parsed, model.default_max_new_tokens);
+    let tenant_new_cap = tenant.and_then(|t| t.max_new_tokens);
+    // A tenant cap on new tokens is also the default (and is sent to the engine).
+    let default_new = match (model.default_max_new_tokens, tenant_new_cap) {
+        (Some(d), Some(c)) => Some(d.min(c)),
+        (d, c) => d.or(c),
+    };
+    if let Some(cap) = tenant_new_cap {
+        for i in 0..parsed.batch {
+            if let Some(asked) = prompt::requested_max_new(parsed, i)?.filter(|&n| n > cap) {
+                return Err(GatewayError::invalid(
+                    format!("max new tokens {asked} is over this tenant's cap of {cap}"),
+                    Some(prompt::max_tokens_param(parsed.endpoint)),
+                ));
+            }
+        }
+    }
+    prompt::apply_model_default(parsed, default_new);
     let mut measured = {
-        let samples = prompt::samples(parsed, model.default_max_new_tokens)?;
+        let samples = prompt::samples(parsed, default_new)?;
         count::measure(&samples, &model.tokenizer)?
     };
     let window = model.context_window;
-    let budgets: Vec<PoolBudget> = state
-        .router
-        .pools_of(&parsed.model)
-        .iter()
-        .filter(|p| !(parsed.endpoint.needs_sglang() && p.engine != EngineKind::Sglang))
-        .filter(|p| p.ineligibility().is_none())
-        .map(|p| PoolBudget::of(p, window))
-        .collect();
+    let budgets = candidate_budgets(state, parsed, tenant, window)?;
     let param = prompt::prompt_param(parsed.endpoint, &parsed.body);
+    let cap = tenant.and_then(|t| t.max_prompt_tokens.map(|c| (t.name.clone(), c)));
 
-    let mut verdicts = judge(&budgets, &measured, window);
+    let mut verdicts = judge(&budgets, &measured, window, cap.as_ref());
     if verdicts.iter().any(Result::is_err) && measured.iter().any(|m| m.pending.is_some()) {
         // The bound did not settle it: count exactly, then judge again.
         count::count_exactly(&mut measured, &model.tokenizer, &state.permits).await?;
-        verdicts = judge(&budgets, &measured, window);
+        verdicts = judge(&budgets, &measured, window, cap.as_ref());
     }
     let admitted: Vec<Arc<str>> = budgets
         .iter()
@@ -193,7 +205,7 @@ pub async fn admit(
         .filter(|(_, v)| v.is_ok())
         .map(|(b, _)| b.pool.clone())
         .collect();
-    if admitted.is_empty() && !budgets.is_empty() {
+    if admitted.is_empty() {
         // Refuse with the most lenient pool's reason: no pool would have taken it.
         let (i, _) = budgets
             .iter()
@@ -217,6 +229,59 @@ pub async fn admit(
     Ok((count, AdmittedPools(admitted.into())))
 }
 
+/// The pools that could serve this request for this tenant: the model's pools the tenant
+/// may use (403 when none), with the right engine and eligible workers (503 when none).
+fn candidate_budgets(
+    state: &AdmissionState,
+    parsed: &InferenceRequest,
+    tenant: Option<&TenantPolicy>,
+    window: u64,
+) -> Result<Vec<PoolBudget>, GatewayError> {
+    let of_model = state.router.pools_of(&parsed.model);
+    let allowed: Vec<_> = of_model
+        .iter()
+        .filter(|p| tenant.is_none_or(|t| p.serves_tenant(&t.name, t.pools.as_ref())))
+        .collect();
+    if allowed.is_empty() && !of_model.is_empty() {
+        return Err(GatewayError::ModelNotAllowed {
+            tenant: tenant.map(|t| t.name.to_string()).unwrap_or_default(),
+            model: parsed.model.clone(),
+        });
+    }
+    let mut reasons = Vec::new();
+    let budgets: Vec<PoolBudget> = allowed
+        .into_iter()
+        .filter(|p| {
+            if parsed.endpoint.needs_sglang() && p.engine != EngineKind::Sglang {
+                reasons.push(format!(
+                    "pool `{}` is not an SGLang pool (/generate)",
+                    p.name
+                ));
+                return false;
+            }
+            match p.ineligibility() {
+                Some(r) => {
+                    reasons.push(r);
+                    false
+                }
+                None => true,
+            }
+        })
+        .map(|p| PoolBudget::of(p, window))
+        .collect();
+    if budgets.is_empty() {
+        return Err(GatewayError::NoEligibleWorker {
+            model: parsed.model.clone(),
+            reason: if reasons.is_empty() {
+                "no pool serves this model".into()
+            } else {
+                reasons.join("; ")
+            },
+        });
+    }
+    Ok(budgets)
+}
+
 fn resolve_max_new(m: &Measured, window: u64) -> u64 {
     match m.max_new {
         MaxNew::Tokens(n) => n,
@@ -229,6 +294,7 @@ fn judge(
     budgets: &[PoolBudget],
     measured: &[Measured],
     window: u64,
+    tenant_cap: Option<&(Arc<str>, u64)>,
 ) -> Vec<Result<(), Box<PromptTooLong>>> {
     budgets
         .iter()
@@ -236,7 +302,19 @@ fn judge(
             for (i, m) in measured.iter().enumerate() {
                 let prompt = m.tokens.value();
                 let max_new = resolve_max_new(m, window);
-                if let Err(violation) = budget.check(prompt, max_new) {
+                let capped = match tenant_cap {
+                    Some((tenant, cap)) if prompt > *cap => Err(Violation {
+                        includes_new_tokens: false,
+                        counted: prompt,
+                        limit: *cap,
+                        bound: Bound::TenantCap {
+                            tenant: tenant.clone(),
+                            cap: *cap,
+                        },
+                    }),
+                    _ => Ok(()),
+                };
+                if let Err(violation) = capped.and_then(|()| budget.check(prompt, max_new)) {
                     return Err(Box::new(PromptTooLong {
                         sample: Some(i),
                         prompt_tokens: prompt,

@@ -52,6 +52,14 @@ pub struct Sample<'a> {
     pub max_new: MaxNew,
 }
 
+/// The JSON field that holds the new-token allowance.
+pub fn max_tokens_param(endpoint: Endpoint) -> &'static str {
+    match endpoint {
+        Endpoint::Generate => "sampling_params",
+        _ => "max_tokens",
+    }
+}
+
 /// The JSON field that holds the prompt (the `param` of a refusal).
 pub fn prompt_param(endpoint: Endpoint, body: &Map<String, Value>) -> &'static str {
     match endpoint {
@@ -75,7 +83,10 @@ fn max_tokens_field(value: Option<&Value>, name: &str) -> Result<Option<u64>, Ga
 }
 
 /// The client's requested new tokens for sample `i` (None: not given).
-fn requested_max_new(request: &InferenceRequest, i: usize) -> Result<Option<u64>, GatewayError> {
+pub(super) fn requested_max_new(
+    request: &InferenceRequest,
+    i: usize,
+) -> Result<Option<u64>, GatewayError> {
     let body = &request.body;
     match request.endpoint {
         Endpoint::ChatCompletions => {

@@ -9,26 +9,98 @@
 
 use http::{header, HeaderMap, Request};
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock};
 use tower::filter::{FilterLayer, Predicate};
 
 use crate::body::BoxError;
-use crate::config::Config;
+use crate::config::{Config, TenantConfig};
 use crate::error::GatewayError;
+
+/// What a tenant may do, from its `[[tenants]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantPolicy {
+    pub name: Arc<str>,
+    /// Largest prompt in tokens (an admission bound).
+    pub max_prompt_tokens: Option<u64>,
+    /// Largest new-token allowance per sample.
+    pub max_new_tokens: Option<u64>,
+    /// Models it may use (None: all).
+    pub models: Option<HashSet<String>>,
+    /// Pools it is pinned to (None: any).
+    pub pools: Option<HashSet<String>>,
+}
+
+impl TenantPolicy {
+    fn from_config(t: &TenantConfig) -> Self {
+        let set = |v: &[String]| (!v.is_empty()).then(|| v.iter().cloned().collect());
+        Self {
+            name: Arc::from(t.name.as_str()),
+            max_prompt_tokens: t.max_prompt_tokens,
+            max_new_tokens: t.max_new_tokens,
+            models: set(&t.models),
+            pools: set(&t.pools),
+        }
+    }
+
+    fn anonymous() -> Self {
+        Self {
+            name: Arc::from(ANONYMOUS_TENANT),
+            max_prompt_tokens: None,
+            max_new_tokens: None,
+            models: None,
+            pools: None,
+        }
+    }
+
+    /// Whether the tenant may use `model`.
+    pub fn allows_model(&self, model: &str) -> bool {
+        self.models.as_ref().is_none_or(|m| m.contains(model))
+    }
+}
 
 /// Who is calling, as established by the API key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuthContext {
     /// The tenant's configured name.
     pub tenant: Arc<str>,
+    /// What it may do.
+    pub policy: Arc<TenantPolicy>,
 }
 
-/// The digest → tenant table.
+/// The digest → tenant table of one config generation.
+#[derive(Debug, Default)]
+struct Directory {
+    by_digest: HashMap<[u8; 32], Arc<TenantPolicy>>,
+    anonymous: Option<Arc<TenantPolicy>>,
+}
+
+impl Directory {
+    fn from_config(config: &Config) -> Self {
+        let mut by_digest = HashMap::new();
+        for tenant in &config.tenants {
+            let policy = Arc::new(TenantPolicy::from_config(tenant));
+            for hex in &tenant.api_key_sha256 {
+                if let Some(digest) = decode_hex32(hex) {
+                    by_digest.insert(digest, policy.clone());
+                }
+            }
+        }
+        Self {
+            by_digest,
+            anonymous: config
+                .server
+                .allow_anonymous
+                .then(|| Arc::new(TenantPolicy::anonymous())),
+        }
+    }
+}
+
+/// The live key table, shared by every request and replaced whole on reload, so a revoked
+/// key stops working for new requests while in-flight ones keep the context they got.
 #[derive(Debug, Clone)]
 pub struct ApiKeys {
-    by_digest: Arc<HashMap<[u8; 32], Arc<str>>>,
-    anonymous: Option<Arc<str>>,
+    current: Arc<RwLock<Arc<Directory>>>,
 }
 
 /// The tenant name used when `server.allow_anonymous` admits key-less requests.
@@ -37,42 +109,44 @@ pub const ANONYMOUS_TENANT: &str = "anonymous";
 impl ApiKeys {
     /// Build the table from validated config (digests are 64 lowercase hex digits).
     pub fn from_config(config: &Config) -> Self {
-        let mut by_digest = HashMap::new();
-        for tenant in &config.tenants {
-            let name: Arc<str> = Arc::from(tenant.name.as_str());
-            for hex in &tenant.api_key_sha256 {
-                if let Some(digest) = decode_hex32(hex) {
-                    by_digest.insert(digest, name.clone());
-                }
-            }
-        }
         Self {
-            by_digest: Arc::new(by_digest),
-            anonymous: config
-                .server
-                .allow_anonymous
-                .then(|| Arc::from(ANONYMOUS_TENANT)),
+            current: Arc::new(RwLock::new(Arc::new(Directory::from_config(config)))),
+        }
+    }
+
+    /// Replace the table with the tenants of a newly loaded config; returns the number of keys.
+    pub fn reload(&self, config: &Config) -> usize {
+        let next = Arc::new(Directory::from_config(config));
+        let keys = next.by_digest.len();
+        match self.current.write() {
+            Ok(mut d) => *d = next,
+            Err(poisoned) => *poisoned.into_inner() = next,
+        }
+        keys
+    }
+
+    fn directory(&self) -> Arc<Directory> {
+        match self.current.read() {
+            Ok(d) => d.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
         }
     }
 
     /// Find the tenant for the request's key.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<AuthContext, GatewayError> {
-        match presented_key(headers) {
+        let directory = self.directory();
+        let policy = match presented_key(headers) {
             Some(key) => {
                 let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
-                self.by_digest
-                    .get(&digest)
-                    .map(|tenant| AuthContext {
-                        tenant: tenant.clone(),
-                    })
-                    .ok_or(GatewayError::Unauthenticated)
+                directory.by_digest.get(&digest).cloned()
             }
-            None => self
-                .anonymous
-                .clone()
-                .map(|tenant| AuthContext { tenant })
-                .ok_or(GatewayError::Unauthenticated),
+            None => directory.anonymous.clone(),
         }
+        .ok_or(GatewayError::Unauthenticated)?;
+        Ok(AuthContext {
+            tenant: policy.name.clone(),
+            policy,
+        })
     }
 }
 
@@ -146,13 +220,19 @@ mod tests {
 
     fn keys() -> ApiKeys {
         let mut by_digest = HashMap::new();
+        let policy = TenantPolicy {
+            name: Arc::from("acme"),
+            ..TenantPolicy::anonymous()
+        };
         by_digest.insert(
             decode_hex32(&hash_key("sk-acme")).unwrap(),
-            Arc::from("acme"),
+            Arc::new(policy),
         );
         ApiKeys {
-            by_digest: Arc::new(by_digest),
-            anonymous: None,
+            current: Arc::new(RwLock::new(Arc::new(Directory {
+                by_digest,
+                anonymous: None,
+            }))),
         }
     }
 

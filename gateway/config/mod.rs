@@ -236,6 +236,9 @@ pub struct PoolConfig {
     /// Disaggregated pools: decode workers.
     #[serde(default)]
     pub decode: Vec<WorkerConfig>,
+    /// Only these tenants may use the pool (empty: every tenant).
+    #[serde(default)]
+    pub tenants: Vec<String>,
     /// The response guard of this pool (`[pools.guard]`).
     #[serde(default)]
     pub guard: GuardConfig,
@@ -301,6 +304,24 @@ pub struct TenantConfig {
     /// Hex SHA-256 digests of the tenant's API keys (never the keys themselves).
     #[serde(default)]
     pub api_key_sha256: Vec<String>,
+    /// An environment variable holding keys (comma- or newline-separated); hashed at load.
+    #[serde(default)]
+    pub api_keys_env: Option<String>,
+    /// A file holding keys, one per line (`#` comments); hashed at load.
+    #[serde(default)]
+    pub api_keys_file: Option<PathBuf>,
+    /// Largest prompt this tenant may send, in tokens (an admission bound).
+    #[serde(default)]
+    pub max_prompt_tokens: Option<u64>,
+    /// Largest `max_tokens` / `max_new_tokens` this tenant may ask for.
+    #[serde(default)]
+    pub max_new_tokens: Option<u64>,
+    /// Models this tenant may use (empty: all).
+    #[serde(default)]
+    pub models: Vec<String>,
+    /// Pools this tenant is pinned to (empty: any pool of the model).
+    #[serde(default)]
+    pub pools: Vec<String>,
 }
 
 mod http_serde_uri {

@@ -204,6 +204,44 @@ pub fn validate(mut config: Config) -> Result<Config, ConfigError> {
                 ),
             ));
         }
+        for (field, value) in [
+            ("max_prompt_tokens", tenant.max_prompt_tokens),
+            ("max_new_tokens", tenant.max_new_tokens),
+        ] {
+            if value == Some(0) {
+                return Err(invalid(
+                    key(field),
+                    "must be at least 1, or left out for no cap".into(),
+                ));
+            }
+        }
+        for (j, model) in tenant.models.iter().enumerate() {
+            if !model_names.contains(model) {
+                return Err(invalid(
+                    key(&format!("models[{j}]")),
+                    format!(
+                        "`{model}` is not a [[models]] name; use one of: {}",
+                        sorted(&model_names)
+                    ),
+                ));
+            }
+        }
+        for (j, pool) in tenant.pools.iter().enumerate() {
+            if !pool_names.contains(pool) {
+                return Err(invalid(
+                    key(&format!("pools[{j}]")),
+                    format!(
+                        "`{pool}` is not a [[pools]] name; use one of: {}",
+                        sorted(&pool_names)
+                    ),
+                ));
+            }
+        }
+        if let Some(file) = tenant.api_keys_file.as_mut() {
+            *file = existing_file(&base, file).map_err(|r| invalid(key("api_keys_file"), r))?;
+        }
+        let loaded = load_keys(tenant).map_err(|(field, reason)| invalid(key(field), reason))?;
+        tenant.api_key_sha256.extend(loaded);
         for (j, hash) in tenant.api_key_sha256.iter_mut().enumerate() {
             *hash = hash.to_ascii_lowercase();
             if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -220,6 +258,16 @@ pub fn validate(mut config: Config) -> Result<Config, ConfigError> {
             }
         }
     }
+    for (i, pool) in config.pools.iter().enumerate() {
+        for (j, tenant) in pool.tenants.iter().enumerate() {
+            if !tenant_names.contains(tenant) {
+                return Err(invalid(
+                    format!("pools[{i}].tenants[{j}]"),
+                    format!("`{tenant}` is not a [[tenants]] name"),
+                ));
+            }
+        }
+    }
     if key_hashes.is_empty() && !config.server.allow_anonymous {
         return Err(invalid(
             "tenants".into(),
@@ -227,6 +275,38 @@ pub fn validate(mut config: Config) -> Result<Config, ConfigError> {
         ));
     }
     Ok(config)
+}
+
+/// Keys named by `api_keys_env` / `api_keys_file`, hashed (the keys themselves are dropped).
+fn load_keys(tenant: &super::TenantConfig) -> Result<Vec<String>, (&'static str, String)> {
+    let mut keys = Vec::new();
+    if let Some(var) = &tenant.api_keys_env {
+        let value = std::env::var(var).map_err(|_| {
+            ("api_keys_env", format!("environment variable `{var}` is not set (or not UTF-8); export it or remove the key"))
+        })?;
+        keys.extend(
+            value
+                .split([',', '\n'])
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .map(str::to_owned),
+        );
+    }
+    if let Some(path) = &tenant.api_keys_file {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            (
+                "api_keys_file",
+                format!("cannot read {}: {e}", path.display()),
+            )
+        })?;
+        keys.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(str::to_owned),
+        );
+    }
+    Ok(keys.iter().map(|k| crate::auth::hash_key(k)).collect())
 }
 
 fn check_worker(worker: &WorkerConfig, is_prefill: bool) -> Result<(), (&'static str, String)> {

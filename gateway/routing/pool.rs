@@ -29,6 +29,8 @@ pub struct Pool {
     /// The `model` value sent to the engines.
     pub served_model: String,
     pub workers: PoolWorkers,
+    /// Only these tenants may use the pool (None: all).
+    pub tenants: Option<std::collections::HashSet<String>>,
     cursors: [AtomicUsize; 2],
 }
 
@@ -69,8 +71,19 @@ impl Pool {
                 .clone()
                 .unwrap_or_else(|| config.model.clone()),
             workers,
+            tenants: (!config.tenants.is_empty()).then(|| config.tenants.iter().cloned().collect()),
             cursors: [AtomicUsize::new(0), AtomicUsize::new(0)],
         }
+    }
+
+    /// Whether `tenant` (pinned to `pinned` pools, if any) may use this pool.
+    pub fn serves_tenant(
+        &self,
+        tenant: &str,
+        pinned: Option<&std::collections::HashSet<String>>,
+    ) -> bool {
+        self.tenants.as_ref().is_none_or(|t| t.contains(tenant))
+            && pinned.is_none_or(|p| p.contains(&*self.name))
     }
 
     /// Every worker with its role.
