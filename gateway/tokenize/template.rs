@@ -65,7 +65,9 @@ impl ChatTemplate {
         messages: &serde_json::Value,
         tools: Option<&serde_json::Value>,
         add_generation_prompt: bool,
+        kwargs: Option<&serde_json::Value>,
     ) -> Result<String, TokenizeError> {
+        let messages = normalize_messages(messages)?;
         let template = self
             .env
             .get_template(TEMPLATE_NAME)
@@ -74,18 +76,78 @@ impl ChatTemplate {
         let tools = tools.map_or(Value::from(()), |t| Value::from(Serde(t)));
         let special =
             |token: &Option<String>| token.as_deref().map_or(Value::UNDEFINED, Value::from);
-        let ctx = minijinja::context! {
-            messages => Value::from(Serde(messages)),
-            tools => tools,
-            add_generation_prompt => add_generation_prompt,
+        let specials = minijinja::context! {
             bos_token => special(&self.bos_token),
             eos_token => special(&self.eos_token),
         };
+        // Like HF: extra template kwargs override the special tokens, never the arguments.
+        let kwargs = kwargs.map_or(Value::UNDEFINED, |k| Value::from(Serde(k)));
+        let base = minijinja::context! {
+            messages => Value::from(Serde(&messages)),
+            tools => tools,
+            add_generation_prompt => add_generation_prompt,
+        };
+        // In `merge_maps`, later maps win.
+        let ctx = minijinja::value::merge_maps([specials, kwargs, base]);
         template.render(ctx).map_err(|e| match raised_message(&e) {
             Some(msg) => TokenizeError::TemplateRaised(msg),
             None => TokenizeError::Template(describe(&e)),
         })
     }
+}
+
+/// What transformers 5.x does to a conversation before rendering it
+/// (`apply_chat_template`, `_normalize_chat_messages`, `_alias_reasoning_fields`):
+/// - an empty conversation is an error;
+/// - every message key whose value is `None` (JSON `null`) is dropped, so templates see a
+///   missing key rather than `none`;
+/// - the first non-null of `reasoning_content`, `thinking`, `reasoning` is copied to
+///   `thinking` (placed first unless present) and `reasoning_content`.
+fn normalize_messages(messages: &serde_json::Value) -> Result<serde_json::Value, TokenizeError> {
+    use serde_json::{Map, Value as Json};
+    let Json::Array(list) = messages else {
+        return Err(TokenizeError::Template(
+            "messages must be a list of message objects".into(),
+        ));
+    };
+    if list.is_empty() {
+        return Err(TokenizeError::Template(
+            "Cannot apply chat template to an empty conversation. Provide at least one message."
+                .into(),
+        ));
+    }
+    let mut out = Vec::with_capacity(list.len());
+    for message in list {
+        let Json::Object(map) = message else {
+            return Err(TokenizeError::Template(format!(
+                "Chat messages should be dicts, but got {message}"
+            )));
+        };
+        let kept: Map<String, Json> = map
+            .iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let reasoning = ["reasoning_content", "thinking", "reasoning"]
+            .iter()
+            .find_map(|k| kept.get(*k))
+            .cloned();
+        let message = match reasoning {
+            None => kept,
+            Some(r) => {
+                // `{"thinking": r, **message, "reasoning_content": r}` in Python's key order.
+                let mut aliased = Map::new();
+                aliased.insert("thinking".to_string(), r.clone());
+                for (k, v) in kept {
+                    aliased.insert(k, v);
+                }
+                aliased.insert("reasoning_content".to_string(), r);
+                aliased
+            }
+        };
+        out.push(Json::Object(message));
+    }
+    Ok(Json::Array(out))
 }
 
 /// Formats a minijinja error with its detail and line, which its `Display` alone omits.
@@ -221,10 +283,63 @@ impl JsonStyle {
                 self.newline(out, depth);
                 out.push('}');
             }
-            // Scalars and empty containers: serde_json escapes strings the way
+            // Floats print like Python's `repr` (`1e+20`, `1.5e-07`), not like Rust's.
+            serde_json::Value::Number(n) if n.is_f64() => match n.as_f64() {
+                Some(f) => out.push_str(&python_float_repr(f)),
+                None => out.push_str(&n.to_string()),
+            },
+            // Other scalars and empty containers: serde_json escapes strings the way
             // `ensure_ascii=False` does (control characters only).
             other => out.push_str(&other.to_string()),
         }
+    }
+}
+
+/// Python's `repr(float)`: the shortest round-trip digits, in fixed notation when the
+/// decimal exponent is in `-4..16` (always with a fractional part), else in scientific
+/// notation with a signed, at least two-digit exponent.
+fn python_float_repr(f: f64) -> String {
+    if !f.is_finite() {
+        // json.dumps writes these (allow_nan=True); serde_json values never hold them.
+        return if f.is_nan() {
+            "NaN".into()
+        } else if f > 0.0 {
+            "Infinity".into()
+        } else {
+            "-Infinity".into()
+        };
+    }
+    // Rust's `{:e}` gives the same shortest digits: "1.5e-7", "-0e0", "1e20".
+    let sci = format!("{f:e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci.as_str(), "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let (sign, mantissa) = match mantissa.strip_prefix('-') {
+        Some(m) => ("-", m),
+        None => ("", mantissa),
+    };
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    if (-4..16).contains(&exp) {
+        let point = exp + 1; // digits before the decimal point
+        let body = if point <= 0 {
+            format!("0.{}{digits}", "0".repeat(point.unsigned_abs() as usize))
+        } else {
+            let point = point as usize;
+            if digits.len() > point {
+                format!("{}.{}", &digits[..point], &digits[point..])
+            } else {
+                format!("{digits}{}.0", "0".repeat(point - digits.len()))
+            }
+        };
+        format!("{sign}{body}")
+    } else {
+        let (first, rest) = digits.split_at(1.min(digits.len()));
+        let frac = if rest.is_empty() {
+            String::new()
+        } else {
+            format!(".{rest}")
+        };
+        let exp_sign = if exp < 0 { '-' } else { '+' };
+        format!("{sign}{first}{frac}e{exp_sign}{:02}", exp.unsigned_abs())
     }
 }
 
@@ -325,7 +440,7 @@ mod tests {
 
     fn render(src: &str, messages: serde_json::Value) -> Result<String, TokenizeError> {
         ChatTemplate::new(src.to_string(), Some("<s>".into()), Some("</s>".into()))?
-            .render(&messages, None, true)
+            .render(&messages, None, true, None)
     }
 
     #[test]
@@ -342,10 +457,31 @@ mod tests {
     }
 
     #[test]
+    fn floats_print_like_python_repr() {
+        let cases = [
+            (1.0, "1.0"),
+            (-0.0, "-0.0"),
+            (0.1, "0.1"),
+            (1.5e-7, "1.5e-07"),
+            (1e20, "1e+20"),
+            (1e16, "1e+16"),
+            (1234567890123456.0, "1234567890123456.0"),
+            (0.0001, "0.0001"),
+            (0.00001234, "1.234e-05"),
+            (2.5, "2.5"),
+            (-123.456, "-123.456"),
+            (1.7976931348623157e308, "1.7976931348623157e+308"),
+        ];
+        for (f, want) in cases {
+            assert_eq!(python_float_repr(f), want, "{f}");
+        }
+    }
+
+    #[test]
     fn raise_exception_surfaces_the_template_message() {
         let err = render(
             "{{ raise_exception('Only user and assistant roles') }}",
-            json!([]),
+            json!([{"role": "user", "content": "x"}]),
         )
         .unwrap_err();
         assert!(
@@ -358,7 +494,7 @@ mod tests {
     fn trim_and_lstrip_blocks_and_trailing_newline_like_jinja2() {
         let out = render(
             "  {% if true %}\nA\n  {% endif %}\n{{ bos_token }}\n",
-            json!([]),
+            json!([{"role": "user", "content": "x"}]),
         )
         .unwrap();
         assert_eq!(out, "A\n<s>");
