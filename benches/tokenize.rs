@@ -234,10 +234,9 @@ fn chats(c: &mut Criterion) {
         messages.len(),
         qwen.count(&full, false).expect("count"),
     );
+    let fresh = load("qwen3", CountConfig::default());
     let t = Instant::now();
-    let cold = load("qwen3", CountConfig::default())
-        .count_rendered_chat(&full)
-        .expect("count");
+    let cold = fresh.count_rendered_chat(&full).expect("count");
     eprintln!(
         "conversation first count (fresh tokenizer): {:?} for {cold} tokens",
         t.elapsed()

@@ -31,6 +31,7 @@
 
 mod error;
 mod fast;
+mod pyjson;
 mod template;
 
 use std::path::Path;

@@ -78,7 +78,7 @@ impl Default for CountConfig {
             parallel_min_bytes: 256 * 1024,
             piece_cache_entries: 200_000,
             segment_cache_entries: 100_000,
-            segment_cache_bytes: 256 * 1024 * 1024,
+            segment_cache_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -86,6 +86,8 @@ impl Default for CountConfig {
 /// Segments shorter than this are counted directly rather than through the segment cache:
 /// counting them costs about as much as a lookup, and they would crowd the cache.
 const SEGMENT_CACHE_MIN_BYTES: usize = 64;
+/// Chunks per thread when a long text is cut for parallel counting.
+const CHUNKS_PER_THREAD: usize = 4;
 /// How many tokens a worker counts between publishing its progress to the shared total.
 const PUBLISH_EVERY: usize = 4096;
 
@@ -141,27 +143,27 @@ impl FastCounter {
         limit: usize,
     ) -> Result<(usize, bool), Halt> {
         let threads = self.config.threads.max(1);
-        let parts = if self.chunkable && threads > 1 && text.len() >= self.config.parallel_min_bytes
-        {
-            parallel::cut(text, threads)
-        } else {
-            vec![text]
-        };
-        if parts.len() == 1 {
+        if !self.chunkable || threads == 1 || text.len() < self.config.parallel_min_bytes {
             let mut tally = Tally::new(self, model, limit, None);
             return finish(tally.text(text), tally.n);
         }
+        // More chunks than threads: a worker whose core is busy elsewhere takes fewer.
+        let parts = parallel::cut(text, threads * CHUNKS_PER_THREAD);
         let total = AtomicUsize::new(0);
-        let results = parallel::run(&parts, |part| {
-            let mut tally = Tally::new(self, model, limit, Some(&total));
-            let r = tally.text(part);
-            (r, tally.n)
-        });
+        let workers = parallel::run_pooled(
+            &parts,
+            threads,
+            || (Tally::new(self, model, limit, Some(&total)), Ok(())),
+            |(tally, result), part| {
+                *result = tally.text(part);
+                result.is_ok()
+            },
+        );
         let mut n = 0;
         let mut over = false;
-        for (r, part_n) in results {
-            n += part_n;
-            over |= finish(r, part_n)?.1;
+        for (tally, result) in workers {
+            n += tally.n;
+            over |= finish(result, tally.n)?.1;
         }
         Ok((n, over))
     }

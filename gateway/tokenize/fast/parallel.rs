@@ -31,6 +31,7 @@
 //! exactly one this argument covers ([`chunkable`]); otherwise long texts are counted on
 //! one thread.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 
 use super::config::Normalize;
@@ -117,6 +118,35 @@ pub(crate) fn run<T: Send, P: Sync>(pieces: &[P], f: impl Fn(&P) -> T + Sync) ->
     })
 }
 
+/// Runs `f` over `pieces` on up to `threads` threads (the caller's included). Pieces are
+/// handed out one at a time, so a worker whose core is busy with other work simply takes
+/// fewer; each worker folds its pieces into one state made by `init` (so per-call caches
+/// are shared across its pieces). `f` returns `false` to make every worker stop.
+pub(crate) fn run_pooled<P: Sync, S: Send>(
+    pieces: &[P],
+    threads: usize,
+    init: impl Fn() -> S + Sync,
+    f: impl Fn(&mut S, &P) -> bool + Sync,
+) -> Vec<S> {
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let work = || {
+        let mut state = init();
+        while !stop.load(Ordering::Relaxed) {
+            let Some(piece) = pieces.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                break;
+            };
+            if !f(&mut state, piece) {
+                stop.store(true, Ordering::Relaxed);
+            }
+        }
+        state
+    };
+    let workers = threads.clamp(1, pieces.len().max(1));
+    let ids: Vec<usize> = (0..workers).collect();
+    run(&ids, |_| work())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,6 +161,32 @@ mod tests {
         }
         assert_eq!(pieces, ["aaaa\n1111\n bbbb\n", "cccc\n", "dddd"]);
         assert_eq!(cut("no newline at all", 4), ["no newline at all"]);
+    }
+
+    #[test]
+    fn pooled_workers_cover_every_piece_once_and_can_stop() {
+        let pieces: Vec<usize> = (1..=100).collect();
+        let sums = run_pooled(
+            &pieces,
+            3,
+            || 0usize,
+            |acc, p| {
+                *acc += p;
+                true
+            },
+        );
+        assert!(sums.len() <= 3);
+        assert_eq!(sums.iter().sum::<usize>(), 5050);
+        let seen = run_pooled(
+            &pieces,
+            2,
+            || 0usize,
+            |n, _| {
+                *n += 1;
+                false
+            },
+        );
+        assert!(seen.iter().sum::<usize>() <= 2);
     }
 
     #[test]
