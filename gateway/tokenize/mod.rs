@@ -19,16 +19,47 @@
 //!   BOS where the model wants one.
 //! - **Token-id prompts** (`input_ids`, token arrays) count as their length.
 //!
-//! Encoding is CPU work (≈ 2 MB/s on one core); callers on an async runtime should run long
-//! prompts on a blocking thread.
+//! # Fast counting
+//!
+//! Plain encoding is CPU work (≈ 2 MB/s on one core). [`ModelTokenizer::count_fast`],
+//! [`ModelTokenizer::count_up_to`] and [`ModelTokenizer::count_rendered_chat`] give the
+//! same numbers as [`ModelTokenizer::count`] through a count-only path (see `fast`'s docs
+//! for its design and exactness argument) that is an order of magnitude faster, stops
+//! early past a limit, and reuses the counts of chat segments seen before. Configurations
+//! it does not model fall back to the plain encode ([`ModelTokenizer::fast_count_unsupported`]
+//! says why). Callers on an async runtime should still run long prompts on a blocking thread.
 
 mod error;
+mod fast;
+mod pyjson;
 mod template;
 
 use std::path::Path;
 
 pub use error::TokenizeError;
+pub use fast::CountConfig;
 use template::ChatTemplate;
+
+/// The result of [`ModelTokenizer::count_up_to`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Count {
+    /// The exact token count (it may exceed the limit when counting finished anyway).
+    Exact(usize),
+    /// Counting stopped early: the text has at least `at_least` tokens, and `at_least > limit`.
+    Over {
+        /// A lower bound of the exact count, greater than the limit.
+        at_least: usize,
+    },
+}
+
+impl Count {
+    /// The exact count, or the lower bound when counting stopped early.
+    pub fn at_least(self) -> usize {
+        match self {
+            Count::Exact(n) | Count::Over { at_least: n } => n,
+        }
+    }
+}
 
 /// A model's tokenizer and chat template, loaded once and shared (`Arc`) between requests.
 pub struct ModelTokenizer {
@@ -40,6 +71,10 @@ pub struct ModelTokenizer {
     extra_bos: Option<u32>,
     /// EOS to append with special tokens, likewise.
     extra_eos: Option<u32>,
+    /// Tokens the `tokenizer.json` post-processor adds with special tokens.
+    post_processor_tokens: usize,
+    /// The count-only path, when the configuration is one it models exactly.
+    fast: Result<fast::FastCounter, String>,
 }
 
 impl std::fmt::Debug for ModelTokenizer {
@@ -59,11 +94,29 @@ impl ModelTokenizer {
         tokenizer_json: &Path,
         tokenizer_config_json: Option<&Path>,
     ) -> Result<Self, TokenizeError> {
-        let inner =
-            tokenizers::Tokenizer::from_file(tokenizer_json).map_err(|e| TokenizeError::Load {
-                path: tokenizer_json.to_path_buf(),
-                reason: e.to_string(),
-            })?;
+        Self::from_files_with(
+            tokenizer_json,
+            tokenizer_config_json,
+            CountConfig::default(),
+        )
+    }
+
+    /// As [`ModelTokenizer::from_files`], with the fast counting path tuned by `count`.
+    pub fn from_files_with(
+        tokenizer_json: &Path,
+        tokenizer_config_json: Option<&Path>,
+        count: CountConfig,
+    ) -> Result<Self, TokenizeError> {
+        let load_err = |reason: String| TokenizeError::Load {
+            path: tokenizer_json.to_path_buf(),
+            reason,
+        };
+        let json = std::fs::read_to_string(tokenizer_json).map_err(|e| load_err(e.to_string()))?;
+        let inner: tokenizers::Tokenizer = json.parse().map_err(|e| load_err(format!("{e}")))?;
+        let post_processor_tokens = inner
+            .get_post_processor()
+            .map_or(0, |p| tokenizers::PostProcessor::added_tokens(p, false));
+        let fast = fast::FastCounter::new(&json, count);
         let config = match tokenizer_config_json {
             Some(path) => load_config(path)?,
             None => TokenizerConfig::default(),
@@ -83,6 +136,8 @@ impl ModelTokenizer {
             eos_token_id,
             extra_bos,
             extra_eos,
+            post_processor_tokens,
+            fast,
         })
     }
 
@@ -116,6 +171,91 @@ impl ModelTokenizer {
         Ok(encoding.len() + extra)
     }
 
+    /// Exactly `encode(text, add_special_tokens).len()`, without building ids, offsets or strings.
+    pub fn count_fast(&self, text: &str, add_special_tokens: bool) -> Result<usize, TokenizeError> {
+        Ok(self
+            .count_up_to(text, add_special_tokens, usize::MAX)?
+            .at_least())
+    }
+
+    /// As [`ModelTokenizer::count_fast`], but may stop early once the count exceeds `limit`:
+    /// returns `Count::Exact(n)` or `Count::Over { at_least }` (`at_least > limit`).
+    pub fn count_up_to(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+        limit: usize,
+    ) -> Result<Count, TokenizeError> {
+        let extra = self.special_tokens_added(add_special_tokens);
+        if let Ok(fast) = &self.fast {
+            // Counting the text against `limit - extra` makes `text + extra > limit` exact.
+            match fast.count(self.inner.get_model(), text, limit.saturating_sub(extra)) {
+                Ok((n, false)) => return Ok(Count::Exact(n + extra)),
+                Ok((n, true)) => {
+                    return Ok(Count::Over {
+                        at_least: n + extra,
+                    })
+                }
+                Err(fast::Halt::Encode(e)) => return Err(TokenizeError::Encode(e)),
+                Err(fast::Halt::Fallback | fast::Halt::Over) => {}
+            }
+        }
+        let n = self.count(text, add_special_tokens)?;
+        Ok(if n > limit {
+            Count::Over { at_least: n }
+        } else {
+            Count::Exact(n)
+        })
+    }
+
+    /// Token count of a rendered chat prompt (`add_special_tokens = false`, as for templated
+    /// chat), equal to `count(rendered, false)`. The counts of the text segments between
+    /// added tokens are cached (bounded, shared by all callers), so re-counting a
+    /// conversation that grew by one message only counts the new text.
+    pub fn count_rendered_chat(&self, rendered: &str) -> Result<usize, TokenizeError> {
+        if let Ok(fast) = &self.fast {
+            match fast.count_segments(self.inner.get_model(), rendered) {
+                Ok(n) => return Ok(n),
+                Err(fast::Halt::Encode(e)) => return Err(TokenizeError::Encode(e)),
+                Err(fast::Halt::Fallback | fast::Halt::Over) => {}
+            }
+        }
+        self.count(rendered, false)
+    }
+
+    /// An upper bound of `count(text, add_special_tokens)` for any text of `text_bytes`
+    /// UTF-8 bytes, for admitting short prompts without counting them.
+    ///
+    /// Every byte-level BPE token and every added token covers at least one byte of the
+    /// *normalized* text, so tokens ≤ normalized bytes; NFC can grow UTF-8 text up to 3×
+    /// (U+1D160 becomes three 4-byte code points), so the bound is 3 × bytes for an NFC
+    /// tokenizer (Qwen3) and bytes for one without normalizer (DeepSeek-V3), plus the
+    /// special tokens `add_special_tokens` adds. For a configuration the fast path does not
+    /// model, no bound is known and `usize::MAX` is returned.
+    pub fn token_upper_bound(&self, text_bytes: usize, add_special_tokens: bool) -> usize {
+        match &self.fast {
+            Ok(fast) => text_bytes
+                .saturating_mul(fast.normalize().max_expansion())
+                .saturating_add(self.special_tokens_added(add_special_tokens)),
+            Err(_) => usize::MAX,
+        }
+    }
+
+    /// Why the fast counting path is off for this tokenizer (`None` when it is on).
+    pub fn fast_count_unsupported(&self) -> Option<&str> {
+        self.fast.as_ref().err().map(String::as_str)
+    }
+
+    /// Tokens added around the text with special tokens: post-processor and config BOS/EOS.
+    fn special_tokens_added(&self, add_special_tokens: bool) -> usize {
+        if !add_special_tokens {
+            return 0;
+        }
+        self.post_processor_tokens
+            + usize::from(self.extra_bos.is_some())
+            + usize::from(self.extra_eos.is_some())
+    }
+
     /// Text of `ids`; unknown ids are skipped.
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, TokenizeError> {
         self.inner
@@ -130,10 +270,23 @@ impl ModelTokenizer {
         tools: Option<&serde_json::Value>,
         add_generation_prompt: bool,
     ) -> Result<String, TokenizeError> {
+        self.apply_chat_template_with(messages, tools, add_generation_prompt, None)
+    }
+
+    /// As [`ModelTokenizer::apply_chat_template`], with extra template variables
+    /// (`**kwargs` in HF, e.g. `{"enable_thinking": false}` for Qwen3); they override the
+    /// special tokens but not the other arguments.
+    pub fn apply_chat_template_with(
+        &self,
+        messages: &serde_json::Value,
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+        template_kwargs: Option<&serde_json::Value>,
+    ) -> Result<String, TokenizeError> {
         let Some(template) = &self.template else {
             return Err(TokenizeError::NoChatTemplate);
         };
-        template.render(messages, tools, add_generation_prompt)
+        template.render(messages, tools, add_generation_prompt, template_kwargs)
     }
 
     /// Whether `tokenizer_config.json` provided a chat template.

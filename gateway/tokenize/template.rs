@@ -9,10 +9,11 @@
 use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use minijinja::value::{Kwargs, Serde};
+use minijinja::value::Serde;
 use minijinja::{Environment, Error, ErrorKind, Value};
 
 use super::error::TokenizeError;
+use super::pyjson::tojson;
 
 /// Name under which the single chat template is stored in its environment.
 const TEMPLATE_NAME: &str = "chat_template";
@@ -65,7 +66,9 @@ impl ChatTemplate {
         messages: &serde_json::Value,
         tools: Option<&serde_json::Value>,
         add_generation_prompt: bool,
+        kwargs: Option<&serde_json::Value>,
     ) -> Result<String, TokenizeError> {
+        let messages = normalize_messages(messages)?;
         let template = self
             .env
             .get_template(TEMPLATE_NAME)
@@ -74,18 +77,78 @@ impl ChatTemplate {
         let tools = tools.map_or(Value::from(()), |t| Value::from(Serde(t)));
         let special =
             |token: &Option<String>| token.as_deref().map_or(Value::UNDEFINED, Value::from);
-        let ctx = minijinja::context! {
-            messages => Value::from(Serde(messages)),
-            tools => tools,
-            add_generation_prompt => add_generation_prompt,
+        let specials = minijinja::context! {
             bos_token => special(&self.bos_token),
             eos_token => special(&self.eos_token),
         };
+        // Like HF: extra template kwargs override the special tokens, never the arguments.
+        let kwargs = kwargs.map_or(Value::UNDEFINED, |k| Value::from(Serde(k)));
+        let base = minijinja::context! {
+            messages => Value::from(Serde(&messages)),
+            tools => tools,
+            add_generation_prompt => add_generation_prompt,
+        };
+        // In `merge_maps`, later maps win.
+        let ctx = minijinja::value::merge_maps([specials, kwargs, base]);
         template.render(ctx).map_err(|e| match raised_message(&e) {
             Some(msg) => TokenizeError::TemplateRaised(msg),
             None => TokenizeError::Template(describe(&e)),
         })
     }
+}
+
+/// What transformers 5.x does to a conversation before rendering it
+/// (`apply_chat_template`, `_normalize_chat_messages`, `_alias_reasoning_fields`):
+/// - an empty conversation is an error;
+/// - every message key whose value is `None` (JSON `null`) is dropped, so templates see a
+///   missing key rather than `none`;
+/// - the first non-null of `reasoning_content`, `thinking`, `reasoning` is copied to
+///   `thinking` (placed first unless present) and `reasoning_content`.
+fn normalize_messages(messages: &serde_json::Value) -> Result<serde_json::Value, TokenizeError> {
+    use serde_json::{Map, Value as Json};
+    let Json::Array(list) = messages else {
+        return Err(TokenizeError::Template(
+            "messages must be a list of message objects".into(),
+        ));
+    };
+    if list.is_empty() {
+        return Err(TokenizeError::Template(
+            "Cannot apply chat template to an empty conversation. Provide at least one message."
+                .into(),
+        ));
+    }
+    let mut out = Vec::with_capacity(list.len());
+    for message in list {
+        let Json::Object(map) = message else {
+            return Err(TokenizeError::Template(format!(
+                "Chat messages should be dicts, but got {message}"
+            )));
+        };
+        let kept: Map<String, Json> = map
+            .iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let reasoning = ["reasoning_content", "thinking", "reasoning"]
+            .iter()
+            .find_map(|k| kept.get(*k))
+            .cloned();
+        let message = match reasoning {
+            None => kept,
+            Some(r) => {
+                // `{"thinking": r, **message, "reasoning_content": r}` in Python's key order.
+                let mut aliased = Map::new();
+                aliased.insert("thinking".to_string(), r.clone());
+                for (k, v) in kept {
+                    aliased.insert(k, v);
+                }
+                aliased.insert("reasoning_content".to_string(), r);
+                aliased
+            }
+        };
+        out.push(Json::Object(message));
+    }
+    Ok(Json::Array(out))
 }
 
 /// Formats a minijinja error with its detail and line, which its `Display` alone omits.
@@ -119,113 +182,6 @@ fn strftime_now(format: String) -> Result<String, Error> {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     Ok(strftime_utc(&format, secs))
-}
-
-/// HF's `tojson`: `json.dumps(x, ensure_ascii=False, indent=..., separators=..., sort_keys=...)`.
-///
-/// minijinja's built-in `tojson` escapes HTML characters and uses compact separators, which
-/// would change the rendered prompt and so the token count.
-fn tojson(value: Value, indent: Option<Value>, kwargs: Kwargs) -> Result<String, Error> {
-    let indent = match indent {
-        Some(v) => Some(v),
-        None => kwargs.get::<Option<Value>>("indent")?,
-    };
-    let indent: Option<String> = match indent {
-        None => None,
-        Some(v) if v.is_none() || v.is_undefined() => None,
-        Some(v) => match v.as_str() {
-            Some(s) => Some(s.to_string()),
-            None => {
-                let n = i64::try_from(v)?;
-                Some(" ".repeat(usize::try_from(n.max(0)).unwrap_or(0)))
-            }
-        },
-    };
-    let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
-    let _ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
-    let separators: Option<Value> = kwargs.get("separators")?;
-    kwargs.assert_all_used()?;
-    let (item_sep, key_sep) = match separators {
-        Some(seps) if !seps.is_none() => {
-            let item = seps.get_item_by_index(0)?;
-            let key = seps.get_item_by_index(1)?;
-            (
-                item.as_str().unwrap_or(",").to_string(),
-                key.as_str().unwrap_or(":").to_string(),
-            )
-        }
-        // Python's defaults: ", " without indent, "," with it.
-        _ if indent.is_some() => (",".to_string(), ": ".to_string()),
-        _ => (", ".to_string(), ": ".to_string()),
-    };
-    let json = serde_json::to_value(&value)
-        .map_err(|e| Error::new(ErrorKind::BadSerialization, e.to_string()))?;
-    let style = JsonStyle {
-        indent,
-        item_sep,
-        key_sep,
-        sort_keys: sort_keys.unwrap_or(false),
-    };
-    let mut out = String::new();
-    style.write(&mut out, &json, 0);
-    Ok(out)
-}
-
-/// The layout options of Python's `json.dumps`.
-struct JsonStyle {
-    indent: Option<String>,
-    item_sep: String,
-    key_sep: String,
-    sort_keys: bool,
-}
-
-impl JsonStyle {
-    fn newline(&self, out: &mut String, depth: usize) {
-        if let Some(indent) = &self.indent {
-            out.push('\n');
-            for _ in 0..depth {
-                out.push_str(indent);
-            }
-        }
-    }
-
-    fn write(&self, out: &mut String, value: &serde_json::Value, depth: usize) {
-        match value {
-            serde_json::Value::Array(items) if !items.is_empty() => {
-                out.push('[');
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push_str(&self.item_sep);
-                    }
-                    self.newline(out, depth + 1);
-                    self.write(out, item, depth + 1);
-                }
-                self.newline(out, depth);
-                out.push(']');
-            }
-            serde_json::Value::Object(map) if !map.is_empty() => {
-                let mut entries: Vec<_> = map.iter().collect();
-                if self.sort_keys {
-                    entries.sort_by(|a, b| a.0.cmp(b.0));
-                }
-                out.push('{');
-                for (i, (key, item)) in entries.into_iter().enumerate() {
-                    if i > 0 {
-                        out.push_str(&self.item_sep);
-                    }
-                    self.newline(out, depth + 1);
-                    out.push_str(&serde_json::Value::String(key.clone()).to_string());
-                    out.push_str(&self.key_sep);
-                    self.write(out, item, depth + 1);
-                }
-                self.newline(out, depth);
-                out.push('}');
-            }
-            // Scalars and empty containers: serde_json escapes strings the way
-            // `ensure_ascii=False` does (control characters only).
-            other => out.push_str(&other.to_string()),
-        }
-    }
 }
 
 const MONTHS: [&str; 12] = [
@@ -325,7 +281,7 @@ mod tests {
 
     fn render(src: &str, messages: serde_json::Value) -> Result<String, TokenizeError> {
         ChatTemplate::new(src.to_string(), Some("<s>".into()), Some("</s>".into()))?
-            .render(&messages, None, true)
+            .render(&messages, None, true, None)
     }
 
     #[test]
@@ -345,7 +301,7 @@ mod tests {
     fn raise_exception_surfaces_the_template_message() {
         let err = render(
             "{{ raise_exception('Only user and assistant roles') }}",
-            json!([]),
+            json!([{"role": "user", "content": "x"}]),
         )
         .unwrap_err();
         assert!(
@@ -358,7 +314,7 @@ mod tests {
     fn trim_and_lstrip_blocks_and_trailing_newline_like_jinja2() {
         let out = render(
             "  {% if true %}\nA\n  {% endif %}\n{{ bos_token }}\n",
-            json!([]),
+            json!([{"role": "user", "content": "x"}]),
         )
         .unwrap();
         assert_eq!(out, "A\n<s>");

@@ -42,6 +42,23 @@ fn chat_templates_match_jinja2_reference_renders() {
         let tok = tokenizer(case["model"].as_str().unwrap());
         let tools = case.get("tools").filter(|t| !t.is_null());
         let agp = case["add_generation_prompt"].as_bool().unwrap();
+        let has_null = case["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m.as_object().unwrap().values().any(|v| v.is_null()));
+        if has_null {
+            // These references were rendered with null keys kept (transformers 4.x). Like
+            // transformers 5.x we drop them, and DeepSeek-V3's `content is none` tool-call
+            // branch then fails (see tests/fixtures/tokenize/README.md).
+            assert!(
+                tok.apply_chat_template(&case["messages"], tools, agp)
+                    .is_err(),
+                "case {}",
+                case["name"]
+            );
+            continue;
+        }
         let rendered = tok
             .apply_chat_template(&case["messages"], tools, agp)
             .unwrap();
