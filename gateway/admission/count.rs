@@ -1,11 +1,13 @@
 //! Counting prompts: a cheap upper bound first, the exact count when the bound does not
 //! settle admission (or later, in the background, for the stages that need it).
 //!
-//! A byte-level BPE never produces more tokens than bytes, so `bytes + special tokens added`
-//! bounds a text prompt; a rendered chat is bounded by its bytes. A prompt whose bound fits
-//! every bound of a pool is admitted without waiting for the exact count. Exact counting is
-//! CPU work and runs on the blocking pool, at most `max_concurrent_counts` at a time, never
-//! on the async threads.
+//! A byte-level BPE never produces more tokens than bytes of its (normalized) input, so
+//! [`ModelTokenizer::token_upper_bound`] bounds a prompt from its length alone (it accounts
+//! for NFC growth and BOS/EOS). A prompt whose bound fits every bound of a pool is admitted
+//! without waiting for the exact count. Exact counting (the fast count-only path; rendered
+//! chats through the per-segment cache) is CPU work and runs on the blocking pool, at most
+//! `max_concurrent_counts` at a time, never on the async threads; it stops early once a
+//! prompt is over every limit.
 
 use futures_util::future::{BoxFuture, FutureExt, Shared};
 use std::sync::Arc;
@@ -13,10 +15,7 @@ use tokio::sync::Semaphore;
 
 use super::prompt::{MaxNew, PromptInput, Sample};
 use crate::error::GatewayError;
-use crate::tokenize::{ModelTokenizer, TokenizeError};
-
-/// Special tokens a text prompt may gain from the tokenizer (BOS and EOS).
-const MAX_ADDED_SPECIAL_TOKENS: u64 = 2;
+use crate::tokenize::{Count, ModelTokenizer, TokenizeError};
 
 /// A sample's prompt size as admission knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,13 +24,15 @@ pub enum PromptTokens {
     Exact(u64),
     /// Not counted yet: at most this many.
     AtMost(u64),
+    /// Counting stopped early: at least this many (over every limit).
+    AtLeast(u64),
 }
 
 impl PromptTokens {
     /// The exact count, or the bound.
     pub fn value(self) -> u64 {
         match self {
-            PromptTokens::Exact(n) | PromptTokens::AtMost(n) => n,
+            PromptTokens::Exact(n) | PromptTokens::AtMost(n) | PromptTokens::AtLeast(n) => n,
         }
     }
 }
@@ -40,7 +41,8 @@ impl PromptTokens {
 #[derive(Debug, Clone)]
 pub(super) struct Pending {
     text: Arc<str>,
-    add_special_tokens: bool,
+    /// A rendered chat (counted without special tokens, through the segment cache).
+    chat: bool,
 }
 
 /// One sample, measured.
@@ -78,10 +80,10 @@ pub(super) fn measure(
             let (tokens, pending) = match s.input {
                 PromptInput::Ids(n) => (PromptTokens::Exact(n as u64), None),
                 PromptInput::Text(t) => (
-                    PromptTokens::AtMost(t.len() as u64 + MAX_ADDED_SPECIAL_TOKENS),
+                    PromptTokens::AtMost(tokenizer.token_upper_bound(t.len(), true) as u64),
                     Some(Pending {
                         text: Arc::from(t),
-                        add_special_tokens: true,
+                        chat: false,
                     }),
                 ),
                 PromptInput::Chat { messages, tools } => {
@@ -89,10 +91,12 @@ pub(super) fn measure(
                         .apply_chat_template(messages, tools, true)
                         .map_err(template_error)?;
                     (
-                        PromptTokens::AtMost(rendered.len() as u64),
+                        PromptTokens::AtMost(
+                            tokenizer.token_upper_bound(rendered.len(), false) as u64
+                        ),
                         Some(Pending {
                             text: Arc::from(rendered),
-                            add_special_tokens: false,
+                            chat: true,
                         }),
                     )
                 }
@@ -106,11 +110,13 @@ pub(super) fn measure(
         .collect()
 }
 
-/// Count every pending sample exactly, on the blocking pool.
+/// Count every pending sample exactly, on the blocking pool; a text prompt stops early once
+/// it is over `stop_above` (then it is refused everywhere, so the rest does not matter).
 pub(super) async fn count_exactly(
     measured: &mut [Measured],
     tokenizer: &Arc<ModelTokenizer>,
     permits: &Arc<Semaphore>,
+    stop_above: u64,
 ) -> Result<(), GatewayError> {
     let pending: Vec<(usize, Pending)> = measured
         .iter()
@@ -120,19 +126,54 @@ pub(super) async fn count_exactly(
     if pending.is_empty() {
         return Ok(());
     }
-    let counts = run_blocking(pending, tokenizer.clone(), permits.clone()).await?;
+    let counts = run_blocking(
+        pending,
+        tokenizer.clone(),
+        permits.clone(),
+        Some(stop_above),
+    )
+    .await?;
     for (i, n) in counts {
-        measured[i].tokens = PromptTokens::Exact(n);
+        measured[i].tokens = n;
         measured[i].pending = None;
     }
     Ok(())
+}
+
+fn count_one(
+    tokenizer: &ModelTokenizer,
+    p: &Pending,
+    stop_above: Option<u64>,
+) -> Result<PromptTokens, TokenizeError> {
+    if p.chat {
+        // Chats re-send their history: the segment cache makes the repeat cheap.
+        return Ok(PromptTokens::Exact(
+            tokenizer.count_rendered_chat(&p.text)? as u64
+        ));
+    }
+    match stop_above {
+        Some(limit) => Ok(
+            match tokenizer.count_up_to(
+                &p.text,
+                true,
+                usize::try_from(limit).unwrap_or(usize::MAX),
+            )? {
+                Count::Exact(n) => PromptTokens::Exact(n as u64),
+                Count::Over { at_least } => PromptTokens::AtLeast(at_least as u64),
+            },
+        ),
+        None => Ok(PromptTokens::Exact(
+            tokenizer.count_fast(&p.text, true)? as u64
+        )),
+    }
 }
 
 async fn run_blocking(
     pending: Vec<(usize, Pending)>,
     tokenizer: Arc<ModelTokenizer>,
     permits: Arc<Semaphore>,
-) -> Result<Vec<(usize, u64)>, GatewayError> {
+    stop_above: Option<u64>,
+) -> Result<Vec<(usize, PromptTokens)>, GatewayError> {
     let _permit = permits
         .acquire_owned()
         .await
@@ -141,9 +182,8 @@ async fn run_blocking(
         pending
             .into_iter()
             .map(|(i, p)| {
-                tokenizer
-                    .count(&p.text, p.add_special_tokens)
-                    .map(|n| (i, n as u64))
+                count_one(&tokenizer, &p, stop_above)
+                    .map(|n| (i, n))
                     .map_err(|e| GatewayError::Internal(format!("counting tokens: {e}")))
             })
             .collect::<Result<Vec<_>, _>>()
@@ -180,12 +220,17 @@ impl TokenCount {
             .collect();
         let exact = (!pending.is_empty()).then(|| {
             let known = prompt_tokens.clone();
-            let task = tokio::spawn(run_blocking(pending, tokenizer.clone(), permits.clone()));
+            let task = tokio::spawn(run_blocking(
+                pending,
+                tokenizer.clone(),
+                permits.clone(),
+                None,
+            ));
             async move {
                 let counts = task.await.ok()?.ok()?;
                 let mut all: Vec<u64> = known.iter().map(|t| t.value()).collect();
                 for (i, n) in counts {
-                    all[i] = n;
+                    all[i] = n.value();
                 }
                 Some(Arc::from(all))
             }

@@ -47,6 +47,8 @@ pub struct PromptTooLong {
     pub prompt_tokens: u64,
     pub max_new_tokens: u64,
     pub violation: Violation,
+    /// Counting stopped early: the prompt has at least `violation.counted` tokens.
+    pub counted_at_least: bool,
     /// The request field holding the prompt.
     pub param: &'static str,
 }
@@ -65,7 +67,8 @@ impl PromptTooLong {
             )
         } else {
             format!(
-                "The prompt{which} has {} tokens, over the limit of {} tokens set by {}. Shorten the prompt.",
+                "The prompt{which} has {}{} tokens, over the limit of {} tokens set by {}. Shorten the prompt.",
+                if self.counted_at_least { "at least " } else { "" },
                 v.counted, v.limit, v.bound
             )
         }
@@ -196,7 +199,14 @@ pub async fn admit(
     let mut verdicts = judge(&budgets, &measured, window, cap.as_ref());
     if verdicts.iter().any(Result::is_err) && measured.iter().any(|m| m.pending.is_some()) {
         // The bound did not settle it: count exactly, then judge again.
-        count::count_exactly(&mut measured, &model.tokenizer, &state.permits).await?;
+        // Nothing above the most lenient limit can be admitted anywhere: stop counting there.
+        let stop_above = budgets
+            .iter()
+            .filter_map(PoolBudget::max_prompt_tokens)
+            .max()
+            .unwrap_or(0)
+            .min(cap.as_ref().map_or(u64::MAX, |(_, c)| *c));
+        count::count_exactly(&mut measured, &model.tokenizer, &state.permits, stop_above).await?;
         verdicts = judge(&budgets, &measured, window, cap.as_ref());
     }
     let admitted: Vec<Arc<str>> = budgets
@@ -320,6 +330,7 @@ fn judge(
                         prompt_tokens: prompt,
                         max_new_tokens: max_new,
                         violation,
+                        counted_at_least: matches!(m.tokens, PromptTokens::AtLeast(_)),
                         param: "",
                     }));
                 }
