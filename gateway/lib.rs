@@ -30,6 +30,7 @@ pub mod demo;
 pub mod dispatch;
 pub mod error;
 pub mod guard;
+pub mod isolation;
 pub mod metrics;
 pub mod policy;
 pub mod read_body;

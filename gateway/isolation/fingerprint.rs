@@ -1,0 +1,401 @@
+//! The fingerprint store: which tenant's recent prompts hold each n-gram of token ids.
+//!
+//! # Layout
+//!
+//! Hashes are spread over [`SHARDS`] shards (bits 40.. of the hash), each behind its own
+//! `RwLock`, so recording a prompt and scanning responses rarely wait on each other. A
+//! shard is a ring of time-bucketed generations, oldest first: a bucket is a
+//! `HashMap<u64, Slot>` opened for at most `window / GENERATIONS` (one minute by default)
+//! and at most its share of `max_entries`. Whole buckets are dropped, oldest first, when
+//! their newest entry is older than the window or when the shard is at its entry cap — so
+//! eviction costs nothing per entry and memory never exceeds the cap.
+//!
+//! # Ownership
+//!
+//! A slot holds one owner: a tenant, or [`COMMON`] once a second tenant records the same
+//! n-gram in that bucket. A lookup merges the live buckets: one tenant everywhere is an
+//! owner, two tenants (in one bucket or across buckets) are common text — a public
+//! document, a system prompt, boilerplate — which never counts as a leak. Each slot also
+//! keeps the time it was last recorded, so an entry older than the window never matches
+//! even while its bucket is still alive.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use super::hash::{ngram_hash, BuildPassThrough};
+use super::scan::ResponseScanner;
+
+/// Number of lock shards (a power of two; the shard is hash bits 40..44).
+pub(crate) const SHARDS: usize = 16;
+const SHARD_SHIFT: u32 = 40;
+/// Time buckets per window: the granularity of whole-bucket eviction.
+const GENERATIONS: u32 = 10;
+/// Owner value of an n-gram that two or more tenants recorded.
+pub(crate) const COMMON: u32 = u32::MAX;
+/// Bytes one stored entry takes in a bucket's table: key, slot and hashbrown's control byte.
+pub const ENTRY_BYTES: usize = std::mem::size_of::<(u64, Slot)>() + 1;
+
+/// Tuning of the leak detector.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeakDetectorConfig {
+    /// Tokens per n-gram (at least 1). Longer n-grams are more specific to one prompt;
+    /// shorter ones catch smaller fragments but match more common phrasing.
+    pub ngram: usize,
+    /// How long a prompt is remembered.
+    pub window: Duration,
+    /// Upper bound on stored n-gram hashes across all tenants (the memory bound).
+    pub max_entries: usize,
+    /// Distinct foreign n-grams in one response before it is a suspected leak (at least 1).
+    pub min_matches: usize,
+}
+
+impl Default for LeakDetectorConfig {
+    fn default() -> Self {
+        Self {
+            ngram: 8,
+            window: Duration::from_secs(600),
+            max_entries: 1_000_000,
+            min_matches: 2,
+        }
+    }
+}
+
+/// Recent prompts' n-gram fingerprints per tenant; cheap to clone (shared state), thread-safe.
+#[derive(Clone)]
+pub struct FingerprintStore {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: LeakDetectorConfig,
+    shards: Box<[RwLock<Shard>]>,
+    shard_mask: u64,
+    limits: Limits,
+    /// Tenant name → small id, so a slot is 8 bytes. Grows with the number of tenants
+    /// that ever sent a prompt, which the API keys bound.
+    tenants: RwLock<HashMap<String, u32>>,
+}
+
+#[derive(Clone, Copy)]
+struct Limits {
+    window: Duration,
+    /// Longest time one bucket stays open.
+    span: Duration,
+    /// Most entries one shard holds (its share of `max_entries`).
+    shard_cap: usize,
+    /// Most entries one bucket holds, so the oldest fraction can always be dropped.
+    bucket_cap: usize,
+}
+
+/// One stored n-gram: who recorded it, and when last (ms after its bucket's start).
+#[derive(Clone, Copy)]
+pub struct Slot {
+    owner: u32,
+    seen_ms: u32,
+}
+
+struct Bucket {
+    start: Instant,
+    newest: Instant,
+    map: HashMap<u64, Slot, BuildPassThrough>,
+}
+
+#[derive(Default)]
+struct Shard {
+    buckets: VecDeque<Bucket>,
+    entries: usize,
+}
+
+/// Who owns an n-gram among the live entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Owner {
+    Nobody,
+    Only(u32),
+    Common,
+}
+
+impl Owner {
+    fn with(self, owner: u32) -> Self {
+        match self {
+            _ if owner == COMMON => Owner::Common,
+            Owner::Nobody => Owner::Only(owner),
+            Owner::Only(t) if t == owner => self,
+            _ => Owner::Common,
+        }
+    }
+}
+
+// === impl FingerprintStore ===
+
+impl FingerprintStore {
+    /// An empty store. `ngram` and `min_matches` below 1 are raised to 1.
+    pub fn new(config: LeakDetectorConfig) -> Self {
+        let config = LeakDetectorConfig {
+            ngram: config.ngram.max(1),
+            min_matches: config.min_matches.max(1),
+            ..config
+        };
+        // Small caps get one shard, so no shard's share rounds down to nothing.
+        let shards = if config.max_entries >= SHARDS * GENERATIONS as usize {
+            SHARDS
+        } else {
+            1
+        };
+        let shard_cap = config.max_entries / shards;
+        // Slot times are u32 milliseconds after the bucket start: a bucket must close
+        // before that overflows (49 days), whatever the window.
+        let span = (config.window / GENERATIONS).clamp(
+            Duration::from_millis(1),
+            Duration::from_millis(u64::from(u32::MAX)),
+        );
+        let limits = Limits {
+            window: config.window,
+            span,
+            shard_cap,
+            bucket_cap: (shard_cap / GENERATIONS as usize).max(1),
+        };
+        Self {
+            inner: Arc::new(Inner {
+                shards: (0..shards).map(|_| RwLock::default()).collect(),
+                shard_mask: shards as u64 - 1,
+                limits,
+                config,
+                tenants: RwLock::default(),
+            }),
+        }
+    }
+
+    /// The configuration in force (after raising zero values).
+    pub fn config(&self) -> &LeakDetectorConfig {
+        &self.inner.config
+    }
+
+    /// Records the n-grams of `tenant`'s prompt (token ids, as the engine's KV pages hold
+    /// them) at `now`. Prompts shorter than one n-gram record nothing.
+    pub fn record_prompt(&self, tenant: &str, prompt_ids: &[u32], now: Instant) {
+        let n = self.inner.config.ngram;
+        if prompt_ids.len() < n || self.inner.limits.shard_cap == 0 {
+            return;
+        }
+        let Some(owner) = self.inner.tenant_id(tenant, true) else {
+            return;
+        };
+        // Hash outside any lock, then take each shard's lock once per prompt.
+        let mut per_shard: Vec<Vec<u64>> = vec![Vec::new(); self.inner.shards.len()];
+        for window in prompt_ids.windows(n) {
+            let hash = ngram_hash(window);
+            per_shard[self.inner.shard_of(hash)].push(hash);
+        }
+        for (shard, hashes) in self.inner.shards.iter().zip(per_shard) {
+            if hashes.is_empty() {
+                continue;
+            }
+            let mut shard = shard.write().unwrap_or_else(PoisonError::into_inner);
+            shard.expire(now, self.inner.limits.window);
+            for hash in hashes {
+                shard.insert(hash, owner, now, &self.inner.limits);
+            }
+        }
+    }
+
+    /// Drops, in every shard, the buckets whose entries are all older than the window.
+    ///
+    /// Recording does this for the shards it touches, and expired entries never match
+    /// anyway; call this from a timer to give back the memory of a store gone quiet.
+    pub fn expire(&self, now: Instant) {
+        for shard in self.inner.shards.iter() {
+            let mut shard = shard.write().unwrap_or_else(PoisonError::into_inner);
+            shard.expire(now, self.inner.limits.window);
+        }
+    }
+
+    /// Stored n-gram entries (an n-gram recorded in several buckets counts once per bucket).
+    pub fn len(&self) -> usize {
+        self.inner
+            .shards
+            .iter()
+            .map(|s| s.read().unwrap_or_else(PoisonError::into_inner).entries)
+            .sum()
+    }
+
+    /// Whether nothing is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Approximate heap and inline memory use in bytes: the tables as allocated (not just
+    /// their entries), the rings and the tenant names.
+    pub fn memory_bytes(&self) -> usize {
+        let mut total = std::mem::size_of::<Inner>()
+            + self.inner.shards.len() * std::mem::size_of::<RwLock<Shard>>();
+        for shard in self.inner.shards.iter() {
+            let shard = shard.read().unwrap_or_else(PoisonError::into_inner);
+            total += shard.buckets.capacity() * std::mem::size_of::<Bucket>();
+            total += shard
+                .buckets
+                .iter()
+                .map(|b| table_bytes(b.map.capacity(), ENTRY_BYTES))
+                .sum::<usize>();
+        }
+        let tenants = self
+            .inner
+            .tenants
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        total += table_bytes(tenants.capacity(), std::mem::size_of::<(String, u32)>() + 1);
+        total + tenants.keys().map(String::capacity).sum::<usize>()
+    }
+
+    /// A scanner for one response to `tenant`.
+    pub fn scanner(&self, tenant: &str) -> ResponseScanner {
+        // A tenant that never recorded a prompt owns nothing; every owned n-gram is foreign.
+        let me = self.inner.tenant_id(tenant, false);
+        ResponseScanner::new(Arc::clone(&self.inner), me)
+    }
+}
+
+impl std::fmt::Debug for FingerprintStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FingerprintStore")
+            .field("config", &self.inner.config)
+            .field("len", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Bytes of a hashbrown table with `capacity` usable slots of `slot_bytes` each (control
+/// bytes included, plus one SIMD group of trailing control bytes).
+fn table_bytes(capacity: usize, slot_bytes: usize) -> usize {
+    if capacity == 0 {
+        return 0;
+    }
+    // hashbrown keeps 1/8 of the buckets free beyond 8 buckets, one below that.
+    let buckets = if capacity < 8 {
+        (capacity + 1).next_power_of_two()
+    } else {
+        (capacity * 8 / 7).next_power_of_two()
+    };
+    buckets * slot_bytes + 16
+}
+
+// === impl Inner ===
+
+impl Inner {
+    fn shard_of(&self, hash: u64) -> usize {
+        // Bits 40.. are free: hashbrown uses the low bits for the index, the top 7 for tags.
+        ((hash >> SHARD_SHIFT) & self.shard_mask) as usize
+    }
+
+    fn tenant_id(&self, tenant: &str, create: bool) -> Option<u32> {
+        let read = self.tenants.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(&id) = read.get(tenant) {
+            return Some(id);
+        }
+        drop(read);
+        if !create {
+            return None;
+        }
+        let mut write = self.tenants.write().unwrap_or_else(PoisonError::into_inner);
+        let next = u32::try_from(write.len()).ok().filter(|&id| id < COMMON)?;
+        Some(*write.entry(tenant.to_owned()).or_insert(next))
+    }
+
+    /// Who owns `hash` among entries no older than the window at `now`.
+    pub(crate) fn owner(&self, hash: u64, now: Instant) -> Owner {
+        let shard = self.shards[self.shard_of(hash)]
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        shard.owner(hash, now, self.limits.window)
+    }
+}
+
+// === impl Shard ===
+
+impl Shard {
+    /// Drops the buckets whose newest entry is older than the window.
+    fn expire(&mut self, now: Instant, window: Duration) {
+        while let Some(front) = self.buckets.front() {
+            if now.saturating_duration_since(front.newest) <= window {
+                break;
+            }
+            self.entries -= front.map.len();
+            self.buckets.pop_front();
+        }
+    }
+
+    fn insert(&mut self, hash: u64, owner: u32, now: Instant, limits: &Limits) {
+        let current_is_open = self
+            .buckets
+            .back()
+            .is_some_and(|b| now.saturating_duration_since(b.start) < limits.span);
+        if current_is_open {
+            if let Some(bucket) = self.buckets.back_mut() {
+                let seen_ms = bucket.offset_ms(now);
+                if let Some(slot) = bucket.map.get_mut(&hash) {
+                    // Already here: refresh; a second tenant makes it common for good.
+                    if slot.owner != owner {
+                        slot.owner = COMMON;
+                    }
+                    slot.seen_ms = slot.seen_ms.max(seen_ms);
+                    bucket.newest = bucket.newest.max(now);
+                    return;
+                }
+            }
+        }
+        let full = self
+            .buckets
+            .back()
+            .is_none_or(|b| b.map.len() >= limits.bucket_cap);
+        if !current_is_open || full {
+            self.buckets.push_back(Bucket {
+                start: now,
+                newest: now,
+                map: HashMap::default(),
+            });
+        }
+        // Evict oldest first. The current bucket is never dropped: it holds at most
+        // `bucket_cap <= shard_cap` entries and has room, so the loop ends below the cap.
+        while self.entries >= limits.shard_cap && self.buckets.len() > 1 {
+            if let Some(oldest) = self.buckets.pop_front() {
+                self.entries -= oldest.map.len();
+            }
+        }
+        if let Some(bucket) = self.buckets.back_mut() {
+            let seen_ms = bucket.offset_ms(now);
+            bucket.map.insert(hash, Slot { owner, seen_ms });
+            bucket.newest = bucket.newest.max(now);
+            self.entries += 1;
+        }
+    }
+
+    fn owner(&self, hash: u64, now: Instant, window: Duration) -> Owner {
+        let mut owner = Owner::Nobody;
+        for bucket in self.buckets.iter().rev() {
+            if now.saturating_duration_since(bucket.newest) > window {
+                continue;
+            }
+            let Some(slot) = bucket.map.get(&hash) else {
+                continue;
+            };
+            let seen = bucket.start + Duration::from_millis(u64::from(slot.seen_ms));
+            if now.saturating_duration_since(seen) > window {
+                continue;
+            }
+            owner = owner.with(slot.owner);
+            if owner == Owner::Common {
+                break;
+            }
+        }
+        owner
+    }
+}
+
+impl Bucket {
+    fn offset_ms(&self, now: Instant) -> u32 {
+        // Rounded down, so a stored time is never later than the real one and an entry
+        // expires no later than `window` after it was recorded.
+        let ms = now.saturating_duration_since(self.start).as_millis();
+        u32::try_from(ms).unwrap_or(u32::MAX)
+    }
+}

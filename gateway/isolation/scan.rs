@@ -1,0 +1,106 @@
+//! Scanning one response, incrementally, for n-grams that belong to another tenant.
+//!
+//! A response n-gram is *foreign* when exactly one tenant recorded it within the window and
+//! that tenant is not the one being answered. Text two tenants share is common and never
+//! counts, nor does the responding tenant's own prompt echoed back. `min_matches` distinct
+//! foreign n-grams make a [`LeakSuspicion`].
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::fingerprint::{Inner, Owner};
+use super::hash::{ngram_hash, BuildPassThrough};
+
+/// Distinct foreign n-grams remembered per response. Far above any sensible `min_matches`;
+/// past it the count saturates instead of growing with a response that copies a whole
+/// foreign prompt.
+const MAX_TRACKED: usize = 65_536;
+
+/// What a scanner found: a response holding fragments of other tenants' recent prompts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeakSuspicion {
+    /// How many other tenants own the matched n-grams. Their names stay inside the
+    /// detector, so the alarm itself cannot leak who else is on the gateway.
+    pub owner_tenants: usize,
+    /// Distinct foreign n-grams seen in the response so far.
+    pub matched_ngrams: usize,
+}
+
+/// Scans one response to one tenant; feed it token ids as they are generated.
+pub struct ResponseScanner {
+    store: Arc<Inner>,
+    /// The responding tenant's id, `None` if it never recorded a prompt.
+    me: Option<u32>,
+    /// The last `ngram - 1` ids of earlier feeds, then the current feed.
+    pending: Vec<u32>,
+    matched: HashSet<u64, BuildPassThrough>,
+    owners: Vec<u32>,
+    alarmed: bool,
+}
+
+impl ResponseScanner {
+    pub(crate) fn new(store: Arc<Inner>, me: Option<u32>) -> Self {
+        Self {
+            store,
+            me,
+            pending: Vec::new(),
+            matched: HashSet::default(),
+            owners: Vec::new(),
+            alarmed: false,
+        }
+    }
+
+    /// Feeds generated token ids (any split: a stream's pieces, or the whole output).
+    /// Keeps the last `ngram - 1` ids, so n-grams spanning pieces are seen exactly once.
+    ///
+    /// Returns the suspicion once, on the feed that first reaches `min_matches` distinct
+    /// foreign n-grams; [`ResponseScanner::suspicion`] reports the running total after that.
+    pub fn feed(&mut self, ids: &[u32], now: Instant) -> Option<LeakSuspicion> {
+        let n = self.store.config.ngram;
+        self.pending.extend_from_slice(ids);
+        // `pending` starts with fewer than n ids from earlier feeds, so every window here
+        // ends in this feed and none is checked twice.
+        for window in self.pending.windows(n) {
+            let hash = ngram_hash(window);
+            if self.matched.contains(&hash) {
+                continue;
+            }
+            if let Owner::Only(owner) = self.store.owner(hash, now) {
+                if Some(owner) != self.me && self.matched.len() < MAX_TRACKED {
+                    self.matched.insert(hash);
+                    if !self.owners.contains(&owner) {
+                        self.owners.push(owner);
+                    }
+                }
+            }
+        }
+        let keep_from = self.pending.len().saturating_sub(n - 1);
+        self.pending.drain(..keep_from);
+
+        if self.alarmed {
+            return None;
+        }
+        let suspicion = self.suspicion()?;
+        self.alarmed = true;
+        Some(suspicion)
+    }
+
+    /// The suspicion so far: `Some` once `min_matches` distinct foreign n-grams were seen.
+    pub fn suspicion(&self) -> Option<LeakSuspicion> {
+        (self.matched.len() >= self.store.config.min_matches).then_some(LeakSuspicion {
+            owner_tenants: self.owners.len(),
+            matched_ngrams: self.matched.len(),
+        })
+    }
+}
+
+impl std::fmt::Debug for ResponseScanner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseScanner")
+            .field("matched_ngrams", &self.matched.len())
+            .field("owner_tenants", &self.owners.len())
+            .field("alarmed", &self.alarmed)
+            .finish_non_exhaustive()
+    }
+}
