@@ -15,6 +15,7 @@ use crate::check::CapacityReport;
 use crate::config::Config;
 use crate::dispatch::DispatchLimits;
 use crate::guard::GuardState;
+use crate::isolate::IsolationState;
 use crate::routing::{discover_all, Router};
 use crate::server::{self, Shutdown, ShutdownTrigger, TlsError};
 use crate::tokenize::{ModelTokenizer, TokenizeError};
@@ -81,6 +82,7 @@ pub struct Gateway {
     upstream: Upstream,
     admission: Arc<AdmissionState>,
     guard: Arc<GuardState>,
+    isolation: Arc<IsolationState>,
     audit: AuditLog,
     keys: ApiKeys,
 }
@@ -139,7 +141,17 @@ impl Gateway {
             permits: Arc::new(tokio::sync::Semaphore::new(counts)),
         });
         let audit = AuditLog::open(&config.audit).map_err(StartError::Audit)?;
-        let guard = Arc::new(GuardState::from_config(&config, audit.clone()));
+        let tokenizers = admission
+            .models
+            .iter()
+            .map(|(name, m)| (name.clone(), m.tokenizer.clone()))
+            .collect();
+        let isolation = Arc::new(IsolationState::new(&config, tokenizers));
+        let guard = Arc::new(GuardState::from_config(
+            &config,
+            audit.clone(),
+            isolation.clone(),
+        ));
         let keys = ApiKeys::from_config(&config);
         Ok(Self {
             config: Arc::new(config),
@@ -147,6 +159,7 @@ impl Gateway {
             upstream,
             admission,
             guard,
+            isolation,
             audit,
             keys,
         })
@@ -170,6 +183,7 @@ impl Gateway {
             router: self.router.clone(),
             admission: self.admission.clone(),
             guard: self.guard.clone(),
+            isolation: self.isolation.clone(),
             audit: self.audit.clone(),
             upstream: self.upstream.clone(),
             max_body_bytes: usize::try_from(self.config.server.max_body_bytes.as_u64())

@@ -30,6 +30,7 @@ pub mod demo;
 pub mod dispatch;
 pub mod error;
 pub mod guard;
+pub mod isolate;
 pub mod isolation;
 pub mod metrics;
 pub mod policy;
@@ -62,6 +63,7 @@ use crate::catalog::CatalogLayer;
 use crate::dispatch::{Dispatch, DispatchLimits};
 use crate::error::GatewayError;
 use crate::guard::{GuardLayer, GuardState};
+use crate::isolate::{Isolate, IsolationState};
 use crate::policy::TenantRules;
 use crate::read_body::ReadBody;
 use crate::rescue::RescueLayer;
@@ -76,6 +78,7 @@ pub struct StackParts {
     pub router: Arc<Router>,
     pub admission: Arc<AdmissionState>,
     pub guard: Arc<GuardState>,
+    pub isolation: Arc<IsolationState>,
     pub audit: AuditLog,
     pub upstream: Upstream,
     pub max_body_bytes: usize,
@@ -127,6 +130,9 @@ where
         .layer(AdmitLayer::new(parts.admission))
         // Pool by weight, then least-loaded eligible workers (I3: unknown capacity never serves).
         .layer(Route::layer(parts.router))
+        // Tenant cache namespaces (strip client keys, inject our salt) and prompt
+        // fingerprints for the leak detector; needs the pool, so after routing (I5).
+        .layer(Isolate::layer(parts.isolation))
         // Reads every engine answer, the prefill leg included: no abort, placeholder or
         // foreign data leaves as a success (I1).
         .layer(GuardLayer::new(parts.guard))

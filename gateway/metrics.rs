@@ -27,6 +27,8 @@ pub const WORKER_CAPACITY_MISMATCH: &str = "kvgate_worker_capacity_mismatch";
 pub const GUARD_TRIPS_TOTAL: &str = "kvgate_guard_trips_total";
 /// Every accepted request's single outcome (I6): success, error, guard_error, client_cancelled.
 pub const REQUEST_OUTCOMES_TOTAL: &str = "kvgate_request_outcomes_total";
+/// Answers holding fragments of other tenants' recent prompts, by pool (I5).
+pub const LEAK_SUSPECTED_TOTAL: &str = "kvgate_leak_suspected_total";
 /// Data-port connections currently open.
 pub const CONNECTIONS_OPEN: &str = "kvgate_connections_open";
 
@@ -75,5 +77,9 @@ fn describe_all() {
     );
     describe_gauge!(CONNECTIONS_OPEN, "Open data-port connections");
     describe_counter!(GUARD_TRIPS_TOTAL, "Responses stopped by the guard");
+    describe_counter!(
+        LEAK_SUSPECTED_TOTAL,
+        "Answers with other tenants' prompt fragments"
+    );
     describe_counter!(REQUEST_OUTCOMES_TOTAL, "Request outcomes, one per request");
 }

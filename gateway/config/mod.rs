@@ -63,6 +63,9 @@ pub struct Config {
     /// Where audit lines go.
     #[serde(default)]
     pub audit: AuditConfig,
+    /// Tenant isolation: cache salts and the leak detector.
+    #[serde(default)]
+    pub isolation: IsolationConfig,
     /// The file this was read from; relative paths inside were resolved against its folder.
     #[serde(skip)]
     pub source: PathBuf,
@@ -239,6 +242,13 @@ pub struct PoolConfig {
     /// Only these tenants may use the pool (empty: every tenant).
     #[serde(default)]
     pub tenants: Vec<String>,
+    /// Send each tenant's `cache_salt` (SGLang and vLLM keep prefix-cache entries of
+    /// different salts apart). Client-sent cache keys are stripped either way.
+    #[serde(default = "default_true")]
+    pub cache_salt: bool,
+    /// Scan answers for fragments of other tenants' recent prompts: off | detect | block.
+    #[serde(default)]
+    pub leak_detection: LeakMode,
     /// The response guard of this pool (`[pools.guard]`).
     #[serde(default)]
     pub guard: GuardConfig,
@@ -276,6 +286,57 @@ impl Default for GuardConfig {
 
 fn default_weight() -> u32 {
     100
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// What the leak detector does when an answer holds other tenants' prompt fragments.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeakMode {
+    /// Do not fingerprint or scan.
+    Off,
+    /// Audit line and `kvgate_leak_suspected_total`; the answer is delivered.
+    #[default]
+    Detect,
+    /// As detect, and the answer is stopped (502, or an error event in a stream).
+    Block,
+}
+
+/// `[isolation]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IsolationConfig {
+    /// Environment variable holding the secret the per-tenant cache salts derive from
+    /// (keep it equal across replicas). Unset or empty: a random secret per start.
+    pub salt_secret_env: Option<String>,
+    /// Tokens per fingerprinted n-gram.
+    pub ngram: usize,
+    /// How long prompts are remembered.
+    #[serde(with = "humantime_serde")]
+    pub window: Duration,
+    /// Memory bound: stored n-gram hashes across all tenants.
+    pub max_entries: usize,
+    /// Distinct foreign n-grams before an answer is a suspected leak.
+    pub min_matches: usize,
+    /// Bytes of each prompt fingerprinted (its tail, where the incident's leaks came from);
+    /// bounds the cost of encoding million-token prompts.
+    pub fingerprint_bytes: bytesize::ByteSize,
+}
+
+impl Default for IsolationConfig {
+    fn default() -> Self {
+        Self {
+            salt_secret_env: None,
+            ngram: 8,
+            window: Duration::from_secs(600),
+            max_entries: 1_000_000,
+            min_matches: 2,
+            fingerprint_bytes: bytesize::ByteSize::kib(256),
+        }
+    }
 }
 
 /// One engine process.

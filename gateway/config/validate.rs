@@ -37,6 +37,15 @@ pub fn validate(mut config: Config) -> Result<Config, ConfigError> {
                 .into(),
         ));
     }
+    if config.isolation.ngram == 0
+        || config.isolation.min_matches == 0
+        || config.isolation.max_entries == 0
+    {
+        return Err(invalid(
+            "isolation".into(),
+            "ngram, min_matches and max_entries must be at least 1".into(),
+        ));
+    }
     if config.admission.max_concurrent_counts == Some(0) {
         return Err(invalid(
             "admission.max_concurrent_counts".into(),

@@ -11,6 +11,7 @@ use serde_json::Value;
 use std::collections::BTreeSet;
 
 use super::inspect::{self, Expectation, Markers, Shape, Trip};
+use super::leak::LeakScan;
 use super::sse::SseEvent;
 
 /// What the client asked for that the gateway changed to be able to check the stream.
@@ -37,6 +38,9 @@ pub struct StreamCheck {
     /// Per sample: generated text already scanned (cumulative length for native streams) and
     /// the tail kept for markers spanning events.
     scanned: Vec<(usize, String)>,
+    /// Whether the I1 checks run (off: only the leak scan).
+    checks: bool,
+    leak: Option<LeakScan>,
 }
 
 impl StreamCheck {
@@ -59,7 +63,21 @@ impl StreamCheck {
             done: false,
             data_events: 0,
             scanned: Vec::new(),
+            checks: true,
+            leak: None,
         }
+    }
+
+    /// Also scan the generated text for other tenants' prompt fragments.
+    pub fn with_leak_scan(mut self, leak: Option<LeakScan>) -> Self {
+        self.leak = leak;
+        self
+    }
+
+    /// Turn the I1 checks off (the pool's guard is disabled), keeping the leak scan.
+    pub fn without_checks(mut self) -> Self {
+        self.checks = false;
+        self
     }
 
     /// Data events checked so far.
@@ -73,8 +91,12 @@ impl StreamCheck {
             return Ok(Some(event.raw.clone()));
         }
         self.data_events += 1;
+        if !self.checks {
+            return self.leak_only(event);
+        }
         if event.is_done() {
             self.require_finished("the stream sent [DONE] before a final finish_reason")?;
+            self.flush_leak()?;
             self.done = true;
             return Ok(Some(event.raw.clone()));
         }
@@ -96,7 +118,11 @@ impl StreamCheck {
     }
 
     /// At the end of the stream: every sample finished and `[DONE]` seen.
-    pub fn end(&self) -> Result<(), Trip> {
+    pub fn end(&mut self) -> Result<(), Trip> {
+        self.flush_leak()?;
+        if !self.checks {
+            return Ok(());
+        }
         self.require_finished("the stream ended before a final finish_reason")?;
         if !self.done {
             return Err(Trip::Truncated {
@@ -161,8 +187,75 @@ impl StreamCheck {
         Ok(())
     }
 
+    fn flush_leak(&mut self) -> Result<(), Trip> {
+        match self.leak.as_mut() {
+            Some(leak) => leak.push("", true),
+            None => Ok(()),
+        }
+    }
+
+    /// Guard checks off: pass everything, scan the text for leaks only.
+    fn leak_only(&mut self, event: &SseEvent) -> Result<Option<Bytes>, Trip> {
+        if event.is_done() {
+            self.flush_leak()?;
+            return Ok(Some(event.raw.clone()));
+        }
+        if let Some(v) = event.json() {
+            let pieces: Vec<(usize, String, bool)> = match self.shape {
+                Shape::Native => v
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .map(|t| {
+                        vec![(
+                            v.get("index").and_then(Value::as_u64).unwrap_or(0) as usize,
+                            t.to_owned(),
+                            true,
+                        )]
+                    })
+                    .unwrap_or_default(),
+                Shape::OpenAi => v
+                    .get("choices")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| {
+                        let piece = c
+                            .pointer("/delta/content")
+                            .or_else(|| c.get("text"))
+                            .and_then(Value::as_str)?;
+                        Some((
+                            c.get("index").and_then(Value::as_u64).unwrap_or(0) as usize,
+                            piece.to_owned(),
+                            false,
+                        ))
+                    })
+                    .collect(),
+            };
+            for (index, text, cumulative) in pieces {
+                self.scan(index, &text, cumulative)?;
+            }
+        }
+        Ok(Some(event.raw.clone()))
+    }
+
     fn scan(&mut self, index: usize, text: &str, cumulative: bool) -> Result<(), Trip> {
-        if self.markers.is_empty() {
+        if self.markers.is_empty() || !self.checks {
+            // Only the leak scan wants the text.
+            if self.scanned.len() <= index {
+                self.scanned.resize_with(index + 1, Default::default);
+            }
+            let (done_len, _) = &mut self.scanned[index];
+            let new = if cumulative {
+                text.get(*done_len..).unwrap_or(text)
+            } else {
+                text
+            };
+            if let Some(leak) = self.leak.as_mut() {
+                leak.push(new, false)?;
+            }
+            if cumulative {
+                *done_len = text.len();
+            }
             return Ok(());
         }
         if self.scanned.len() <= index {
@@ -177,6 +270,9 @@ impl StreamCheck {
         let window = format!("{tail}{new}");
         if self.markers.matches(&window) {
             return Err(Trip::PlaceholderMarker);
+        }
+        if let Some(leak) = self.leak.as_mut() {
+            leak.push(new, false)?;
         }
         *done_len = if cumulative {
             text.len()

@@ -45,6 +45,8 @@ pub enum Trip {
     },
     /// A stream ended without a final `finish_reason` and `[DONE]`.
     Truncated { detail: &'static str },
+    /// The answer holds fragments of other tenants' recent prompts (leak detector, block).
+    LeakSuspected { owners: usize },
 }
 
 impl Trip {
@@ -57,6 +59,7 @@ impl Trip {
             Trip::PlaceholderMarker => "placeholder_marker",
             Trip::PromptTokens { .. } => "prompt_tokens_mismatch",
             Trip::Truncated { .. } => "stream_truncated",
+            Trip::LeakSuspected { .. } => "leak_suspected",
         }
     }
 }
@@ -292,6 +295,31 @@ pub fn check_answer(
         }),
         (Shape::OpenAi, _) => check_openai(&v, markers, expect),
     }
+}
+
+/// The generated texts of a whole answer (for the leak scan).
+pub fn answer_texts(shape: Shape, body: &[u8]) -> Vec<String> {
+    let Ok(v) = serde_json::from_slice::<Value>(body) else {
+        return Vec::new();
+    };
+    let items: Vec<&Value> = match (&v, shape) {
+        (Value::Array(items), Shape::Native) => items.iter().collect(),
+        (_, Shape::Native) => vec![&v],
+        (_, Shape::OpenAi) => v
+            .get("choices")
+            .and_then(Value::as_array)
+            .map(|c| c.iter().collect())
+            .unwrap_or_default(),
+    };
+    items
+        .into_iter()
+        .filter_map(|i| {
+            i.get("text")
+                .or_else(|| i.pointer("/message/content"))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .collect()
 }
 
 /// Check the prefill leg of a PD request: its body, a JSON answer or an SSE stream read to

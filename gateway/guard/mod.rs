@@ -14,6 +14,7 @@
 
 pub mod check_stream;
 pub mod inspect;
+pub mod leak;
 pub mod sse;
 mod stream;
 
@@ -31,12 +32,14 @@ use crate::api::{Endpoint, InferenceRequest};
 use crate::audit::AuditLog;
 use crate::auth::AuthContext;
 use crate::body::{self, BoxBody, BoxError};
-use crate::config::{Config, GuardConfig};
+use crate::config::{Config, GuardConfig, LeakMode};
 use crate::error::GatewayError;
+use crate::isolate::{FingerprintJob, IsolationState};
 use crate::metrics;
 use crate::routing::RoutePlan;
 use check_stream::{StreamCheck, UsageRewrite};
 use inspect::{Expectation, Markers, Shape, Trip};
+use leak::LeakScan;
 use stream::GuardedStream;
 
 /// The prefill worker's whole answer in a PD request (a response extension set by dispatch).
@@ -65,11 +68,12 @@ struct PoolGuard {
 pub struct GuardState {
     pools: HashMap<String, PoolGuard>,
     audit: AuditLog,
+    isolation: Arc<IsolationState>,
 }
 
 impl GuardState {
     /// Per-pool rules from the config.
-    pub fn from_config(config: &Config, audit: AuditLog) -> Self {
+    pub fn from_config(config: &Config, audit: AuditLog, isolation: Arc<IsolationState>) -> Self {
         let pools = config
             .pools
             .iter()
@@ -81,7 +85,11 @@ impl GuardState {
                 (p.name.clone(), guard)
             })
             .collect();
-        Self { pools, audit }
+        Self {
+            pools,
+            audit,
+            isolation,
+        }
     }
 }
 
@@ -119,6 +127,19 @@ impl TripReport {
         trip_error(trip, &self.pool)
     }
 
+    /// A suspected leak: an audit line (no text, no other tenant's name) and the metric.
+    pub fn leak(&self, suspicion: crate::isolation::LeakSuspicion) {
+        ::metrics::counter!(metrics::LEAK_SUSPECTED_TOTAL, "pool" => self.pool.clone())
+            .increment(1);
+        let mut fields = self.fields.clone();
+        fields.insert("owner_tenants".into(), Value::from(suspicion.owner_tenants));
+        fields.insert(
+            "matched_ngrams".into(),
+            Value::from(suspicion.matched_ngrams),
+        );
+        self.audit.record("leak_suspected", fields);
+    }
+
     /// Count a stream's outcome and write its audit line.
     pub fn outcome(&self, outcome: &'static str) {
         ::metrics::counter!(metrics::REQUEST_OUTCOMES_TOTAL, "outcome" => outcome).increment(1);
@@ -145,6 +166,10 @@ pub fn trip_error(trip: &Trip, pool: &str) -> GatewayError {
         Trip::PlaceholderMarker => GatewayError::UpstreamIntegrity {
             pool,
             reason: "the answer matched a placeholder marker".into(),
+        },
+        Trip::LeakSuspected { .. } => GatewayError::UpstreamIntegrity {
+            pool,
+            reason: "the answer holds fragments of another tenant's recent prompts".into(),
         },
         Trip::EmptyResult { detail } | Trip::Truncated { detail } => GatewayError::UpstreamIntegrity {
             pool,
@@ -244,9 +269,17 @@ where
                 .get::<RoutePlan>()
                 .map(|p| p.pool.name.to_string())
                 .unwrap_or_default();
-            let Some(pool_guard) = state.pools.get(&pool).filter(|g| g.config.enabled) else {
+            let leak_mode = state.isolation.leak_mode(&pool);
+            let Some(pool_guard) = state
+                .pools
+                .get(&pool)
+                .filter(|g| g.config.enabled || leak_mode != LeakMode::Off)
+            else {
                 return inner.oneshot(request).await;
             };
+            // Checks off (only to test other defences): the leak scan alone still runs.
+            let checks = pool_guard.config.enabled;
+            let job = request.extensions().get::<FingerprintJob>().cloned();
             let parsed = request
                 .extensions_mut()
                 .get_mut::<InferenceRequest>()
@@ -256,8 +289,9 @@ where
             } else {
                 Shape::OpenAi
             };
+            let model = parsed.model.clone();
             let (stream, batch, endpoint) = (parsed.stream, parsed.batch, parsed.endpoint);
-            let rewrite = if stream && shape == Shape::OpenAi {
+            let rewrite = if checks && stream && shape == Shape::OpenAi {
                 request_stream_usage(parsed)
             } else {
                 UsageRewrite::default()
@@ -271,8 +305,12 @@ where
             let mut fields = Map::new();
             fields.insert("pool".into(), Value::from(pool.clone()));
             fields.insert("endpoint".into(), Value::from(endpoint.label()));
-            if let Some(auth) = request.extensions().get::<AuthContext>() {
-                fields.insert("tenant".into(), Value::from(&*auth.tenant));
+            let tenant = request
+                .extensions()
+                .get::<AuthContext>()
+                .map(|a| a.tenant.clone());
+            if let Some(tenant) = &tenant {
+                fields.insert("tenant".into(), Value::from(&**tenant));
             }
             if let Some(id) = request
                 .headers()
@@ -294,20 +332,41 @@ where
                 fields,
                 pool: pool.clone(),
             };
+            let leak = match (leak_mode, &tenant, state.isolation.tokenizer(&model)) {
+                (LeakMode::Off, _, _) | (_, None, _) | (_, _, None) => None,
+                (mode, Some(tenant), Some(tokenizer)) => {
+                    // The tenant's own prompt must be on record before its answer is read.
+                    if let Some(FingerprintJob(job)) = job {
+                        job.await;
+                    }
+                    let on_suspect: leak::OnSuspect = {
+                        let report = report.clone();
+                        Arc::new(move |s| report.leak(s))
+                    };
+                    Some(LeakScan::new(
+                        state.isolation.store.scanner(tenant),
+                        tokenizer.clone(),
+                        mode,
+                        on_suspect,
+                    ))
+                }
+            };
             // The gateway's own exact count (waits for the background count if admission
             // settled on the byte bound).
             let expect = Expectation {
-                prompt_tokens: match &count {
-                    Some(c) => c.exact().await,
-                    None => None,
+                prompt_tokens: match (&count, checks) {
+                    (Some(c), true) => c.exact().await,
+                    _ => None,
                 },
                 tolerance,
             };
             if let Some(PrefillAnswer(prefill)) =
                 response.extensions_mut().remove::<PrefillAnswer>()
             {
-                if let Err(trip) = inspect::check_prefill(shape, &prefill, &expect) {
-                    return Err(report.record(&trip).into());
+                if checks {
+                    if let Err(trip) = inspect::check_prefill(shape, &prefill, &expect) {
+                        return Err(report.record(&trip).into());
+                    }
                 }
             }
             let (mut parts, body) = response.into_parts();
@@ -317,14 +376,28 @@ where
                     .await
                     .map_err(|e| GatewayError::Internal(format!("reading a buffered answer: {e}")))?
                     .to_bytes();
-                if let Err(trip) =
-                    inspect::check_answer(shape, &bytes, &pool_guard.markers, &expect)
-                {
-                    return Err(report.record(&trip).into());
+                if checks {
+                    if let Err(trip) =
+                        inspect::check_answer(shape, &bytes, &pool_guard.markers, &expect)
+                    {
+                        return Err(report.record(&trip).into());
+                    }
+                }
+                if let Some(mut leak) = leak {
+                    for text in inspect::answer_texts(shape, &bytes) {
+                        if let Err(trip) = leak.push(&text, true) {
+                            return Err(report.record(&trip).into());
+                        }
+                    }
                 }
                 return Ok(Response::from_parts(parts, body::full(bytes)));
             }
-            let check = StreamCheck::new(shape, pool_guard.markers.clone(), expect, batch, rewrite);
+            let mut check =
+                StreamCheck::new(shape, pool_guard.markers.clone(), expect, batch, rewrite)
+                    .with_leak_scan(leak);
+            if !checks {
+                check = check.without_checks();
+            }
             let mut guarded = GuardedStream::new(body, check, report.clone());
             if let Err(trip) = guarded.prime(pool_guard.config.first_event_timeout).await {
                 return Err(report.record(&trip).into());
