@@ -41,6 +41,9 @@ pub struct StreamCheck {
     /// Whether the I1 checks run (off: only the leak scan).
     checks: bool,
     leak: Option<LeakScan>,
+    /// Output held back for the leak scan in block mode: bytes and the scanned-token count
+    /// when they arrived.
+    held: std::collections::VecDeque<(Bytes, usize)>,
 }
 
 impl StreamCheck {
@@ -65,7 +68,37 @@ impl StreamCheck {
             scanned: Vec::new(),
             checks: true,
             leak: None,
+            held: std::collections::VecDeque::new(),
         }
+    }
+
+    /// Queue `bytes` for the client and return what may go out now: everything, unless the
+    /// leak scan blocks, which holds output until enough later tokens were scanned (or the
+    /// stream is done).
+    pub fn release(&mut self, bytes: Bytes) -> Vec<Bytes> {
+        let (fed, holdback) = self
+            .leak
+            .as_ref()
+            .map_or((0, 0), |l| (l.fed(), l.holdback()));
+        if holdback == 0 && self.held.is_empty() {
+            return vec![bytes];
+        }
+        self.held.push_back((bytes, fed));
+        let mut ready = Vec::new();
+        while let Some((_, at)) = self.held.front() {
+            if !self.done && fed.saturating_sub(*at) < holdback {
+                break;
+            }
+            if let Some((b, _)) = self.held.pop_front() {
+                ready.push(b);
+            }
+        }
+        ready
+    }
+
+    /// Everything still held (the stream ended and passed).
+    pub fn release_all(&mut self) -> Vec<Bytes> {
+        self.held.drain(..).map(|(b, _)| b).collect()
     }
 
     /// Also scan the generated text for other tenants' prompt fragments.
@@ -198,6 +231,7 @@ impl StreamCheck {
     fn leak_only(&mut self, event: &SseEvent) -> Result<Option<Bytes>, Trip> {
         if event.is_done() {
             self.flush_leak()?;
+            self.done = true;
             return Ok(Some(event.raw.clone()));
         }
         if let Some(v) = event.json() {

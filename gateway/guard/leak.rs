@@ -9,10 +9,6 @@ use crate::config::LeakMode;
 use crate::isolation::{LeakSuspicion, ResponseScanner};
 use crate::tokenize::ModelTokenizer;
 
-/// Text is re-encoded in pieces of at least this many bytes, cut at whitespace, so pieces
-/// tokenize as they would inside the whole text.
-const PIECE_BYTES: usize = 256;
-
 /// Called once when a suspicion is first raised (audit line and metric).
 pub type OnSuspect = Arc<dyn Fn(LeakSuspicion) + Send + Sync>;
 
@@ -23,12 +19,15 @@ pub struct LeakScan {
     mode: LeakMode,
     pending: String,
     on_suspect: OnSuspect,
+    fed: usize,
+    holdback: usize,
 }
 
 impl std::fmt::Debug for LeakScan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LeakScan")
             .field("mode", &self.mode)
+            .field("fed", &self.fed)
             .finish()
     }
 }
@@ -41,21 +40,38 @@ impl LeakScan {
         mode: LeakMode,
         on_suspect: OnSuspect,
     ) -> Self {
+        // Block mode holds stream output back until enough later tokens have been scanned
+        // that a foreign fragment ending in it would already have tripped; +1 for the piece
+        // still buffered at a word boundary.
+        let holdback = match mode {
+            LeakMode::Block => scanner.tokens_to_decide() + 1,
+            _ => 0,
+        };
         Self {
             scanner,
             tokenizer,
             mode,
             pending: String::new(),
             on_suspect,
+            fed: 0,
+            holdback,
         }
     }
 
-    /// Add generated text; `last` flushes what is buffered.
+    /// Generated tokens scanned so far.
+    pub fn fed(&self) -> usize {
+        self.fed
+    }
+
+    /// Tokens by which stream output is held back (0 unless blocking).
+    pub fn holdback(&self) -> usize {
+        self.holdback
+    }
+
+    /// Add generated text; `last` flushes what is buffered. Text is re-encoded in pieces cut
+    /// at whitespace, so pieces tokenize as they would inside the whole text.
     pub fn push(&mut self, text: &str, last: bool) -> Result<(), Trip> {
         self.pending.push_str(text);
-        if !last && self.pending.len() < PIECE_BYTES {
-            return Ok(());
-        }
         let cut = if last {
             self.pending.len()
         } else {
@@ -66,9 +82,13 @@ impl LeakScan {
         };
         let rest = self.pending.split_off(cut);
         let piece = std::mem::replace(&mut self.pending, rest);
+        if piece.is_empty() {
+            return Ok(());
+        }
         let Ok(ids) = self.tokenizer.encode(&piece, false) else {
             return Ok(());
         };
+        self.fed += ids.len();
         match self.scanner.feed(&ids, std::time::Instant::now()) {
             Some(suspicion) => {
                 (self.on_suspect)(suspicion);

@@ -106,6 +106,8 @@ impl GuardedStream {
                 }
                 match self.check.end() {
                     Ok(()) => {
+                        let rest = self.check.release_all();
+                        self.out.extend(rest);
                         self.phase = Phase::Completed;
                         Ok(())
                     }
@@ -119,7 +121,10 @@ impl GuardedStream {
         let events = std::mem::take(&mut self.events);
         for event in &events {
             match self.check.event(event) {
-                Ok(Some(bytes)) => self.out.push_back(bytes),
+                Ok(Some(bytes)) => {
+                    let ready = self.check.release(bytes);
+                    self.out.extend(ready);
+                }
                 Ok(None) => {}
                 Err(trip) => return self.trip(trip),
             }

@@ -86,6 +86,13 @@ impl ResponseScanner {
         Some(suspicion)
     }
 
+    /// Generated tokens after which a foreign fragment ending at a given token is sure to
+    /// have raised the suspicion: `ngram + min_matches - 1`. A stream that must not leak
+    /// holds its output back by this many tokens.
+    pub fn tokens_to_decide(&self) -> usize {
+        self.store.config.ngram + self.store.config.min_matches.saturating_sub(1)
+    }
+
     /// The suspicion so far: `Some` once `min_matches` distinct foreign n-grams were seen.
     pub fn suspicion(&self) -> Option<LeakSuspicion> {
         (self.matched.len() >= self.store.config.min_matches).then_some(LeakSuspicion {
