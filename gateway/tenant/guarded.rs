@@ -115,10 +115,20 @@ impl<S: LimitStore> GuardedStore<S> {
         }
     }
 
-    fn check<T>(&self, op: &'static str, result: Result<T, StoreError>) -> Option<T> {
+    /// `evidence`: whether this operation had to reach the backend. Decisions a store makes
+    /// locally (an unlimited dimension, releasing a slot it never got from the backend) say
+    /// nothing about the backend's health and must not end a failing period.
+    fn check<T>(
+        &self,
+        op: &'static str,
+        evidence: bool,
+        result: Result<T, StoreError>,
+    ) -> Option<T> {
         match result {
             Ok(value) => {
-                self.ok();
+                if evidence {
+                    self.ok();
+                }
                 Some(value)
             }
             Err(error) => {
@@ -148,7 +158,9 @@ impl<S: LimitStore> LimitStore for GuardedStore<S> {
     ) -> BoxFuture<'a, Result<Decision, StoreError>> {
         async move {
             let result = self.inner.reserve(tenant, limits, tokens).await;
-            Ok(match self.check("reserve", result) {
+            let evidence =
+                limits.requests_per_minute.is_some() || limits.tokens_per_minute.is_some();
+            Ok(match self.check("reserve", evidence, result) {
                 Some(decision) => decision,
                 None => match self.policy {
                     FailurePolicy::FailOpen => Decision::allow_unlimited(limits),
@@ -171,7 +183,8 @@ impl<S: LimitStore> LimitStore for GuardedStore<S> {
         async move {
             // A lost settlement leaves the reservation charged as made: counted, not fatal.
             let result = self.inner.settle(tenant, limits, reserved, actual).await;
-            self.check("settle", result);
+            let evidence = limits.tokens_per_minute.is_some() && reserved != actual;
+            self.check("settle", evidence, result);
             Ok(())
         }
         .boxed()
@@ -184,8 +197,11 @@ impl<S: LimitStore> LimitStore for GuardedStore<S> {
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         async move {
             let result = self.inner.acquire_slot(tenant, limits).await;
+            let evidence = limits.max_concurrent.is_some();
+            // Fail-closed refuses the slot, so the client sees a concurrency 429 rather than
+            // StoreUnavailable; either way nothing was taken.
             Ok(self
-                .check("acquire_slot", result)
+                .check("acquire_slot", evidence, result)
                 .unwrap_or(self.policy == FailurePolicy::FailOpen))
         }
         .boxed()
@@ -195,7 +211,8 @@ impl<S: LimitStore> LimitStore for GuardedStore<S> {
         async move {
             // A lost release is reclaimed by the backend's lease expiry.
             let result = self.inner.release_slot(tenant).await;
-            self.check("release_slot", result);
+            // Never evidence: a slot granted by the fail-open policy is released locally.
+            self.check("release_slot", false, result);
             Ok(())
         }
         .boxed()

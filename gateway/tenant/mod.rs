@@ -31,7 +31,9 @@ mod redis;
 use futures_util::future::BoxFuture;
 use std::time::Duration;
 
-pub use guarded::{describe_metrics, FailurePolicy, GuardedStore, STORE_ERRORS_TOTAL, STORE_HEALTHY};
+pub use guarded::{
+    describe_metrics, FailurePolicy, GuardedStore, STORE_ERRORS_TOTAL, STORE_HEALTHY,
+};
 pub use memory::MemoryStore;
 pub use permit::{Admission, Limiter, TenantPermit};
 pub use redis::{RedisOptions, RedisStore};

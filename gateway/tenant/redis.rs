@@ -32,8 +32,14 @@ use tokio::task::JoinHandle;
 
 use super::{Decision, Denied, LimitStore, StoreError, TenantLimits};
 
-const RESERVE: &str = concat!(include_str!("lua/bucket.lua"), include_str!("lua/reserve.lua"));
-const SETTLE: &str = concat!(include_str!("lua/bucket.lua"), include_str!("lua/settle.lua"));
+const RESERVE: &str = concat!(
+    include_str!("lua/bucket.lua"),
+    include_str!("lua/reserve.lua")
+);
+const SETTLE: &str = concat!(
+    include_str!("lua/bucket.lua"),
+    include_str!("lua/settle.lua")
+);
 const ACQUIRE: &str = include_str!("lua/acquire.lua");
 const RENEW: &str = include_str!("lua/renew.lua");
 
@@ -221,7 +227,8 @@ impl Inner {
             .arg(arg(limits.requests_per_minute.map(u64::from)))
             .arg(arg(limits.tokens_per_minute))
             .arg(tokens);
-        let reply: Vec<i64> = bounded(self.options.op_timeout, call.invoke_async(&mut conn)).await?;
+        let reply: Vec<i64> =
+            bounded(self.options.op_timeout, call.invoke_async(&mut conn)).await?;
         let [denied, retry, req_left, req_reset, tok_left, tok_reset] = reply[..] else {
             return Err(StoreError::Protocol(format!(
                 "reserve returned {} values",
@@ -287,7 +294,10 @@ impl Inner {
         if got == 1 {
             // Recorded only after Redis said yes: a timed-out acquire leaves no local lease,
             // and the remote one (if it landed) expires unrenewed.
-            self.leases.entry(Arc::from(tenant)).or_default().push(lease);
+            self.leases
+                .entry(Arc::from(tenant))
+                .or_default()
+                .push(lease);
         }
         Ok(got == 1)
     }
