@@ -39,6 +39,7 @@ pub mod rescue;
 pub mod routing;
 pub mod server;
 pub mod sim;
+pub mod tenant;
 pub mod tokenize;
 pub mod upstream;
 

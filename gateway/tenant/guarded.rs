@@ -1,0 +1,228 @@
+//! The failure policy around a limit store.
+//!
+//! A limit store is a dependency the gateway can outlive (Redis restarts, a network
+//! partition). [`GuardedStore`] never returns an error: it answers by the policy instead,
+//! counts every failure, and logs only on health *transitions* (healthy → failing → healthy),
+//! so a dead Redis under load produces two log lines, not one per request.
+
+use futures_util::future::{BoxFuture, FutureExt};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::{Decision, Denied, LimitStore, StoreError, TenantLimits};
+
+/// Limit-store failures, by backend (counter).
+pub const STORE_ERRORS_TOTAL: &str = "kvgate_limit_store_errors_total";
+/// 1 while the limit store answers, 0 after a failure until it answers again (gauge).
+pub const STORE_HEALTHY: &str = "kvgate_limit_store_healthy";
+
+/// Describe this module's metrics once at startup (next to `metrics::describe_all`).
+pub fn describe_metrics() {
+    metrics::describe_counter!(STORE_ERRORS_TOTAL, "Limit store failures by backend");
+    metrics::describe_gauge!(STORE_HEALTHY, "1 if the limit store answers");
+}
+
+/// How long a fail-closed refusal tells the client to wait: long enough not to hammer a
+/// failing store, short enough to notice its recovery.
+const FAIL_CLOSED_RETRY: Duration = Duration::from_secs(1);
+
+/// What to do when the limit store cannot answer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// Admit (limits are not enforced while the store is down): availability first.
+    #[default]
+    FailOpen,
+    /// Refuse with 429 [`Denied::StoreUnavailable`]: protection first.
+    FailClosed,
+}
+
+/// A store wrapped with a [`FailurePolicy`]; its methods never return `Err`.
+pub struct GuardedStore<S> {
+    inner: S,
+    policy: FailurePolicy,
+    healthy: AtomicBool,
+    errors: AtomicU64,
+    transitions: AtomicU64,
+}
+
+// === impl GuardedStore ===
+
+impl<S: LimitStore> GuardedStore<S> {
+    /// Wrap `inner`; it starts out healthy.
+    pub fn new(inner: S, policy: FailurePolicy) -> Self {
+        metrics::gauge!(STORE_HEALTHY, "backend" => inner.backend()).set(1.0);
+        Self {
+            inner,
+            policy,
+            healthy: AtomicBool::new(true),
+            errors: AtomicU64::new(0),
+            transitions: AtomicU64::new(0),
+        }
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// The configured policy.
+    pub fn policy(&self) -> FailurePolicy {
+        self.policy
+    }
+
+    /// Whether the last operation succeeded.
+    pub fn is_healthy(&self) -> bool {
+        self.healthy.load(Ordering::Acquire)
+    }
+
+    /// Failures seen since construction.
+    pub fn error_count(&self) -> u64 {
+        self.errors.load(Ordering::Acquire)
+    }
+
+    /// Health transitions (each one logged once) since construction.
+    pub fn transitions(&self) -> u64 {
+        self.transitions.load(Ordering::Acquire)
+    }
+
+    fn ok(&self) {
+        // One relaxed load on the healthy path; the swap only runs after a failure.
+        if !self.healthy.load(Ordering::Relaxed) && !self.healthy.swap(true, Ordering::AcqRel) {
+            self.transitions.fetch_add(1, Ordering::AcqRel);
+            let backend = self.inner.backend();
+            metrics::gauge!(STORE_HEALTHY, "backend" => backend).set(1.0);
+            tracing::info!(backend, "limit store recovered; enforcing limits again");
+        }
+    }
+
+    fn failed(&self, op: &'static str, error: &StoreError) {
+        let backend = self.inner.backend();
+        self.errors.fetch_add(1, Ordering::AcqRel);
+        metrics::counter!(STORE_ERRORS_TOTAL, "backend" => backend).increment(1);
+        if self.healthy.swap(false, Ordering::AcqRel) {
+            self.transitions.fetch_add(1, Ordering::AcqRel);
+            metrics::gauge!(STORE_HEALTHY, "backend" => backend).set(0.0);
+            tracing::warn!(
+                backend,
+                op,
+                %error,
+                policy = ?self.policy,
+                "limit store failing; applying the failure policy until it answers again"
+            );
+        } else {
+            tracing::debug!(backend, op, %error, "limit store still failing");
+        }
+    }
+
+    /// `evidence`: whether this operation had to reach the backend. Decisions a store makes
+    /// locally (an unlimited dimension, releasing a slot it never got from the backend) say
+    /// nothing about the backend's health and must not end a failing period.
+    fn check<T>(
+        &self,
+        op: &'static str,
+        evidence: bool,
+        result: Result<T, StoreError>,
+    ) -> Option<T> {
+        match result {
+            Ok(value) => {
+                if evidence {
+                    self.ok();
+                }
+                Some(value)
+            }
+            Err(error) => {
+                self.failed(op, &error);
+                None
+            }
+        }
+    }
+}
+
+impl<S> fmt::Debug for GuardedStore<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GuardedStore")
+            .field("policy", &self.policy)
+            .field("healthy", &self.healthy)
+            .field("errors", &self.errors)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: LimitStore> LimitStore for GuardedStore<S> {
+    fn reserve<'a>(
+        &'a self,
+        tenant: &'a str,
+        limits: &'a TenantLimits,
+        tokens: u64,
+    ) -> BoxFuture<'a, Result<Decision, StoreError>> {
+        async move {
+            let result = self.inner.reserve(tenant, limits, tokens).await;
+            let evidence =
+                limits.requests_per_minute.is_some() || limits.tokens_per_minute.is_some();
+            Ok(match self.check("reserve", evidence, result) {
+                Some(decision) => decision,
+                None => match self.policy {
+                    FailurePolicy::FailOpen => Decision::allow_unlimited(limits),
+                    FailurePolicy::FailClosed => {
+                        Decision::deny(limits, Denied::StoreUnavailable, FAIL_CLOSED_RETRY)
+                    }
+                },
+            })
+        }
+        .boxed()
+    }
+
+    fn settle<'a>(
+        &'a self,
+        tenant: &'a str,
+        limits: &'a TenantLimits,
+        reserved: u64,
+        actual: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        async move {
+            // A lost settlement leaves the reservation charged as made: counted, not fatal.
+            let result = self.inner.settle(tenant, limits, reserved, actual).await;
+            let evidence = limits.tokens_per_minute.is_some() && reserved != actual;
+            self.check("settle", evidence, result);
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn acquire_slot<'a>(
+        &'a self,
+        tenant: &'a str,
+        limits: &'a TenantLimits,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        async move {
+            let result = self.inner.acquire_slot(tenant, limits).await;
+            let evidence = limits.max_concurrent.is_some();
+            // Fail-closed refuses the slot, so the client sees a concurrency 429 rather than
+            // StoreUnavailable; either way nothing was taken.
+            Ok(self
+                .check("acquire_slot", evidence, result)
+                .unwrap_or(self.policy == FailurePolicy::FailOpen))
+        }
+        .boxed()
+    }
+
+    fn release_slot<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        async move {
+            // A lost release is reclaimed by the backend's lease expiry.
+            let result = self.inner.release_slot(tenant).await;
+            // Never evidence: a slot granted by the fail-open policy is released locally.
+            self.check("release_slot", false, result);
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+
+    fn completes_inline(&self) -> bool {
+        self.inner.completes_inline()
+    }
+}
