@@ -226,3 +226,112 @@ impl<S: LimitStore> LimitStore for GuardedStore<S> {
         self.inner.completes_inline()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::future;
+    use std::sync::atomic::AtomicBool;
+
+    /// A backend that fails while `down` is set.
+    #[derive(Default)]
+    struct Flaky {
+        down: AtomicBool,
+    }
+
+    impl Flaky {
+        fn answer<T: Send + 'static>(&self, value: T) -> BoxFuture<'_, Result<T, StoreError>> {
+            let result = if self.down.load(Ordering::Acquire) {
+                Err(StoreError::Timeout(Duration::from_millis(1)))
+            } else {
+                Ok(value)
+            };
+            future::ready(result).boxed()
+        }
+    }
+
+    impl LimitStore for Flaky {
+        fn reserve<'a>(
+            &'a self,
+            _: &'a str,
+            limits: &'a TenantLimits,
+            _: u64,
+        ) -> BoxFuture<'a, Result<Decision, StoreError>> {
+            self.answer(Decision::allow_unlimited(limits))
+        }
+        fn settle<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a TenantLimits,
+            _: u64,
+            _: u64,
+        ) -> BoxFuture<'a, Result<(), StoreError>> {
+            self.answer(())
+        }
+        fn acquire_slot<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a TenantLimits,
+        ) -> BoxFuture<'a, Result<bool, StoreError>> {
+            self.answer(true)
+        }
+        fn release_slot<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+            self.answer(())
+        }
+        fn backend(&self) -> &'static str {
+            "flaky"
+        }
+    }
+
+    const LIMITS: TenantLimits = TenantLimits {
+        requests_per_minute: Some(10),
+        tokens_per_minute: None,
+        max_concurrent: None,
+    };
+
+    fn reserve(store: &GuardedStore<Flaky>) -> Decision {
+        store
+            .reserve("t", &LIMITS, 1)
+            .now_or_never()
+            .and_then(Result::ok)
+            .expect("a guarded store answers at once and never fails")
+    }
+
+    #[test]
+    fn policy_counts_and_transitions_are_exported() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            let open = GuardedStore::new(Flaky::default(), FailurePolicy::FailOpen);
+            assert!(reserve(&open).allowed);
+            open.inner().down.store(true, Ordering::Release);
+            for _ in 0..3 {
+                let d = reserve(&open);
+                assert!(d.allowed);
+                assert_eq!(d.remaining_requests, None);
+            }
+            assert!(!open.is_healthy());
+            assert_eq!((open.error_count(), open.transitions()), (3, 1));
+            let rendered = handle.render();
+            assert!(rendered.contains("kvgate_limit_store_errors_total{backend=\"flaky\"} 3"));
+            assert!(rendered.contains("kvgate_limit_store_healthy{backend=\"flaky\"} 0"));
+
+            // A local-only success (release) is no evidence; a real answer is.
+            open.inner().down.store(false, Ordering::Release);
+            let _ = open.release_slot("t").now_or_never();
+            assert!(!open.is_healthy());
+            reserve(&open);
+            assert!(open.is_healthy());
+            assert_eq!(open.transitions(), 2);
+            assert!(handle
+                .render()
+                .contains("kvgate_limit_store_healthy{backend=\"flaky\"} 1"));
+
+            let closed = GuardedStore::new(Flaky::default(), FailurePolicy::FailClosed);
+            closed.inner().down.store(true, Ordering::Release);
+            let d = reserve(&closed);
+            assert_eq!(d.denied_by, Some(Denied::StoreUnavailable));
+            assert_eq!(d.retry_after, FAIL_CLOSED_RETRY);
+        });
+    }
+}

@@ -191,3 +191,27 @@ impl Drop for TenantPermit {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tenant::MemoryStore;
+    use futures_util::FutureExt;
+
+    #[test]
+    fn memory_permit_releases_without_a_runtime() {
+        let store = Arc::new(MemoryStore::new());
+        let limiter = Limiter::from_arc(store.clone());
+        let limits = TenantLimits {
+            max_concurrent: Some(1),
+            ..TenantLimits::UNLIMITED
+        };
+        let admission = limiter.admit("t", &limits, 0).now_or_never();
+        let Some(Ok(Admission::Admitted(permit))) = admission else {
+            panic!("admitted");
+        };
+        assert_eq!(store.slots_in_use("t"), 1);
+        drop(permit);
+        assert_eq!(store.slots_in_use("t"), 0);
+    }
+}
