@@ -14,7 +14,9 @@ use crate::auth::ApiKeys;
 use crate::check::CapacityReport;
 use crate::config::Config;
 use crate::dispatch::DispatchLimits;
+use crate::config::{LimitsBackend, LimitsFailurePolicy};
 use crate::guard::GuardState;
+use crate::tenant::{FailurePolicy, GuardedStore, Limiter, MemoryStore, RedisStore};
 use crate::isolate::IsolationState;
 use crate::routing::{discover_all, Router};
 use crate::server::{self, Shutdown, ShutdownTrigger, TlsError};
@@ -48,6 +50,8 @@ pub enum StartError {
         model: String,
         source: TokenizeError,
     },
+    #[error("{0}")]
+    Limits(String),
     #[error("cannot open the audit log: {0}")]
     Audit(std::io::Error),
     #[error("admission.strict is set and the configuration is mismatched:\n{0}")]
@@ -85,6 +89,7 @@ pub struct Gateway {
     isolation: Arc<IsolationState>,
     audit: AuditLog,
     keys: ApiKeys,
+    limiter: Limiter,
 }
 
 /// Re-reads the config file and swaps in its tenants and keys (SIGHUP, admin `POST /reload`).
@@ -162,6 +167,8 @@ impl Gateway {
             isolation,
             audit,
             keys,
+            // Redis, when configured, is connected in `start` (it needs the runtime).
+            limiter: Limiter::new(MemoryStore::new()),
         })
     }
 
@@ -184,6 +191,7 @@ impl Gateway {
             admission: self.admission.clone(),
             guard: self.guard.clone(),
             isolation: self.isolation.clone(),
+            limiter: self.limiter.clone(),
             audit: self.audit.clone(),
             upstream: self.upstream.clone(),
             max_body_bytes: usize::try_from(self.config.server.max_body_bytes.as_u64())
@@ -192,6 +200,24 @@ impl Gateway {
                 max_response_bytes: MAX_RESPONSE_BYTES,
             },
         }
+    }
+
+    /// Connect the Redis limit store when `[limits] backend = "redis"`.
+    pub async fn connect_limits(&mut self) -> Result<(), StartError> {
+        let limits = &self.config.limits;
+        if limits.backend != LimitsBackend::Redis {
+            return Ok(());
+        }
+        let url = limits.redis_url.clone().unwrap_or_default();
+        let store = RedisStore::connect(&url, &limits.key_prefix)
+            .await
+            .map_err(|e| StartError::Limits(format!("cannot connect to Redis at {url} (limits.redis_url): {e}")))?;
+        let policy = match limits.failure_policy {
+            LimitsFailurePolicy::FailOpen => FailurePolicy::FailOpen,
+            LimitsFailurePolicy::FailClosed => FailurePolicy::FailClosed,
+        };
+        self.limiter = Limiter::new(GuardedStore::new(store, policy));
+        Ok(())
     }
 
     /// Bind the configured addresses and start.
@@ -211,10 +237,11 @@ impl Gateway {
     /// Capacity is discovered once before the first request is accepted, so workers with
     /// only discovered capacity are eligible from the start; then on an interval.
     pub async fn start(
-        self,
+        mut self,
         data: TcpListener,
         admin: TcpListener,
     ) -> Result<RunningGateway, StartError> {
+        self.connect_limits().await?;
         let tls = match &self.config.server.tls {
             Some(t) => Some(server::tls_acceptor(&t.cert, &t.key)?),
             None => None,

@@ -40,6 +40,11 @@ pub enum GatewayError {
     /// Admission refused the prompt (I2): no pool could hold it.
     #[error(transparent)]
     ContextLengthExceeded(Box<crate::admission::PromptTooLong>),
+    /// A tenant limit refused the request (429, or 400 when it can never fit).
+    #[error("{}", rate_limit_message(decision))]
+    RateLimited {
+        decision: Box<crate::tenant::Decision>,
+    },
     #[error("Tenant `{tenant}` may not use model `{model}`.")]
     ModelNotAllowed { tenant: String, model: String },
     #[error("Request body is larger than the limit of {limit} bytes")]
@@ -97,6 +102,17 @@ pub enum GatewayError {
     Internal(String),
 }
 
+fn rate_limit_message(decision: &crate::tenant::Decision) -> String {
+    use crate::tenant::Denied;
+    match decision.denied_by {
+        Some(Denied::Requests) => "Rate limit reached for requests per minute; retry after the Retry-After delay.".into(),
+        Some(Denied::Tokens) => "Rate limit reached for tokens per minute; retry after the Retry-After delay.".into(),
+        Some(Denied::TokensOverBudget) => "This request needs more tokens than this tenant's whole per-minute budget; lower max_tokens or shorten the prompt.".into(),
+        Some(Denied::Concurrency) => "Too many concurrent requests for this tenant; retry when one finishes.".into(),
+        Some(Denied::StoreUnavailable) | None => "Rate limits cannot be checked right now; retry shortly.".into(),
+    }
+}
+
 impl From<crate::admission::PromptTooLong> for GatewayError {
     fn from(refusal: crate::admission::PromptTooLong) -> Self {
         GatewayError::ContextLengthExceeded(Box::new(refusal))
@@ -122,6 +138,7 @@ impl GatewayError {
             | ModelNotFound { .. }
             | ContextLengthExceeded(_)
             | ModelNotAllowed { .. }
+            | RateLimited { .. }
             | BodyTooLarge { .. }
             | Unauthenticated => ErrorSource::Downstream,
             NoEligibleWorker { .. }
@@ -145,6 +162,10 @@ impl GatewayError {
             BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Unauthenticated => StatusCode::UNAUTHORIZED,
             ModelNotAllowed { .. } => StatusCode::FORBIDDEN,
+            RateLimited { decision } if decision.denied_by == Some(crate::tenant::Denied::TokensOverBudget) => {
+                StatusCode::BAD_REQUEST
+            }
+            RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             NoEligibleWorker { .. } | Draining => StatusCode::SERVICE_UNAVAILABLE,
             UpstreamUnavailable { .. } | UpstreamProtocol { .. } => StatusCode::BAD_GATEWAY,
             UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
@@ -177,6 +198,10 @@ impl GatewayError {
             | BodyTooLarge { .. } => "invalid_request_error",
             Unauthenticated => "authentication_error",
             ModelNotAllowed { .. } => "permission_error",
+            RateLimited { decision } if decision.denied_by == Some(crate::tenant::Denied::TokensOverBudget) => {
+                "invalid_request_error"
+            }
+            RateLimited { .. } => "rate_limit_error",
             UpstreamStatus { status, .. } if status.is_client_error() => "invalid_request_error",
             UpstreamAborted {
                 status: Some(status),
@@ -205,6 +230,12 @@ impl GatewayError {
             BodyTooLarge { .. } => "request_too_large",
             Unauthenticated => "invalid_api_key",
             ModelNotAllowed { .. } => "model_not_allowed",
+            RateLimited { decision } => match decision.denied_by {
+                Some(crate::tenant::Denied::TokensOverBudget) => "tokens_exceed_rate_limit",
+                Some(crate::tenant::Denied::Concurrency) => "concurrency_limit_exceeded",
+                Some(crate::tenant::Denied::StoreUnavailable) => "rate_limit_unavailable",
+                _ => "rate_limit_exceeded",
+            },
             NoEligibleWorker { .. } => "no_eligible_worker",
             Draining => "draining",
             UpstreamUnavailable { .. } => "upstream_unavailable",
@@ -251,6 +282,13 @@ impl GatewayError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        if let GatewayError::RateLimited { decision } = &self {
+            crate::rate_limit::insert_headers(headers, decision);
+            let secs = decision.retry_after.as_secs_f64().ceil().max(1.0) as u64;
+            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                headers.insert(header::RETRY_AFTER, v);
+            }
+        }
         if matches!(self, GatewayError::Unauthenticated) {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }

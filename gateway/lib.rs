@@ -34,6 +34,7 @@ pub mod isolate;
 pub mod isolation;
 pub mod metrics;
 pub mod policy;
+pub mod rate_limit;
 pub mod read_body;
 pub mod rescue;
 pub mod routing;
@@ -66,13 +67,14 @@ use crate::error::GatewayError;
 use crate::guard::{GuardLayer, GuardState};
 use crate::isolate::{Isolate, IsolationState};
 use crate::policy::TenantRules;
+use crate::rate_limit::RateLimitLayer;
 use crate::read_body::ReadBody;
 use crate::rescue::RescueLayer;
 use crate::routing::{Route, Router};
 use crate::upstream::Upstream;
 
 /// What the data-port stack is built from.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct StackParts {
     pub keys: ApiKeys,
     pub catalog: ModelCatalog,
@@ -80,6 +82,7 @@ pub struct StackParts {
     pub admission: Arc<AdmissionState>,
     pub guard: Arc<GuardState>,
     pub isolation: Arc<IsolationState>,
+    pub limiter: crate::tenant::Limiter,
     pub audit: AuditLog,
     pub upstream: Upstream,
     pub max_body_bytes: usize,
@@ -129,6 +132,9 @@ where
         // Exact token counts against every pool's smallest KV bound: 400 before any byte
         // goes downstream (I2); inserts TokenCount and the admitted pools.
         .layer(AdmitLayer::new(parts.admission))
+        // Tenant RPM/TPM/concurrency: reserves admission's count; the permit lives in the
+        // response body (slot until the stream ends; tokens settled with engine usage).
+        .layer(RateLimitLayer::new(parts.limiter))
         // Pool by weight, then least-loaded eligible workers (I3: unknown capacity never serves).
         .layer(Route::layer(parts.router))
         // Tenant cache namespaces (strip client keys, inject our salt) and prompt

@@ -29,6 +29,8 @@ pub struct TenantPolicy {
     pub models: Option<HashSet<String>>,
     /// Pools it is pinned to (None: any).
     pub pools: Option<HashSet<String>>,
+    /// Rate and concurrency limits.
+    pub limits: crate::tenant::TenantLimits,
 }
 
 impl TenantPolicy {
@@ -40,6 +42,11 @@ impl TenantPolicy {
             max_new_tokens: t.max_new_tokens,
             models: set(&t.models),
             pools: set(&t.pools),
+            limits: crate::tenant::TenantLimits {
+                requests_per_minute: t.requests_per_minute,
+                tokens_per_minute: t.tokens_per_minute,
+                max_concurrent: t.max_concurrent,
+            },
         }
     }
 
@@ -50,6 +57,7 @@ impl TenantPolicy {
             max_new_tokens: None,
             models: None,
             pools: None,
+            limits: crate::tenant::TenantLimits::UNLIMITED,
         }
     }
 

@@ -66,6 +66,9 @@ pub struct Config {
     /// Tenant isolation: cache salts and the leak detector.
     #[serde(default)]
     pub isolation: IsolationConfig,
+    /// Tenant rate and concurrency counters.
+    #[serde(default)]
+    pub limits: LimitsConfig,
     /// The file this was read from; relative paths inside were resolved against its folder.
     #[serde(skip)]
     pub source: PathBuf,
@@ -109,6 +112,47 @@ impl Default for ServerConfig {
 pub struct TlsConfig {
     pub cert: PathBuf,
     pub key: PathBuf,
+}
+
+/// `[limits]`: where tenant rate and concurrency counters live.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// `memory` (this gateway alone) or `redis` (shared by every replica).
+    pub backend: LimitsBackend,
+    /// For `redis`: `redis://host:6379/0` or `unix:///path/redis.sock`.
+    pub redis_url: Option<String>,
+    /// Key prefix in Redis (several deployments can share one Redis).
+    pub key_prefix: String,
+    /// When Redis cannot be reached: `fail_open` (serve, unlimited) or `fail_closed` (429).
+    pub failure_policy: LimitsFailurePolicy,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            backend: LimitsBackend::Memory,
+            redis_url: None,
+            key_prefix: "kvgate".into(),
+            failure_policy: LimitsFailurePolicy::FailOpen,
+        }
+    }
+}
+
+/// Where limit counters live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitsBackend {
+    Memory,
+    Redis,
+}
+
+/// What to do when the limit store fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitsFailurePolicy {
+    FailOpen,
+    FailClosed,
 }
 
 /// `[audit]`
@@ -383,6 +427,16 @@ pub struct TenantConfig {
     /// Pools this tenant is pinned to (empty: any pool of the model).
     #[serde(default)]
     pub pools: Vec<String>,
+    /// Requests per minute (burst: the whole minute at once).
+    #[serde(default)]
+    pub requests_per_minute: Option<u32>,
+    /// Tokens per minute: prompt + max new tokens reserved at admission, settled with the
+    /// engine's reported usage when the response ends.
+    #[serde(default)]
+    pub tokens_per_minute: Option<u64>,
+    /// Requests in flight at once (until the response body ends).
+    #[serde(default)]
+    pub max_concurrent: Option<u32>,
 }
 
 mod http_serde_uri {

@@ -46,6 +46,12 @@ pub fn validate(mut config: Config) -> Result<Config, ConfigError> {
             "ngram, min_matches and max_entries must be at least 1".into(),
         ));
     }
+    if config.limits.backend == super::LimitsBackend::Redis && config.limits.redis_url.is_none() {
+        return Err(invalid(
+            "limits.redis_url".into(),
+            "backend = \"redis\" needs redis_url, e.g. \"redis://10.0.0.9:6379/0\"".into(),
+        ));
+    }
     if config.admission.max_concurrent_counts == Some(0) {
         return Err(invalid(
             "admission.max_concurrent_counts".into(),

@@ -44,6 +44,9 @@ pub struct StreamCheck {
     /// Output held back for the leak scan in block mode: bytes and the scanned-token count
     /// when they arrived.
     held: std::collections::VecDeque<(Bytes, usize)>,
+    /// The engine's usage as last reported: per sample, and a final total.
+    usage: std::collections::BTreeMap<usize, u64>,
+    final_usage: Option<u64>,
 }
 
 impl StreamCheck {
@@ -69,6 +72,8 @@ impl StreamCheck {
             checks: true,
             leak: None,
             held: std::collections::VecDeque::new(),
+            usage: std::collections::BTreeMap::new(),
+            final_usage: None,
         }
     }
 
@@ -94,6 +99,12 @@ impl StreamCheck {
             }
         }
         ready
+    }
+
+    /// The engine's reported usage (prompt + completion tokens), for rate-limit settlement.
+    pub fn usage_total(&self) -> Option<u64> {
+        self.final_usage
+            .or_else(|| (!self.usage.is_empty()).then(|| self.usage.values().sum()))
     }
 
     /// Everything still held (the stream ended and passed).
@@ -177,6 +188,11 @@ impl StreamCheck {
         let index = v.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
         self.seen.insert(index);
         if let Some(meta) = v.get("meta_info") {
+            let used = ["prompt_tokens", "completion_tokens"]
+                .iter()
+                .filter_map(|k| meta.get(*k).and_then(Value::as_u64))
+                .sum::<u64>();
+            self.usage.insert(index, used);
             if inspect::native_finish(meta.get("finish_reason").unwrap_or(&Value::Null))? {
                 self.finished.insert(index);
             }
@@ -209,6 +225,15 @@ impl StreamCheck {
             }
             if let Some(n) = v.pointer("/usage/prompt_tokens").and_then(Value::as_u64) {
                 self.expect.check_prompt_tokens(Some(index), Some(n))?;
+            }
+        }
+        if let Some(total) = v.pointer("/usage/total_tokens").and_then(Value::as_u64) {
+            match choices.and_then(|c| c.first()) {
+                Some(c) => {
+                    let index = c.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+                    self.usage.insert(index, total);
+                }
+                None => self.final_usage = Some(total),
             }
         }
         if choices.is_none_or(|c| c.is_empty()) {

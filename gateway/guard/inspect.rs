@@ -297,6 +297,31 @@ pub fn check_answer(
     }
 }
 
+/// The engine's usage in a whole answer: prompt + completion tokens over all samples.
+pub fn answer_usage(shape: Shape, body: &[u8]) -> Option<u64> {
+    let v = serde_json::from_slice::<Value>(body).ok()?;
+    match shape {
+        Shape::OpenAi => v.pointer("/usage/total_tokens").and_then(Value::as_u64),
+        Shape::Native => {
+            let items: Vec<&Value> = match &v {
+                Value::Array(items) => items.iter().collect(),
+                other => vec![other],
+            };
+            let total = items
+                .iter()
+                .filter_map(|i| i.get("meta_info"))
+                .map(|m| {
+                    ["prompt_tokens", "completion_tokens"]
+                        .iter()
+                        .filter_map(|k| m.get(*k).and_then(Value::as_u64))
+                        .sum::<u64>()
+                })
+                .sum();
+            Some(total)
+        }
+    }
+}
+
 /// The generated texts of a whole answer (for the leak scan).
 pub fn answer_texts(shape: Shape, body: &[u8]) -> Vec<String> {
     let Ok(v) = serde_json::from_slice::<Value>(body) else {

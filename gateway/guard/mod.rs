@@ -36,6 +36,7 @@ use crate::config::{Config, GuardConfig, LeakMode};
 use crate::error::GatewayError;
 use crate::isolate::{FingerprintJob, IsolationState};
 use crate::metrics;
+use crate::rate_limit::UsageCell;
 use crate::routing::RoutePlan;
 use check_stream::{StreamCheck, UsageRewrite};
 use inspect::{Expectation, Markers, Shape, Trip};
@@ -302,6 +303,7 @@ where
                 pool_guard.config.prompt_tokens_tolerance
             };
             let count = request.extensions().get::<TokenCount>().cloned();
+            let usage = request.extensions().get::<UsageCell>().cloned();
             let mut fields = Map::new();
             fields.insert("pool".into(), Value::from(pool.clone()));
             fields.insert("endpoint".into(), Value::from(endpoint.label()));
@@ -390,6 +392,9 @@ where
                         }
                     }
                 }
+                if let (Some(cell), Some(total)) = (&usage, inspect::answer_usage(shape, &bytes)) {
+                    cell.set(total);
+                }
                 return Ok(Response::from_parts(parts, body::full(bytes)));
             }
             let mut check =
@@ -398,7 +403,7 @@ where
             if !checks {
                 check = check.without_checks();
             }
-            let mut guarded = GuardedStream::new(body, check, report.clone());
+            let mut guarded = GuardedStream::new(body, check, report.clone()).with_usage(usage);
             if let Err(trip) = guarded.prime(pool_guard.config.first_event_timeout).await {
                 return Err(report.record(&trip).into());
             }

@@ -11,6 +11,7 @@ use super::check_stream::StreamCheck;
 use super::inspect::Trip;
 use super::sse::{SseEvent, SseReframer};
 use super::TripReport;
+use crate::rate_limit::UsageCell;
 use crate::body::{self, BoxBody, BoxError};
 
 /// How a guarded stream ended, for the outcome count (I6).
@@ -33,6 +34,7 @@ pub struct GuardedStream {
     delivered: bool,
     report: TripReport,
     events: Vec<SseEvent>,
+    usage: Option<UsageCell>,
 }
 
 impl GuardedStream {
@@ -48,7 +50,14 @@ impl GuardedStream {
             delivered: false,
             report,
             events: Vec::new(),
+            usage: None,
         }
+    }
+
+    /// Report the engine's usage here when the stream completes (rate-limit settlement).
+    pub fn with_usage(mut self, usage: Option<UsageCell>) -> Self {
+        self.usage = usage;
+        self
     }
 
     /// Read until the first data event has been checked (or the stream ended), within
@@ -108,6 +117,9 @@ impl GuardedStream {
                     Ok(()) => {
                         let rest = self.check.release_all();
                         self.out.extend(rest);
+                        if let (Some(cell), Some(total)) = (&self.usage, self.check.usage_total()) {
+                            cell.set(total);
+                        }
                         self.phase = Phase::Completed;
                         Ok(())
                     }
