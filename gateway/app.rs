@@ -13,13 +13,13 @@ use crate::audit::AuditLog;
 use crate::auth::ApiKeys;
 use crate::check::CapacityReport;
 use crate::config::Config;
-use crate::dispatch::DispatchLimits;
 use crate::config::{LimitsBackend, LimitsFailurePolicy};
+use crate::dispatch::DispatchLimits;
 use crate::guard::GuardState;
-use crate::tenant::{FailurePolicy, GuardedStore, Limiter, MemoryStore, RedisStore};
 use crate::isolate::IsolationState;
 use crate::routing::{discover_all, Router};
 use crate::server::{self, Shutdown, ShutdownTrigger, TlsError};
+use crate::tenant::{FailurePolicy, GuardedStore, Limiter, MemoryStore, RedisStore};
 use crate::tokenize::{ModelTokenizer, TokenizeError};
 use crate::upstream::Upstream;
 use crate::{build_stack, StackParts};
@@ -211,7 +211,11 @@ impl Gateway {
         let url = limits.redis_url.clone().unwrap_or_default();
         let store = RedisStore::connect(&url, &limits.key_prefix)
             .await
-            .map_err(|e| StartError::Limits(format!("cannot connect to Redis at {url} (limits.redis_url): {e}")))?;
+            .map_err(|e| {
+                StartError::Limits(format!(
+                    "cannot connect to Redis at {url} (limits.redis_url): {e}"
+                ))
+            })?;
         let policy = match limits.failure_policy {
             LimitsFailurePolicy::FailOpen => FailurePolicy::FailOpen,
             LimitsFailurePolicy::FailClosed => FailurePolicy::FailClosed,

@@ -162,7 +162,9 @@ impl GatewayError {
             BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Unauthenticated => StatusCode::UNAUTHORIZED,
             ModelNotAllowed { .. } => StatusCode::FORBIDDEN,
-            RateLimited { decision } if decision.denied_by == Some(crate::tenant::Denied::TokensOverBudget) => {
+            RateLimited { decision }
+                if decision.denied_by == Some(crate::tenant::Denied::TokensOverBudget) =>
+            {
                 StatusCode::BAD_REQUEST
             }
             RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -198,7 +200,9 @@ impl GatewayError {
             | BodyTooLarge { .. } => "invalid_request_error",
             Unauthenticated => "authentication_error",
             ModelNotAllowed { .. } => "permission_error",
-            RateLimited { decision } if decision.denied_by == Some(crate::tenant::Denied::TokensOverBudget) => {
+            RateLimited { decision }
+                if decision.denied_by == Some(crate::tenant::Denied::TokensOverBudget) =>
+            {
                 "invalid_request_error"
             }
             RateLimited { .. } => "rate_limit_error",

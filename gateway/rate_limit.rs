@@ -69,12 +69,21 @@ pub fn insert_headers(headers: &mut HeaderMap, d: &Decision) {
     };
     if let Some(limit) = d.limit_requests {
         put("x-ratelimit-limit-requests", limit.to_string());
-        put("x-ratelimit-remaining-requests", d.remaining_requests.unwrap_or(0).to_string());
-        put("x-ratelimit-reset-requests", duration_header(d.reset_requests));
+        put(
+            "x-ratelimit-remaining-requests",
+            d.remaining_requests.unwrap_or(0).to_string(),
+        );
+        put(
+            "x-ratelimit-reset-requests",
+            duration_header(d.reset_requests),
+        );
     }
     if let Some(limit) = d.limit_tokens {
         put("x-ratelimit-limit-tokens", limit.to_string());
-        put("x-ratelimit-remaining-tokens", d.remaining_tokens.unwrap_or(0).to_string());
+        put(
+            "x-ratelimit-remaining-tokens",
+            d.remaining_tokens.unwrap_or(0).to_string(),
+        );
         put("x-ratelimit-reset-tokens", duration_header(d.reset_tokens));
     }
 }
@@ -95,7 +104,10 @@ impl RateLimitLayer {
 impl<S> Layer<S> for RateLimitLayer {
     type Service = RateLimit<S>;
     fn layer(&self, inner: S) -> RateLimit<S> {
-        RateLimit { inner, limiter: self.limiter.clone() }
+        RateLimit {
+            inner,
+            limiter: self.limiter.clone(),
+        }
     }
 }
 
@@ -110,7 +122,10 @@ pub struct RateLimit<S> {
 
 impl<S> Service<Request<Bytes>> for RateLimit<S>
 where
-    S: Service<Request<Bytes>, Response = Response<BoxBody>, Error = BoxError> + Clone + Send + 'static,
+    S: Service<Request<Bytes>, Response = Response<BoxBody>, Error = BoxError>
+        + Clone
+        + Send
+        + 'static,
     S::Future: Send,
 {
     type Response = Response<BoxBody>;
@@ -132,16 +147,20 @@ where
             if limits == TenantLimits::UNLIMITED {
                 return inner.oneshot(request).await;
             }
-            let tokens = request
-                .extensions()
-                .get::<TokenCount>()
-                .map_or(0, |c| c.prompt_total() + c.max_new_tokens.iter().sum::<u64>());
+            let tokens = request.extensions().get::<TokenCount>().map_or(0, |c| {
+                c.prompt_total() + c.max_new_tokens.iter().sum::<u64>()
+            });
             let permit = match limiter.admit(auth.tenant.clone(), &limits, tokens).await {
                 Ok(Admission::Admitted(permit)) => permit,
                 Ok(Admission::Denied(decision)) => {
-                    return Err(GatewayError::RateLimited { decision: Box::new(decision) }.into());
+                    return Err(GatewayError::RateLimited {
+                        decision: Box::new(decision),
+                    }
+                    .into());
                 }
-                Err(e) => return Err(GatewayError::Internal(format!("rate limit store: {e}")).into()),
+                Err(e) => {
+                    return Err(GatewayError::Internal(format!("rate limit store: {e}")).into())
+                }
             };
             let usage = UsageCell::default();
             request.extensions_mut().insert(usage.clone());
@@ -149,7 +168,10 @@ where
             let (mut parts, body) = response.into_parts();
             insert_headers(&mut parts.headers, permit.decision());
             let settle = Settle { permit, usage };
-            Ok(Response::from_parts(parts, body::boxed(GuardBody::new(body, settle))))
+            Ok(Response::from_parts(
+                parts,
+                body::boxed(GuardBody::new(body, settle)),
+            ))
         })
     }
 }

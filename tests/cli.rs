@@ -102,3 +102,95 @@ async fn demo_serves_both_pools_on_loopback() {
     assert_eq!(ready.status, 200, "{}", ready.text());
     demo.shutdown().await;
 }
+
+/// `kvgate serve` as a real process: SIGHUP reloads tenants (a revoked key stops working
+/// without a restart) and SIGTERM drains and exits 0.
+#[cfg(unix)]
+#[test]
+fn serve_reloads_keys_on_sighup_and_exits_cleanly_on_sigterm() {
+    use std::io::{BufRead, BufReader};
+    let dir = std::env::temp_dir().join(format!("kvgate-sighup-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("kvgate.toml");
+    let write = |keys: &[&str]| {
+        let hashes: Vec<String> = keys
+            .iter()
+            .map(|k| format!("\"{}\"", kvgate::auth::hash_key(k)))
+            .collect();
+        let text = format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndrain_timeout = \"2s\"\n[audit]\nsink = \"none\"\n[[models]]\nname = \"qwen3\"\ntokenizer = \"{root}/config/tokenizers/qwen3/tokenizer.json\"\ncontext_window = 4096\n[[pools]]\nname = \"u\"\nmodel = \"qwen3\"\nengine = \"sglang\"\nmode = \"unified\"\nworkers = [{{ url = \"http://127.0.0.1:9\", kv_tokens = 4096 }}]\n[[tenants]]\nname = \"t\"\napi_key_sha256 = [{}]\n",
+            hashes.join(", "),
+            root = repo().display()
+        );
+        std::fs::write(&config, text).unwrap();
+    };
+    write(&["sk-one", "sk-two"]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kvgate"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn kvgate serve");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("kvgate exited before listening")
+            .unwrap();
+        if let Some(rest) = line.split("data_addr=").nth(1) {
+            break rest
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .trim_matches('"')
+                .to_owned();
+        }
+    };
+    // Drain the rest of stderr so the child never blocks on a full pipe.
+    let reader =
+        std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>().join("\n"));
+    let status_of = |key: &str| -> u16 {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            get(&format!("http://{addr}/v1/models"), Some(key))
+                .await
+                .status
+                .as_u16()
+        })
+    };
+    assert_eq!(status_of("sk-one"), 200);
+    write(&["sk-two"]);
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while status_of("sk-one") != 401 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "SIGHUP did not revoke the key"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(status_of("sk-two"), 200);
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let exit = child.wait().unwrap();
+    assert!(exit.success(), "{exit:?}");
+    let log = reader.join().unwrap();
+    assert!(log.contains("reloaded tenants and API keys"), "{log}");
+    assert!(
+        !log.contains("sk-one") && !log.contains("sk-two"),
+        "keys never reach the log"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

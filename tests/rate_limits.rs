@@ -47,20 +47,42 @@ fn small() -> serde_json::Value {
 #[tokio::test]
 async fn requests_per_minute_answer_429_with_retry_after_and_ratelimit_headers() {
     let engine = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
-    let gw = gateway(&config(&unified_pool("u", &[worker(&engine, None)]), "", "requests_per_minute = 3")).await;
+    let gw = gateway(&config(
+        &unified_pool("u", &[worker(&engine, None)]),
+        "",
+        "requests_per_minute = 3",
+    ))
+    .await;
     let url = format!("http://{}/generate", gw.data_addr());
     for i in 0..3 {
         let r = post(&url, Some("sk-metered"), &small()).await;
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(r.headers["x-ratelimit-limit-requests"], "3");
-        assert_eq!(r.headers["x-ratelimit-remaining-requests"], (2 - i).to_string().as_str());
+        assert_eq!(
+            r.headers["x-ratelimit-remaining-requests"],
+            (2 - i).to_string().as_str()
+        );
     }
     let r = post(&url, Some("sk-metered"), &small()).await;
-    assert_eq!((r.status.as_u16(), error_code(&r).as_str()), (429, "rate_limit_exceeded"));
-    assert!(r.headers["retry-after"].to_str().unwrap().parse::<u64>().unwrap() >= 1);
+    assert_eq!(
+        (r.status.as_u16(), error_code(&r).as_str()),
+        (429, "rate_limit_exceeded")
+    );
+    assert!(
+        r.headers["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            >= 1
+    );
     assert_eq!(r.headers["x-ratelimit-remaining-requests"], "0");
     assert!(r.headers.contains_key("x-ratelimit-reset-requests"));
-    assert_eq!(generations(&engine).len(), 3, "the refused request never reached the engine");
+    assert_eq!(
+        generations(&engine).len(),
+        3,
+        "the refused request never reached the engine"
+    );
     // Another tenant is unaffected.
     assert_eq!(post(&url, Some("sk-free"), &small()).await.status, 200);
     gw.shutdown().await;
@@ -77,14 +99,28 @@ async fn a_concurrency_slot_lives_until_the_stream_ends() {
         ..SimConfig::default()
     })
     .await;
-    let gw = gateway(&config(&unified_pool("u", &[worker(&engine, None)]), "", "max_concurrent = 1")).await;
+    let gw = gateway(&config(
+        &unified_pool("u", &[worker(&engine, None)]),
+        "",
+        "max_concurrent = 1",
+    ))
+    .await;
     let url = format!("http://{}/generate", gw.data_addr());
     let stream = json!({"text": "long ".repeat(20), "stream": true, "sampling_params": {"max_new_tokens": 20}});
-    let first = send(request(http::Method::POST, &url, Some("sk-metered"), stream.to_string())).await;
+    let first = send(request(
+        http::Method::POST,
+        &url,
+        Some("sk-metered"),
+        stream.to_string(),
+    ))
+    .await;
     assert_eq!(first.status(), 200);
     // Headers have arrived, the stream is still running: the slot is taken.
     let r = post(&url, Some("sk-metered"), &small()).await;
-    assert_eq!((r.status.as_u16(), error_code(&r).as_str()), (429, "concurrency_limit_exceeded"));
+    assert_eq!(
+        (r.status.as_u16(), error_code(&r).as_str()),
+        (429, "concurrency_limit_exceeded")
+    );
     let done = read(first).await;
     assert_eq!(done.sse_data().last().map(String::as_str), Some("[DONE]"));
     // The slot came back with the end of the body.
@@ -94,11 +130,20 @@ async fn a_concurrency_slot_lives_until_the_stream_ends() {
         if r.status == 200 {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "slot never released");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "slot never released"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // A client that walks away mid-stream gives the slot back too.
-    let walked = send(request(http::Method::POST, &url, Some("sk-metered"), stream.to_string())).await;
+    let walked = send(request(
+        http::Method::POST,
+        &url,
+        Some("sk-metered"),
+        stream.to_string(),
+    ))
+    .await;
     let mut body = walked.into_body();
     use http_body_util::BodyExt;
     body.frame().await.unwrap().unwrap();
@@ -108,7 +153,10 @@ async fn a_concurrency_slot_lives_until_the_stream_ends() {
         if post(&url, Some("sk-metered"), &small()).await.status == 200 {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "slot not released after a disconnect");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "slot not released after a disconnect"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     gw.shutdown().await;
@@ -117,24 +165,50 @@ async fn a_concurrency_slot_lives_until_the_stream_ends() {
 #[tokio::test]
 async fn tokens_are_reserved_at_admission_and_settled_with_engine_usage() {
     let engine = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
-    let gw = gateway(&config(&unified_pool("u", &[worker(&engine, None)]), "", "tokens_per_minute = 10000")).await;
+    let gw = gateway(&config(
+        &unified_pool("u", &[worker(&engine, None)]),
+        "",
+        "tokens_per_minute = 10000",
+    ))
+    .await;
     let url = format!("http://{}/generate", gw.data_addr());
     // 10 prompt tokens, up to 1000 new ones reserved; the engine generates far fewer.
     let body = json!({"input_ids": vec![9707u32; 10], "sampling_params": {"max_new_tokens": 1000}});
     let r1 = post(&url, Some("sk-metered"), &body).await;
     assert_eq!(r1.status, 200);
-    let remaining = |r: &Reply| r.headers["x-ratelimit-remaining-tokens"].to_str().unwrap().parse::<u64>().unwrap();
-    assert_eq!(remaining(&r1), 10_000 - 1010, "reserved prompt + max new tokens");
-    let used = r1.json()["meta_info"]["prompt_tokens"].as_u64().unwrap() + r1.json()["meta_info"]["completion_tokens"].as_u64().unwrap();
+    let remaining = |r: &Reply| {
+        r.headers["x-ratelimit-remaining-tokens"]
+            .to_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    };
+    assert_eq!(
+        remaining(&r1),
+        10_000 - 1010,
+        "reserved prompt + max new tokens"
+    );
+    let used = r1.json()["meta_info"]["prompt_tokens"].as_u64().unwrap()
+        + r1.json()["meta_info"]["completion_tokens"]
+            .as_u64()
+            .unwrap();
     assert!(used < 1010);
     let r2 = post(&url, Some("sk-metered"), &body).await;
     // The first request was settled at its real usage before the second reserved.
     let expected = 10_000 - used - 1010;
-    assert!(remaining(&r2) >= expected && remaining(&r2) <= expected + 5, "{} vs {expected}", remaining(&r2));
+    assert!(
+        remaining(&r2) >= expected && remaining(&r2) <= expected + 5,
+        "{} vs {expected}",
+        remaining(&r2)
+    );
     // A request that can never fit the minute's budget is a 400, not a 429.
-    let huge = json!({"input_ids": vec![9707u32; 10], "sampling_params": {"max_new_tokens": 20000}});
+    let huge =
+        json!({"input_ids": vec![9707u32; 10], "sampling_params": {"max_new_tokens": 20000}});
     let r = post(&url, Some("sk-metered"), &huge).await;
-    assert_eq!((r.status.as_u16(), error_code(&r).as_str()), (400, "tokens_exceed_rate_limit"));
+    assert_eq!(
+        (r.status.as_u16(), error_code(&r).as_str()),
+        (400, "tokens_exceed_rate_limit")
+    );
     gw.shutdown().await;
 }
 
@@ -143,13 +217,29 @@ async fn two_gateways_sharing_one_redis_hold_a_tenant_to_its_limit() {
     let redis = support_redis::RedisServer::start();
     let engine = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
     let limits = format!("[limits]\nbackend = \"redis\"\nredis_url = \"{}\"\nkey_prefix = \"kvgate-test\"\nfailure_policy = \"fail_closed\"\n", redis.url());
-    let text = config(&unified_pool("u", &[worker(&engine, None)]), &limits, "requests_per_minute = 50");
+    let text = config(
+        &unified_pool("u", &[worker(&engine, None)]),
+        &limits,
+        "requests_per_minute = 50",
+    );
     let a = gateway(&text).await;
     let b = gateway(&text).await;
     let mut tasks = Vec::new();
     for i in 0..160 {
-        let url = format!("http://{}/generate", if i % 2 == 0 { a.data_addr() } else { b.data_addr() });
-        tasks.push(tokio::spawn(async move { post(&url, Some("sk-metered"), &small()).await.status.as_u16() }));
+        let url = format!(
+            "http://{}/generate",
+            if i % 2 == 0 {
+                a.data_addr()
+            } else {
+                b.data_addr()
+            }
+        );
+        tasks.push(tokio::spawn(async move {
+            post(&url, Some("sk-metered"), &small())
+                .await
+                .status
+                .as_u16()
+        }));
     }
     let mut ok = 0;
     let mut limited = 0;
@@ -162,7 +252,10 @@ async fn two_gateways_sharing_one_redis_hold_a_tenant_to_its_limit() {
     }
     assert_eq!(ok + limited, 160);
     // Within ±5% of the limit (it should be exact: one atomic script per reservation).
-    assert!((48..=52).contains(&ok), "admitted {ok} of 160 against a limit of 50 shared by two gateways");
+    assert!(
+        (48..=52).contains(&ok),
+        "admitted {ok} of 160 against a limit of 50 shared by two gateways"
+    );
     a.shutdown().await;
     b.shutdown().await;
 }
@@ -170,12 +263,22 @@ async fn two_gateways_sharing_one_redis_hold_a_tenant_to_its_limit() {
 #[tokio::test]
 async fn memory_mode_holds_one_gateway_to_the_same_bound() {
     let engine = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
-    let gw = gateway(&config(&unified_pool("u", &[worker(&engine, None)]), "", "requests_per_minute = 50")).await;
+    let gw = gateway(&config(
+        &unified_pool("u", &[worker(&engine, None)]),
+        "",
+        "requests_per_minute = 50",
+    ))
+    .await;
     let url = format!("http://{}/generate", gw.data_addr());
     let tasks: Vec<_> = (0..120)
         .map(|_| {
             let url = url.clone();
-            tokio::spawn(async move { post(&url, Some("sk-metered"), &small()).await.status.as_u16() })
+            tokio::spawn(async move {
+                post(&url, Some("sk-metered"), &small())
+                    .await
+                    .status
+                    .as_u16()
+            })
         })
         .collect();
     let mut ok = 0;
@@ -184,4 +287,49 @@ async fn memory_mode_holds_one_gateway_to_the_same_bound() {
     }
     assert!((48..=52).contains(&ok), "admitted {ok}");
     gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn when_redis_dies_fail_open_serves_and_fail_closed_refuses() {
+    for (policy, expect) in [("fail_open", 200u16), ("fail_closed", 429u16)] {
+        let mut redis = support_redis::RedisServer::start();
+        let engine = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
+        let limits = format!(
+            "[limits]\nbackend = \"redis\"\nredis_url = \"{}\"\nfailure_policy = \"{policy}\"\n",
+            redis.url()
+        );
+        let gw = gateway(&config(
+            &unified_pool("u", &[worker(&engine, None)]),
+            &limits,
+            "requests_per_minute = 1000",
+        ))
+        .await;
+        let url = format!("http://{}/generate", gw.data_addr());
+        assert_eq!(
+            post(&url, Some("sk-metered"), &small()).await.status,
+            200,
+            "{policy}: Redis up"
+        );
+        redis.kill();
+        let r = post(&url, Some("sk-metered"), &small()).await;
+        assert_eq!(
+            r.status.as_u16(),
+            expect,
+            "{policy}: Redis down: {}",
+            r.text()
+        );
+        if expect == 429 {
+            assert_eq!(error_code(&r), "rate_limit_unavailable");
+        }
+        let metrics = get(&format!("http://{}/metrics", gw.admin_addr()), None)
+            .await
+            .text();
+        assert!(
+            metrics.contains("kvgate_limit_store_errors_total"),
+            "{metrics}"
+        );
+        // Tenants without limits never touch Redis.
+        assert_eq!(post(&url, Some("sk-free"), &small()).await.status, 200);
+        gw.shutdown().await;
+    }
 }

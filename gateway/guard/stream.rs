@@ -11,8 +11,8 @@ use super::check_stream::StreamCheck;
 use super::inspect::Trip;
 use super::sse::{SseEvent, SseReframer};
 use super::TripReport;
-use crate::rate_limit::UsageCell;
 use crate::body::{self, BoxBody, BoxError};
+use crate::rate_limit::UsageCell;
 
 /// How a guarded stream ended, for the outcome count (I6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
