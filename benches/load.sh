@@ -5,12 +5,13 @@
 #
 #   bash benches/load.sh            # needs wrk (apt-get install -y wrk) and python3
 #   DURATION=20s CONNECTIONS=32 bash benches/load.sh
+#   LEAK=off bash benches/load.sh   # the pool's leak_detection (off | detect | block; default detect)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${DURATION:-10s}
 CONNECTIONS=${CONNECTIONS:-16}
 command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk"; exit 1; }
-cargo build --release --locked --bin kvgate >/dev/null
+cargo build --release --locked --bin kvgate >/dev/null 2>&1
 BIN=$PWD/target/release/kvgate
 WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
@@ -38,6 +39,7 @@ model = "qwen3"
 engine = "sglang"
 mode = "unified"
 workers = [{ url = "http://127.0.0.1:$ENGINE" }]
+leak_detection = "${LEAK:-detect}"
 [[tenants]]
 name = "load"
 api_key_sha256 = ["$("$BIN" hash-key kvgate-demo-key)"]
