@@ -40,6 +40,7 @@ pub mod rescue;
 pub mod routing;
 pub mod server;
 pub mod sim;
+pub mod stage;
 pub mod tenant;
 pub mod tokenize;
 pub mod upstream;
@@ -56,7 +57,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 
-use crate::admission::{AdmissionState, AdmitLayer};
+use crate::admission::{AdmissionState, Admit};
 use crate::api::{ModelCatalog, Parse};
 use crate::audit::AuditLog;
 use crate::auth::{ApiKeys, Authenticate};
@@ -64,10 +65,10 @@ use crate::body::{BoxBody, BoxError};
 use crate::catalog::CatalogLayer;
 use crate::dispatch::{Dispatch, DispatchLimits};
 use crate::error::GatewayError;
-use crate::guard::{GuardLayer, GuardState};
+use crate::guard::{Guard, GuardState};
 use crate::isolate::{Isolate, IsolationState};
 use crate::policy::TenantRules;
-use crate::rate_limit::RateLimitLayer;
+use crate::rate_limit::RateLimit;
 use crate::read_body::ReadBody;
 use crate::rescue::RescueLayer;
 use crate::routing::{Route, Router};
@@ -131,10 +132,10 @@ where
         .layer(TenantRules::layer())
         // Exact token counts against every pool's smallest KV bound: 400 before any byte
         // goes downstream (I2); inserts TokenCount and the admitted pools.
-        .layer(AdmitLayer::new(parts.admission))
+        .layer(Admit::layer(parts.admission))
         // Tenant RPM/TPM/concurrency: reserves admission's count; the permit lives in the
         // response body (slot until the stream ends; tokens settled with engine usage).
-        .layer(RateLimitLayer::new(parts.limiter))
+        .layer(RateLimit::layer(parts.limiter))
         // Pool by weight, then least-loaded eligible workers (I3: unknown capacity never serves).
         .layer(Route::layer(parts.router))
         // Tenant cache namespaces (strip client keys, inject our salt) and prompt
@@ -142,7 +143,7 @@ where
         .layer(Isolate::layer(parts.isolation))
         // Reads every engine answer, the prefill leg included: no abort, placeholder or
         // foreign data leaves as a success (I1).
-        .layer(GuardLayer::new(parts.guard))
+        .layer(Guard::layer(parts.guard))
         .service(Dispatch::new(parts.upstream, parts.limits))
 }
 

@@ -128,6 +128,9 @@ async fn serve(path: PathBuf) -> ExitCode {
     let Some(config) = load(&path) else {
         return ExitCode::from(2);
     };
+    // Signal handlers first: a SIGHUP or SIGTERM that arrives as soon as the port is open
+    // must reload or drain, not hit the default action (terminate).
+    let mut signals = Signals::install();
     let gateway = match Gateway::new(config) {
         Ok(g) => g,
         Err(e) => {
@@ -142,29 +145,82 @@ async fn serve(path: PathBuf) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    #[cfg(unix)]
-    {
-        // SIGHUP reloads tenants and keys (revocation without a restart).
-        let reloader = running.reloader().clone();
-        tokio::spawn(async move {
-            use tokio::signal::unix::{signal, SignalKind};
-            let Ok(mut hup) = signal(SignalKind::hangup()) else {
-                tracing::warn!(
-                    "SIGHUP handler unavailable: reload with POST /reload on the admin port"
-                );
-                return;
-            };
-            while hup.recv().await.is_some() {
-                if let Err(e) = reloader.reload() {
+    loop {
+        match signals.next().await {
+            SignalEvent::Reload => {
+                // SIGHUP reloads tenants and keys (revocation without a restart).
+                if let Err(e) = running.reloader().reload() {
                     tracing::error!(error = %e, "reload refused; the running config is kept");
                 }
             }
-        });
+            SignalEvent::Stop => break,
+        }
     }
-    kvgate::demo::wait_for_signal().await;
     tracing::info!("shutting down: no new connections, draining in-flight requests");
     running.shutdown().await;
     ExitCode::SUCCESS
+}
+
+enum SignalEvent {
+    Reload,
+    Stop,
+}
+
+/// SIGHUP (reload), SIGTERM and Ctrl-C (stop).
+struct Signals {
+    #[cfg(unix)]
+    hup: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    term: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn install() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let hup = signal(SignalKind::hangup()).ok();
+            if hup.is_none() {
+                tracing::warn!(
+                    "SIGHUP handler unavailable: reload with POST /reload on the admin port"
+                );
+            }
+            Self {
+                hup,
+                term: signal(SignalKind::terminate()).ok(),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            Self {}
+        }
+    }
+
+    async fn next(&mut self) -> SignalEvent {
+        #[cfg(unix)]
+        {
+            async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+                match s {
+                    Some(s) => {
+                        if s.recv().await.is_none() {
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            }
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => SignalEvent::Stop,
+                _ = recv(&mut self.term) => SignalEvent::Stop,
+                _ = recv(&mut self.hup) => SignalEvent::Reload,
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            SignalEvent::Stop
+        }
+    }
 }
 
 async fn check(path: PathBuf, discover: bool, strict: bool) -> ExitCode {

@@ -8,17 +8,16 @@
 //! Reads: `AuthContext`, `TokenCount`. Writes: [`UsageCell`] (filled by the guard).
 
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
 use http::{HeaderMap, HeaderValue, Request, Response};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
-use tower::{Layer, Service, ServiceExt};
+use tower::ServiceExt;
 
 use crate::admission::TokenCount;
 use crate::auth::AuthContext;
-use crate::body::{self, BoxBody, BoxError, GuardBody};
+use crate::body::{self, GuardBody};
 use crate::error::GatewayError;
+use crate::stage::{Next, Stage, StageFuture, StageLayer};
 use crate::tenant::{Admission, Decision, Limiter, TenantLimits, TenantPermit};
 
 /// Where the guard reports the engine's usage (prompt + completion tokens) for settlement.
@@ -88,64 +87,34 @@ pub fn insert_headers(headers: &mut HeaderMap, d: &Decision) {
     }
 }
 
-/// Layer constructor for [`RateLimit`].
-#[derive(Clone)]
-pub struct RateLimitLayer {
-    limiter: Limiter,
-}
-
-impl RateLimitLayer {
-    /// Enforce limits through `limiter`.
-    pub fn new(limiter: Limiter) -> Self {
-        Self { limiter }
-    }
-}
-
-impl<S> Layer<S> for RateLimitLayer {
-    type Service = RateLimit<S>;
-    fn layer(&self, inner: S) -> RateLimit<S> {
-        RateLimit {
-            inner,
-            limiter: self.limiter.clone(),
-        }
-    }
-}
-
 /// The rate-limit stage.
 #[derive(Clone)]
-pub struct RateLimit<S> {
-    inner: S,
+pub struct RateLimit {
     limiter: Limiter,
+}
+
+/// The rate-limit stage as a layer.
+pub type RateLimitLayer = StageLayer<RateLimit>;
+
+impl RateLimit {
+    /// Enforce limits through `limiter`.
+    pub fn layer(limiter: Limiter) -> RateLimitLayer {
+        StageLayer::new(RateLimit { limiter })
+    }
 }
 
 // === impl RateLimit ===
 
-impl<S> Service<Request<Bytes>> for RateLimit<S>
-where
-    S: Service<Request<Bytes>, Response = Response<BoxBody>, Error = BoxError>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send,
-{
-    type Response = Response<BoxBody>;
-    type Error = BoxError;
-    type Future = BoxFuture<'static, Result<Response<BoxBody>, BoxError>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, mut request: Request<Bytes>) -> Self::Future {
+impl Stage for RateLimit {
+    fn handle(&self, mut request: Request<Bytes>, next: Next) -> StageFuture {
         let limiter = self.limiter.clone();
-        let inner = self.inner.clone();
         Box::pin(async move {
             let Some(auth) = request.extensions().get::<AuthContext>().cloned() else {
-                return inner.oneshot(request).await;
+                return next.oneshot(request).await;
             };
             let limits = auth.policy.limits;
             if limits == TenantLimits::UNLIMITED {
-                return inner.oneshot(request).await;
+                return next.oneshot(request).await;
             }
             let tokens = request.extensions().get::<TokenCount>().map_or(0, |c| {
                 c.prompt_total() + c.max_new_tokens.iter().sum::<u64>()
@@ -164,7 +133,7 @@ where
             };
             let usage = UsageCell::default();
             request.extensions_mut().insert(usage.clone());
-            let response = inner.oneshot(request).await?;
+            let response = next.oneshot(request).await?;
             let (mut parts, body) = response.into_parts();
             insert_headers(&mut parts.headers, permit.decision());
             let settle = Settle { permit, usage };

@@ -21,20 +21,18 @@ pub use count::{PromptTokens, TokenCount};
 pub use prompt::{MaxNew, COMPLETIONS_DEFAULT_MAX_TOKENS, GENERATE_DEFAULT_MAX_NEW_TOKENS};
 
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
-use http::{Request, Response};
+use http::Request;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use tokio::sync::Semaphore;
-use tower::{Layer, Service, ServiceExt};
+use tower::ServiceExt;
 
 use crate::api::InferenceRequest;
 use crate::auth::{AuthContext, TenantPolicy};
-use crate::body::{BoxBody, BoxError};
 use crate::config::EngineKind;
 use crate::error::GatewayError;
 use crate::routing::Router;
+use crate::stage::{Next, Stage, StageFuture, StageLayer};
 use crate::tokenize::ModelTokenizer;
 use count::Measured;
 
@@ -96,57 +94,27 @@ pub struct AdmissionState {
     pub permits: Arc<Semaphore>,
 }
 
-/// Layer constructor for [`Admit`].
-#[derive(Debug, Clone)]
-pub struct AdmitLayer {
-    state: Arc<AdmissionState>,
-}
-
-impl AdmitLayer {
-    /// Admit against `state`.
-    pub fn new(state: Arc<AdmissionState>) -> Self {
-        Self { state }
-    }
-}
-
-impl<S> Layer<S> for AdmitLayer {
-    type Service = Admit<S>;
-    fn layer(&self, inner: S) -> Admit<S> {
-        Admit {
-            inner,
-            state: self.state.clone(),
-        }
-    }
-}
-
 /// The admission stage.
 #[derive(Debug, Clone)]
-pub struct Admit<S> {
-    inner: S,
+pub struct Admit {
     state: Arc<AdmissionState>,
+}
+
+/// The admission stage as a layer.
+pub type AdmitLayer = StageLayer<Admit>;
+
+impl Admit {
+    /// Admit against `state`.
+    pub fn layer(state: Arc<AdmissionState>) -> AdmitLayer {
+        StageLayer::new(Admit { state })
+    }
 }
 
 // === impl Admit ===
 
-impl<S> Service<Request<Bytes>> for Admit<S>
-where
-    S: Service<Request<Bytes>, Response = Response<BoxBody>, Error = BoxError>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send,
-{
-    type Response = Response<BoxBody>;
-    type Error = BoxError;
-    type Future = BoxFuture<'static, Result<Response<BoxBody>, BoxError>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, mut request: Request<Bytes>) -> Self::Future {
+impl Stage for Admit {
+    fn handle(&self, mut request: Request<Bytes>, next: Next) -> StageFuture {
         let state = self.state.clone();
-        let inner = self.inner.clone();
         Box::pin(async move {
             let auth = request.extensions().get::<AuthContext>().cloned();
             let parsed = request
@@ -156,7 +124,7 @@ where
             let (count, pools) = admit(&state, parsed, auth.as_ref().map(|a| &*a.policy)).await?;
             request.extensions_mut().insert(count);
             request.extensions_mut().insert(pools);
-            inner.oneshot(request).await
+            next.oneshot(request).await
         })
     }
 }

@@ -18,26 +18,25 @@ pub mod leak;
 pub mod sse;
 mod stream;
 
-use futures_util::future::BoxFuture;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::task::{Context, Poll};
-use tower::{Layer, Service, ServiceExt};
+use tower::ServiceExt;
 
 use crate::admission::TokenCount;
 use crate::api::{Endpoint, InferenceRequest};
 use crate::audit::AuditLog;
 use crate::auth::AuthContext;
-use crate::body::{self, BoxBody, BoxError};
+use crate::body;
 use crate::config::{Config, GuardConfig, LeakMode};
 use crate::error::GatewayError;
 use crate::isolate::{FingerprintJob, IsolationState};
 use crate::metrics;
 use crate::rate_limit::UsageCell;
 use crate::routing::RoutePlan;
+use crate::stage::{Next, Stage, StageFuture, StageLayer};
 use check_stream::{StreamCheck, UsageRewrite};
 use inspect::{Expectation, Markers, Shape, Trip};
 use leak::LeakScan;
@@ -179,34 +178,20 @@ pub fn trip_error(trip: &Trip, pool: &str) -> GatewayError {
     }
 }
 
-/// Layer constructor for [`Guard`].
-#[derive(Debug, Clone)]
-pub struct GuardLayer {
-    state: Arc<GuardState>,
-}
-
-impl GuardLayer {
-    /// Guard with `state`.
-    pub fn new(state: Arc<GuardState>) -> Self {
-        Self { state }
-    }
-}
-
-impl<S> Layer<S> for GuardLayer {
-    type Service = Guard<S>;
-    fn layer(&self, inner: S) -> Guard<S> {
-        Guard {
-            inner,
-            state: self.state.clone(),
-        }
-    }
-}
-
 /// The guard stage.
 #[derive(Debug, Clone)]
-pub struct Guard<S> {
-    inner: S,
+pub struct Guard {
     state: Arc<GuardState>,
+}
+
+/// The guard stage as a layer.
+pub type GuardLayer = StageLayer<Guard>;
+
+impl Guard {
+    /// Guard with `state`.
+    pub fn layer(state: Arc<GuardState>) -> GuardLayer {
+        StageLayer::new(Guard { state })
+    }
 }
 
 /// Ask OpenAI-format engines for usage in the stream (to cross-check the prompt count as
@@ -245,25 +230,9 @@ fn token_id_input(parsed: &InferenceRequest) -> bool {
 
 // === impl Guard ===
 
-impl<S> Service<Request<bytes::Bytes>> for Guard<S>
-where
-    S: Service<Request<bytes::Bytes>, Response = Response<BoxBody>, Error = BoxError>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send,
-{
-    type Response = Response<BoxBody>;
-    type Error = BoxError;
-    type Future = BoxFuture<'static, Result<Response<BoxBody>, BoxError>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, mut request: Request<bytes::Bytes>) -> Self::Future {
+impl Stage for Guard {
+    fn handle(&self, mut request: Request<bytes::Bytes>, next: Next) -> StageFuture {
         let state = self.state.clone();
-        let inner = self.inner.clone();
         Box::pin(async move {
             let pool = request
                 .extensions()
@@ -276,7 +245,7 @@ where
                 .get(&pool)
                 .filter(|g| g.config.enabled || leak_mode != LeakMode::Off)
             else {
-                return inner.oneshot(request).await;
+                return next.oneshot(request).await;
             };
             // Checks off (only to test other defences): the leak scan alone still runs.
             let checks = pool_guard.config.enabled;
@@ -322,7 +291,7 @@ where
                 fields.insert("request_id".into(), Value::from(id));
             }
 
-            let mut response = inner.oneshot(request).await?;
+            let mut response = next.oneshot(request).await?;
             if let Some(served) = response.extensions().get::<ServedBy>() {
                 fields.insert("worker".into(), Value::from(served.worker.clone()));
                 if let Some(p) = &served.prefill {
