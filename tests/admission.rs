@@ -185,10 +185,7 @@ async fn the_smallest_worker_and_the_decode_pool_bound_the_pool() {
     )
     .await;
     assert_eq!(reply.status, 400);
-    let message = reply.json()["error"]["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let message = error_message(&reply);
     assert!(
         message.contains("decode worker") && message.contains("2001 tokens in all"),
         "{message}"

@@ -259,10 +259,7 @@ async fn an_abort_with_a_status_keeps_it_and_the_engines_message() {
         let (path, body) = ask(false, &words(400), stream, 8);
         let reply = post(&format!("{base}{path}"), Some(KEY), &body).await;
         assert_eq!(reply.status, 400, "stream={stream}: {}", reply.text());
-        let message = reply.json()["error"]["message"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let message = error_message(&reply);
         assert!(
             message.contains("exceeds the maximum allowed length"),
             "{message}"

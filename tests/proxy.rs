@@ -345,10 +345,7 @@ async fn engine_refusal_keeps_its_status_and_message() {
     )
     .await;
     assert_eq!(reply.status, 400, "{}", reply.text());
-    let message = reply.json()["error"]["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let message = error_message(&reply);
     assert!(
         message.contains("exceeds the maximum allowed length"),
         "{message}"
@@ -358,15 +355,7 @@ async fn engine_refusal_keeps_its_status_and_message() {
 
 #[tokio::test]
 async fn client_disconnect_cancels_the_upstream_stream() {
-    let engine = engine_with(SimConfig {
-        role: SimRole::Unified,
-        model: "qwen3".into(),
-        kv_tokens: 40960,
-        context_length: WINDOW as usize,
-        token_latency: Duration::from_millis(30),
-        ..SimConfig::default()
-    })
-    .await;
+    let engine = slow_engine(WINDOW as usize, 30).await;
     let gw = gateway(&config_with_pools(
         WINDOW,
         &unified_pool("u", &[worker(&engine, None)]),

@@ -9,7 +9,7 @@ use serde_json::json;
 use std::time::Duration;
 use support::*;
 
-use kvgate::sim::{SimConfig, SimFault, SimRole};
+use kvgate::sim::{SimFault, SimRole};
 
 const WINDOW: u64 = 32768;
 
@@ -90,15 +90,7 @@ async fn requests_per_minute_answer_429_with_retry_after_and_ratelimit_headers()
 
 #[tokio::test]
 async fn a_concurrency_slot_lives_until_the_stream_ends() {
-    let engine = engine_with(SimConfig {
-        role: SimRole::Unified,
-        model: "qwen3".into(),
-        kv_tokens: 40960,
-        context_length: WINDOW as usize,
-        token_latency: Duration::from_millis(20),
-        ..SimConfig::default()
-    })
-    .await;
+    let engine = slow_engine(WINDOW as usize, 20).await;
     let gw = gateway(&config(
         &unified_pool("u", &[worker(&engine, None)]),
         "",

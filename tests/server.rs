@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use support::*;
 
-use kvgate::sim::{SimConfig, SimFault, SimRole};
+use kvgate::sim::{SimFault, SimRole};
 
 const WINDOW: u64 = 32768;
 
@@ -163,15 +163,7 @@ async fn tls_terminates_with_alpn_h2_and_http1() {
 
 #[tokio::test]
 async fn graceful_drain_completes_an_in_flight_stream_and_refuses_new_connections() {
-    let engine = engine_with(SimConfig {
-        role: SimRole::Unified,
-        model: "qwen3".into(),
-        kv_tokens: 40960,
-        context_length: WINDOW as usize,
-        token_latency: Duration::from_millis(25),
-        ..SimConfig::default()
-    })
-    .await;
+    let engine = slow_engine(WINDOW as usize, 25).await;
     let gw = gateway(&config_with_pools(
         WINDOW,
         &unified_pool("u", &[worker(&engine, None)]),

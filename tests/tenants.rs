@@ -4,10 +4,9 @@
 mod support;
 
 use serde_json::json;
-use std::time::Duration;
 use support::*;
 
-use kvgate::sim::{SimConfig, SimFault, SimRole};
+use kvgate::sim::{SimFault, SimRole};
 
 const WINDOW: u64 = 32768;
 
@@ -136,15 +135,7 @@ api_key_sha256 = ["{}"]
 
 #[tokio::test]
 async fn keys_come_from_hashes_env_and_file_and_reload_revokes_without_restart() {
-    let engine = engine_with(SimConfig {
-        role: SimRole::Unified,
-        model: "qwen3".into(),
-        kv_tokens: 40960,
-        context_length: WINDOW as usize,
-        token_latency: Duration::from_millis(20),
-        ..SimConfig::default()
-    })
-    .await;
+    let engine = slow_engine(WINDOW as usize, 20).await;
     let dir = std::env::temp_dir().join(format!("kvgate-keys-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let keys_file = dir.join("team.keys");

@@ -248,3 +248,25 @@ pub fn generations(engine: &RunningSim) -> Vec<sim::ReceivedRequest> {
         })
         .collect()
 }
+
+/// The OpenAI error message of a gateway error reply.
+pub fn error_message(reply: &Reply) -> String {
+    reply.json()["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A unified "qwen3" engine that spends `latency_ms` per generated token, so a test can
+/// hold a stream open.
+pub async fn slow_engine(context_length: usize, latency_ms: u64) -> RunningSim {
+    engine_with(SimConfig {
+        role: SimRole::Unified,
+        model: "qwen3".into(),
+        kv_tokens: 40960,
+        context_length,
+        token_latency: std::time::Duration::from_millis(latency_ms),
+        ..SimConfig::default()
+    })
+    .await
+}
