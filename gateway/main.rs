@@ -145,15 +145,10 @@ async fn serve(path: PathBuf) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    loop {
-        match signals.next().await {
-            SignalEvent::Reload => {
-                // SIGHUP reloads tenants and keys (revocation without a restart).
-                if let Err(e) = running.reloader().reload() {
-                    tracing::error!(error = %e, "reload refused; the running config is kept");
-                }
-            }
-            SignalEvent::Stop => break,
+    // SIGHUP reloads tenants and keys (revocation without a restart); anything else stops.
+    while let SignalEvent::Reload = signals.next().await {
+        if let Err(e) = running.reloader().reload() {
+            tracing::error!(error = %e, "reload refused; the running config is kept");
         }
     }
     tracing::info!("shutting down: no new connections, draining in-flight requests");
