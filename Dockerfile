@@ -10,6 +10,7 @@ FROM rust:1.95-slim-bookworm AS builder
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY gateway gateway
+COPY crates crates
 COPY benches benches
 RUN cargo build --release --locked --bin kvgate \
  && strip target/release/kvgate

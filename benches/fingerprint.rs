@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kvgate::isolation::{FingerprintStore, LeakDetectorConfig};
-use kvgate::tokenize::ModelTokenizer;
+use kvgate_tokenize::ModelTokenizer;
 
 const NGRAM: usize = 8;
 

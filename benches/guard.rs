@@ -18,7 +18,7 @@ use kvgate::config::Config;
 use kvgate::guard::check_stream::{StreamCheck, UsageRewrite};
 use kvgate::guard::inspect::{Expectation, Markers, Shape};
 use kvgate::guard::sse::SseReframer;
-use kvgate::sim::{self, SimConfig, SimRole};
+use kvgate_sim::{SimConfig, SimRole};
 
 const KEY: &str = "kvgate-demo-key";
 
@@ -133,7 +133,7 @@ fn ttfb(c: &mut Criterion) {
             context_length: 32768,
             ..SimConfig::default()
         };
-        sim::spawn(config, Arc::clone(&tokenizer), listener, None)
+        kvgate_sim::spawn(config, Arc::clone(&tokenizer), listener, None)
             .await
             .unwrap()
     });

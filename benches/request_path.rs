@@ -18,8 +18,8 @@ use tower::{Service, ServiceExt};
 use kvgate::api::{parse_inference, Endpoint, ModelCatalog};
 use kvgate::app::Gateway;
 use kvgate::config::Config;
-use kvgate::sim::{self, SimConfig, SimRole};
-use kvgate::tokenize::ModelTokenizer;
+use kvgate_sim::{SimConfig, SimRole};
+use kvgate_tokenize::ModelTokenizer;
 
 const KEY: &str = "kvgate-demo-key";
 
@@ -47,7 +47,7 @@ fn bench(c: &mut Criterion) {
             context_length: 32768,
             ..SimConfig::default()
         };
-        sim::spawn(config, tokenizer, listener, None).await.unwrap()
+        kvgate_sim::spawn(config, tokenizer, listener, None).await.unwrap()
     });
     let text = format!(
         r#"

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use kvgate::tokenize::{CountConfig, ModelTokenizer};
+use kvgate_tokenize::{CountConfig, ModelTokenizer};
 use serde_json::{json, Value};
 
 fn root() -> PathBuf {

@@ -20,7 +20,7 @@ use crate::isolate::IsolationState;
 use crate::routing::{discover_all, Router};
 use crate::server::{self, Shutdown, ShutdownTrigger, TlsError};
 use crate::tenant::{FailurePolicy, GuardedStore, Limiter, MemoryStore, RedisStore};
-use crate::tokenize::{ModelTokenizer, TokenizeError};
+use kvgate_tokenize::{ModelTokenizer, TokenizeError};
 use crate::upstream::Upstream;
 use crate::{build_stack, StackParts};
 use std::collections::HashMap;

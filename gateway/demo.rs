@@ -9,8 +9,8 @@ use tokio::net::TcpListener;
 
 use crate::app::{Gateway, RunningGateway, StartError};
 use crate::config::{Config, ConfigError, PoolConfig, WorkerConfig};
-use crate::sim::{self, RunningSim, SimConfig, SimFault, SimRole};
-use crate::tokenize::ModelTokenizer;
+use kvgate_sim::{RunningSim, SimConfig, SimFault, SimRole};
+use kvgate_tokenize::ModelTokenizer;
 
 /// The demo tenant's API key (its SHA-256 is in `config/demo.toml`).
 pub const DEMO_API_KEY: &str = "kvgate-demo-key";
@@ -183,7 +183,7 @@ async fn start_engine(
         token_latency: Duration::from_millis(args.token_latency_ms),
         ..SimConfig::default()
     };
-    let running = sim::spawn(sim_config, tokenizer, http, bootstrap)
+    let running = kvgate_sim::spawn(sim_config, tokenizer, http, bootstrap)
         .await
         .map_err(|e| engine_error(e.to_string()))?;
     // Point the gateway at where the engine really listens (ports may be ephemeral).

@@ -22,7 +22,7 @@ use crate::body::BoxError;
 use crate::config::{Config, LeakMode};
 use crate::isolation::{CacheSalter, FingerprintStore, LeakDetectorConfig};
 use crate::routing::RoutePlan;
-use crate::tokenize::ModelTokenizer;
+use kvgate_tokenize::ModelTokenizer;
 
 /// The fingerprinting of this request's prompt, done or under way.
 #[derive(Clone)]

@@ -39,10 +39,8 @@ pub mod read_body;
 pub mod rescue;
 pub mod routing;
 pub mod server;
-pub mod sim;
 pub mod stage;
 pub mod tenant;
-pub mod tokenize;
 pub mod upstream;
 
 use bytes::Bytes;

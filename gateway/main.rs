@@ -48,7 +48,7 @@ enum Command {
         strict: bool,
     },
     /// Run a simulated SGLang engine (tests, demo, benchmarks).
-    SimEngine(kvgate::sim::SimArgs),
+    SimEngine(kvgate_sim::SimArgs),
     /// Run the gateway with built-in simulated engines on loopback, ready for curl.
     Demo(kvgate::demo::DemoArgs),
     /// Print the SHA-256 of an API key, for `api_key_sha256`.
@@ -96,7 +96,7 @@ async fn run(command: Command) -> ExitCode {
             discover,
             strict,
         } => check(config, discover, strict).await,
-        Command::SimEngine(args) => match kvgate::sim::run_cli(args).await {
+        Command::SimEngine(args) => match kvgate_sim::run_cli(args).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("kvgate sim-engine: {e}");

@@ -8,7 +8,7 @@ mod support;
 use serde_json::{json, Value};
 use support::*;
 
-use kvgate::sim::{RunningSim, SimFault, SimRole};
+use kvgate_sim::{RunningSim, SimFault, SimRole};
 
 const WINDOW: u64 = 32768;
 /// Prefill-side KV pool of the test pools: max_req_input_len = min(W-1, 999) - 5 = 994,

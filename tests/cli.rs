@@ -74,7 +74,7 @@ fn every_subcommand_has_help() {
 async fn demo_serves_both_pools_on_loopback() {
     let args = kvgate::demo::DemoArgs {
         config: repo().join("config/demo.toml"),
-        fault: kvgate::sim::SimFault::None,
+        fault: kvgate_sim::SimFault::None,
         token_latency_ms: 0,
         ephemeral: true,
     };

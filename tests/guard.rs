@@ -6,7 +6,7 @@ mod support;
 use serde_json::{json, Value};
 use support::*;
 
-use kvgate::sim::{RunningSim, SimConfig, SimFault, SimRole};
+use kvgate_sim::{RunningSim, SimConfig, SimFault, SimRole};
 
 const WINDOW: u64 = 1_048_576;
 /// Small pools keep the replay fast: max_req_input_len = min(W-1, 2047) - 5 = 2042.

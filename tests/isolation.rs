@@ -6,7 +6,7 @@ mod support;
 use serde_json::{json, Value};
 use support::*;
 
-use kvgate::sim::{SimConfig, SimFault, SimRole};
+use kvgate_sim::{SimConfig, SimFault, SimRole};
 
 const WINDOW: u64 = 1_048_576;
 const SECRET: &str = "ZEBRA-4471-QUOKKA";

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 use support::*;
 
-use kvgate::sim::{SimConfig, SimFault, SimRole};
+use kvgate_sim::{SimConfig, SimFault, SimRole};
 
 const WINDOW: u64 = 32768;
 

@@ -9,7 +9,7 @@ use serde_json::json;
 use std::time::Duration;
 use support::*;
 
-use kvgate::sim::{SimFault, SimRole};
+use kvgate_sim::{SimFault, SimRole};
 
 const WINDOW: u64 = 32768;
 

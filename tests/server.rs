@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use support::*;
 
-use kvgate::sim::{SimFault, SimRole};
+use kvgate_sim::{SimFault, SimRole};
 
 const WINDOW: u64 = 32768;
 

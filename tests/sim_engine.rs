@@ -16,8 +16,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 
-use kvgate::sim::{self, RunningSim, SimConfig, SimFault, SimRole};
-use kvgate::tokenize::ModelTokenizer;
+use kvgate_sim::{RunningSim, SimConfig, SimFault, SimRole};
+use kvgate_tokenize::ModelTokenizer;
 
 static QWEN3: LazyLock<Arc<ModelTokenizer>> = LazyLock::new(|| {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/tokenizers/qwen3");
@@ -47,7 +47,7 @@ async fn start(config: SimConfig) -> RunningSim {
         SimRole::Prefill => Some(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()),
         _ => None,
     };
-    sim::spawn(config, Arc::clone(&QWEN3), http, bootstrap)
+    kvgate_sim::spawn(config, Arc::clone(&QWEN3), http, bootstrap)
         .await
         .unwrap()
 }

@@ -6,7 +6,7 @@ mod support;
 use serde_json::json;
 use support::*;
 
-use kvgate::sim::{SimFault, SimRole};
+use kvgate_sim::{SimFault, SimRole};
 
 const WINDOW: u64 = 32768;
 

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::LazyLock;
 
-use kvgate::tokenize::{Count, ModelTokenizer};
+use kvgate_tokenize::{Count, ModelTokenizer};
 use serde_json::Value;
 
 fn root() -> PathBuf {

@@ -15,7 +15,7 @@ use tokio::sync::Semaphore;
 
 use super::prompt::{MaxNew, PromptInput, Sample};
 use crate::error::GatewayError;
-use crate::tokenize::{Count, ModelTokenizer, TokenizeError};
+use kvgate_tokenize::{Count, ModelTokenizer, TokenizeError};
 
 /// A sample's prompt size as admission knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -33,7 +33,7 @@ use crate::config::EngineKind;
 use crate::error::GatewayError;
 use crate::routing::Router;
 use crate::stage::{Next, Stage, StageFuture, StageLayer};
-use crate::tokenize::ModelTokenizer;
+use kvgate_tokenize::ModelTokenizer;
 use count::Measured;
 
 /// A refused prompt: what was counted, the limit, and which bound it hit.

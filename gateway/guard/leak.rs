@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::inspect::Trip;
 use crate::config::LeakMode;
 use crate::isolation::{LeakSuspicion, ResponseScanner};
-use crate::tokenize::ModelTokenizer;
+use kvgate_tokenize::ModelTokenizer;
 
 /// Called once when a suspicion is first raised (audit line and metric).
 pub type OnSuspect = Arc<dyn Fn(LeakSuspicion) + Send + Sync>;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 
 use super::*;
-use crate::tokenize::ModelTokenizer;
+use kvgate_tokenize::ModelTokenizer;
 
 static QWEN3: LazyLock<ModelTokenizer> = LazyLock::new(|| {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/tokenizers/qwen3");

@@ -15,8 +15,8 @@ use tokio::net::TcpListener;
 
 use kvgate::app::{Gateway, RunningGateway};
 use kvgate::config::Config;
-use kvgate::sim::{self, RunningSim, SimConfig, SimFault, SimRole};
-use kvgate::tokenize::ModelTokenizer;
+use kvgate_sim::{RunningSim, SimConfig, SimFault, SimRole};
+use kvgate_tokenize::ModelTokenizer;
 
 pub const KEY: &str = "kvgate-demo-key";
 pub const KEY_SHA256: &str = "2dfed5a298869fa9315da696048c1321c7fd5a8eb0098a2a7dcfbd7793660871";
@@ -72,7 +72,7 @@ pub async fn engine_with(config: SimConfig) -> RunningSim {
     } else {
         None
     };
-    sim::spawn(config, qwen3(), bind().await, bootstrap)
+    kvgate_sim::spawn(config, qwen3(), bind().await, bootstrap)
         .await
         .expect("sim engine starts")
 }
@@ -235,7 +235,7 @@ pub fn error_code(reply: &Reply) -> String {
 }
 
 /// What an engine received on its generation routes (discovery probes left out).
-pub fn generations(engine: &RunningSim) -> Vec<sim::ReceivedRequest> {
+pub fn generations(engine: &RunningSim) -> Vec<kvgate_sim::ReceivedRequest> {
     engine
         .engine
         .received()

@@ -4,7 +4,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use super::schedule::{Finish, SampleResult};
-use crate::tokenize::ModelTokenizer;
+use kvgate_tokenize::ModelTokenizer;
 
 /// One server-sent event, ready to write.
 #[derive(Clone, Debug)]

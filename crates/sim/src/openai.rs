@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use super::reply::{delta, finish_str, matched_stop, text, text_steps, unix_now, Event, Reply};
 use super::request::{Api, GenRequest};
 use super::schedule::{Finish, SampleResult};
-use crate::tokenize::ModelTokenizer;
+use kvgate_tokenize::ModelTokenizer;
 
 /// SGLang's OpenAI error object (`ErrorResponse`).
 pub(crate) fn error_object(message: &str, status: u16) -> Value {

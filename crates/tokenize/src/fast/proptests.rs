@@ -8,10 +8,10 @@ use std::sync::LazyLock;
 
 use proptest::prelude::*;
 
-use crate::tokenize::{Count, CountConfig, ModelTokenizer};
+use crate::{Count, CountConfig, ModelTokenizer};
 
 fn load(model: &str, config: CountConfig) -> ModelTokenizer {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
         .join("config/tokenizers")
         .join(model);
     ModelTokenizer::from_files_with(

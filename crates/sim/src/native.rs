@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 use super::reply::{ends_with_token, finish_json, text, text_steps, Event, Reply};
 use super::request::GenRequest;
 use super::schedule::{Finish, SampleResult};
-use crate::tokenize::ModelTokenizer;
+use kvgate_tokenize::ModelTokenizer;
 
 /// `/generate`'s error body (`{"error": {"message"}}`).
 pub(crate) fn error_body(message: &str) -> Value {

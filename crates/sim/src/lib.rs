@@ -18,7 +18,7 @@
 //! Files: `config` (settings, roles, faults), `kv_pool`, `rooms` + `bootstrap` (the KV
 //! hand-off), `request` (parsing), `schedule` (checks, roles, faults), `native` / `openai` /
 //! `reply` (response shapes), `stream` (SSE body), `server` (routes), `listen` (accept loop),
-//! `cli` (`kvgate sim-engine`).
+//! `cli` (`kvgate sim-engine` and the `kvgate-sim` binary).
 
 mod bootstrap;
 mod cli;
@@ -48,7 +48,7 @@ pub use config::{SimConfig, SimFault, SimRole, DEFAULT_BOOTSTRAP_PORT};
 pub use engine::SimEngine;
 pub use stats::{ReceivedRequest, SimStatsSnapshot};
 
-use crate::tokenize::ModelTokenizer;
+use kvgate_tokenize::ModelTokenizer;
 use kv_pool::KvPool;
 use rooms::Rooms;
 use stats::SimStats;

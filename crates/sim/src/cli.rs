@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::config::{SimConfig, SimFault, SimRole};
-use crate::tokenize::{ModelTokenizer, TokenizeError};
+use kvgate_tokenize::{ModelTokenizer, TokenizeError};
 
 /// Command-line arguments of the simulated engine.
 #[derive(clap::Args, Clone, Debug)]

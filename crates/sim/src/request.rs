@@ -1,7 +1,7 @@
 //! Parsing of `/generate`, `/v1/chat/completions` and `/v1/completions` bodies into one model.
 //!
 //! Prompts are tokenized here with the model's real tokenizer, following the counting rules
-//! of [`crate::tokenize`]: text with special tokens, templated chat without.
+//! of [`kvgate_tokenize`]: text with special tokens, templated chat without.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -9,7 +9,7 @@ use std::hash::{BuildHasher, Hasher};
 use serde_json::Value;
 
 use super::config::{SimConfig, SimRole, DEFAULT_BOOTSTRAP_PORT};
-use crate::tokenize::ModelTokenizer;
+use kvgate_tokenize::ModelTokenizer;
 
 /// SGLang's default `max_new_tokens` (native API and chat without `max_tokens`).
 const DEFAULT_MAX_NEW_TOKENS: usize = 128;

@@ -10,7 +10,7 @@ use super::config::SimConfig;
 use super::kv_pool::KvPool;
 use super::rooms::Rooms;
 use super::stats::{ReceivedRequest, SimStats, SimStatsSnapshot};
-use crate::tokenize::ModelTokenizer;
+use kvgate_tokenize::ModelTokenizer;
 
 /// One engine: its KV pool, rooms, counters and received-request log.
 pub struct SimEngine {
