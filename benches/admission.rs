@@ -7,9 +7,9 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use serde_json::json;
 use std::path::PathBuf;
 
-use kvgate::api::{parse_inference, Endpoint, ModelCatalog};
-use kvgate::app::Gateway;
 use kvgate::config::Config;
+use kvgate::runtime::app::Gateway;
+use kvgate::stack::api::{parse_inference, Endpoint, ModelCatalog};
 
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -23,7 +23,7 @@ fn bench(c: &mut Criterion) {
     let catalog = ModelCatalog::from_config(&config);
     let gateway = Gateway::new(config).unwrap();
     let state = gateway.stack_parts().admission;
-    let tokenizer = kvgate::app::load_tokenizer(
+    let tokenizer = kvgate::runtime::app::load_tokenizer(
         &repo.join("config/tokenizers/qwen3/tokenizer.json"),
         Some(&repo.join("config/tokenizers/qwen3/tokenizer_config.json")),
     )
@@ -66,7 +66,7 @@ fn bench(c: &mut Criterion) {
             rt.block_on(async {
                 let mut parsed =
                     parse_inference(Endpoint::ChatCompletions, body.as_bytes(), &catalog).unwrap();
-                let (count, pools) = kvgate::admission::admit(&state, &mut parsed, None)
+                let (count, pools) = kvgate::stack::admission::admit(&state, &mut parsed, None)
                     .await
                     .unwrap();
                 (count.prompt_total(), pools.0.len())

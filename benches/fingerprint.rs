@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kvgate::isolation::{FingerprintStore, LeakDetectorConfig};
+use kvgate::stack::isolate::leak::{FingerprintStore, LeakDetectorConfig};
 use kvgate_tokenize::ModelTokenizer;
 
 const NGRAM: usize = 8;

@@ -13,11 +13,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use tower::{Service, ServiceExt};
 
-use kvgate::app::Gateway;
 use kvgate::config::Config;
-use kvgate::guard::check_stream::{StreamCheck, UsageRewrite};
-use kvgate::guard::inspect::{Expectation, Markers, Shape};
-use kvgate::guard::sse::SseReframer;
+use kvgate::runtime::app::Gateway;
+use kvgate::stack::guard::check_stream::{StreamCheck, UsageRewrite};
+use kvgate::stack::guard::inspect::{Expectation, Markers, Shape};
+use kvgate::stack::guard::sse::SseReframer;
 use kvgate_sim::{SimConfig, SimRole};
 
 const KEY: &str = "kvgate-demo-key";
@@ -119,7 +119,7 @@ fn ttfb(c: &mut Criterion) {
         .unwrap();
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let dir = repo.join("config/tokenizers/qwen3");
-    let tokenizer = kvgate::app::load_tokenizer(
+    let tokenizer = kvgate::runtime::app::load_tokenizer(
         &dir.join("tokenizer.json"),
         Some(&dir.join("tokenizer_config.json")),
     )
@@ -141,7 +141,7 @@ fn ttfb(c: &mut Criterion) {
         let text = format!(
             "[audit]\nsink = \"none\"\n[[models]]\nname = \"qwen3\"\ntokenizer = \"tokenizers/qwen3/tokenizer.json\"\nchat_template = \"tokenizers/qwen3/tokenizer_config.json\"\ncontext_window = 32768\n[[pools]]\nname = \"u\"\nmodel = \"qwen3\"\nengine = \"sglang\"\nmode = \"unified\"\nworkers = [{{ url = \"http://{}\", kv_tokens = 65536 }}]\n[pools.guard]\nenabled = {guard}\n[[tenants]]\nname = \"bench\"\napi_key_sha256 = [\"{}\"]\n",
             engine.http_addr,
-            kvgate::auth::hash_key(KEY)
+            kvgate::stack::auth::hash_key(KEY)
         );
         let config = Config::from_toml(&text, &repo.join("config/bench.toml")).unwrap();
         let gateway = Gateway::new(config).unwrap();

@@ -13,7 +13,9 @@ use std::hint::black_box;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use kvgate::tenant::{Admission, LimitStore, Limiter, MemoryStore, RedisStore, TenantLimits};
+use kvgate::stack::rate_limit::limiter::{
+    Admission, LimitStore, Limiter, MemoryStore, RedisStore, TenantLimits,
+};
 
 const WINDOW_NS: u64 = 60_000_000_000;
 

@@ -15,9 +15,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use tower::{Service, ServiceExt};
 
-use kvgate::api::{parse_inference, Endpoint, ModelCatalog};
-use kvgate::app::Gateway;
 use kvgate::config::Config;
+use kvgate::runtime::app::Gateway;
+use kvgate::stack::api::{parse_inference, Endpoint, ModelCatalog};
 use kvgate_sim::{SimConfig, SimRole};
 use kvgate_tokenize::ModelTokenizer;
 
@@ -47,7 +47,9 @@ fn bench(c: &mut Criterion) {
             context_length: 32768,
             ..SimConfig::default()
         };
-        kvgate_sim::spawn(config, tokenizer, listener, None).await.unwrap()
+        kvgate_sim::spawn(config, tokenizer, listener, None)
+            .await
+            .unwrap()
     });
     let text = format!(
         r#"
@@ -67,12 +69,12 @@ name = "bench"
 api_key_sha256 = ["{}"]
 "#,
         engine.http_addr,
-        kvgate::auth::hash_key(KEY)
+        kvgate::stack::auth::hash_key(KEY)
     );
     let config = Config::from_toml(&text, &repo.join("config/bench.toml")).unwrap();
     let catalog = ModelCatalog::from_config(&config);
     let gateway = Gateway::new(config).unwrap();
-    rt.block_on(kvgate::routing::discover_all(
+    rt.block_on(kvgate::stack::routing::discover_all(
         gateway.router(),
         &kvgate::upstream::Upstream::new(&Default::default()),
     ));

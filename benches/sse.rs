@@ -10,7 +10,7 @@ use serde_json::json;
 use std::hint::black_box;
 use std::time::Duration;
 
-use kvgate::guard::sse::{SseEvent, SseReframer};
+use kvgate::stack::guard::sse::{SseEvent, SseReframer};
 
 const EVENTS: usize = 1000;
 const WORDS: &[&str] = &[

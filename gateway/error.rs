@@ -39,11 +39,11 @@ pub enum GatewayError {
     ModelNotFound { model: String },
     /// Admission refused the prompt (I2): no pool could hold it.
     #[error(transparent)]
-    ContextLengthExceeded(Box<crate::admission::PromptTooLong>),
+    ContextLengthExceeded(Box<crate::stack::admission::PromptTooLong>),
     /// A tenant limit refused the request (429, or 400 when it can never fit).
     #[error("{}", rate_limit_message(decision))]
     RateLimited {
-        decision: Box<crate::tenant::Decision>,
+        decision: Box<crate::stack::rate_limit::limiter::Decision>,
     },
     #[error("Tenant `{tenant}` may not use model `{model}`.")]
     ModelNotAllowed { tenant: String, model: String },
@@ -102,8 +102,8 @@ pub enum GatewayError {
     Internal(String),
 }
 
-fn rate_limit_message(decision: &crate::tenant::Decision) -> String {
-    use crate::tenant::Denied;
+fn rate_limit_message(decision: &crate::stack::rate_limit::limiter::Decision) -> String {
+    use crate::stack::rate_limit::limiter::Denied;
     match decision.denied_by {
         Some(Denied::Requests) => "Rate limit reached for requests per minute; retry after the Retry-After delay.".into(),
         Some(Denied::Tokens) => "Rate limit reached for tokens per minute; retry after the Retry-After delay.".into(),
@@ -113,8 +113,8 @@ fn rate_limit_message(decision: &crate::tenant::Decision) -> String {
     }
 }
 
-impl From<crate::admission::PromptTooLong> for GatewayError {
-    fn from(refusal: crate::admission::PromptTooLong) -> Self {
+impl From<crate::stack::admission::PromptTooLong> for GatewayError {
+    fn from(refusal: crate::stack::admission::PromptTooLong) -> Self {
         GatewayError::ContextLengthExceeded(Box::new(refusal))
     }
 }
@@ -163,7 +163,8 @@ impl GatewayError {
             Unauthenticated => StatusCode::UNAUTHORIZED,
             ModelNotAllowed { .. } => StatusCode::FORBIDDEN,
             RateLimited { decision }
-                if decision.denied_by == Some(crate::tenant::Denied::TokensOverBudget) =>
+                if decision.denied_by
+                    == Some(crate::stack::rate_limit::limiter::Denied::TokensOverBudget) =>
             {
                 StatusCode::BAD_REQUEST
             }
@@ -201,7 +202,8 @@ impl GatewayError {
             Unauthenticated => "authentication_error",
             ModelNotAllowed { .. } => "permission_error",
             RateLimited { decision }
-                if decision.denied_by == Some(crate::tenant::Denied::TokensOverBudget) =>
+                if decision.denied_by
+                    == Some(crate::stack::rate_limit::limiter::Denied::TokensOverBudget) =>
             {
                 "invalid_request_error"
             }
@@ -235,9 +237,15 @@ impl GatewayError {
             Unauthenticated => "invalid_api_key",
             ModelNotAllowed { .. } => "model_not_allowed",
             RateLimited { decision } => match decision.denied_by {
-                Some(crate::tenant::Denied::TokensOverBudget) => "tokens_exceed_rate_limit",
-                Some(crate::tenant::Denied::Concurrency) => "concurrency_limit_exceeded",
-                Some(crate::tenant::Denied::StoreUnavailable) => "rate_limit_unavailable",
+                Some(crate::stack::rate_limit::limiter::Denied::TokensOverBudget) => {
+                    "tokens_exceed_rate_limit"
+                }
+                Some(crate::stack::rate_limit::limiter::Denied::Concurrency) => {
+                    "concurrency_limit_exceeded"
+                }
+                Some(crate::stack::rate_limit::limiter::Denied::StoreUnavailable) => {
+                    "rate_limit_unavailable"
+                }
                 _ => "rate_limit_exceeded",
             },
             NoEligibleWorker { .. } => "no_eligible_worker",
@@ -287,7 +295,7 @@ impl GatewayError {
             HeaderValue::from_static("application/json"),
         );
         if let GatewayError::RateLimited { decision } = &self {
-            crate::rate_limit::insert_headers(headers, decision);
+            crate::stack::rate_limit::insert_headers(headers, decision);
             let secs = decision.retry_after.as_secs_f64().ceil().max(1.0) as u64;
             if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
                 headers.insert(header::RETRY_AFTER, v);

@@ -16,31 +16,13 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-pub mod admin;
-pub mod admission;
-pub mod api;
-pub mod app;
 pub mod audit;
-pub mod auth;
 pub mod body;
-pub mod catalog;
-pub mod check;
 pub mod config;
-pub mod demo;
-pub mod dispatch;
 pub mod error;
-pub mod guard;
-pub mod isolate;
-pub mod isolation;
 pub mod metrics;
-pub mod policy;
-pub mod rate_limit;
-pub mod read_body;
-pub mod rescue;
-pub mod routing;
-pub mod server;
-pub mod stage;
-pub mod tenant;
+pub mod runtime;
+pub mod stack;
 pub mod upstream;
 
 use bytes::Bytes;
@@ -55,21 +37,21 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 
-use crate::admission::{AdmissionState, Admit};
-use crate::api::{ModelCatalog, Parse};
 use crate::audit::AuditLog;
-use crate::auth::{ApiKeys, Authenticate};
 use crate::body::{BoxBody, BoxError};
-use crate::catalog::CatalogLayer;
-use crate::dispatch::{Dispatch, DispatchLimits};
 use crate::error::GatewayError;
-use crate::guard::{Guard, GuardState};
-use crate::isolate::{Isolate, IsolationState};
-use crate::policy::TenantRules;
-use crate::rate_limit::RateLimit;
-use crate::read_body::ReadBody;
-use crate::rescue::RescueLayer;
-use crate::routing::{Route, Router};
+use crate::stack::admission::{AdmissionState, Admit};
+use crate::stack::api::catalog::CatalogLayer;
+use crate::stack::api::read_body::ReadBody;
+use crate::stack::api::{ModelCatalog, Parse};
+use crate::stack::auth::{ApiKeys, Authenticate};
+use crate::stack::dispatch::{Dispatch, DispatchLimits};
+use crate::stack::guard::{Guard, GuardState};
+use crate::stack::isolate::{Isolate, IsolationState};
+use crate::stack::rate_limit::RateLimit;
+use crate::stack::rescue::RescueLayer;
+use crate::stack::routing::{Route, Router};
+use crate::stack::tenant_rules::TenantRules;
 use crate::upstream::Upstream;
 
 /// What the data-port stack is built from.
@@ -81,7 +63,7 @@ pub struct StackParts {
     pub admission: Arc<AdmissionState>,
     pub guard: Arc<GuardState>,
     pub isolation: Arc<IsolationState>,
-    pub limiter: crate::tenant::Limiter,
+    pub limiter: crate::stack::rate_limit::limiter::Limiter,
     pub audit: AuditLog,
     pub upstream: Upstream,
     pub max_body_bytes: usize,

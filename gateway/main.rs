@@ -4,10 +4,10 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use kvgate::app::Gateway;
-use kvgate::check::CapacityReport;
 use kvgate::config::Config;
-use kvgate::routing::{discover_all, Router};
+use kvgate::runtime::app::Gateway;
+use kvgate::runtime::check::CapacityReport;
+use kvgate::stack::routing::{discover_all, Router};
 use kvgate::upstream::Upstream;
 
 /// kvgate: admission and isolation in front of LLM inference engines.
@@ -50,7 +50,7 @@ enum Command {
     /// Run a simulated SGLang engine (tests, demo, benchmarks).
     SimEngine(kvgate_sim::SimArgs),
     /// Run the gateway with built-in simulated engines on loopback, ready for curl.
-    Demo(kvgate::demo::DemoArgs),
+    Demo(kvgate::runtime::demo::DemoArgs),
     /// Print the SHA-256 of an API key, for `api_key_sha256`.
     HashKey {
         /// The key; read from stdin when omitted (keeps it out of shell history).
@@ -103,7 +103,7 @@ async fn run(command: Command) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Demo(args) => match kvgate::demo::run(args).await {
+        Command::Demo(args) => match kvgate::runtime::demo::run(args).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("kvgate demo: {e}");
@@ -255,6 +255,6 @@ fn hash_key(key: Option<String>) -> ExitCode {
         eprintln!("kvgate hash-key: the key is empty");
         return ExitCode::FAILURE;
     }
-    println!("{}", kvgate::auth::hash_key(&key));
+    println!("{}", kvgate::stack::auth::hash_key(&key));
     ExitCode::SUCCESS
 }

@@ -82,5 +82,5 @@ fn describe_all() {
         "Answers with other tenants' prompt fragments"
     );
     describe_counter!(REQUEST_OUTCOMES_TOTAL, "Request outcomes, one per request");
-    crate::tenant::describe_metrics();
+    crate::stack::rate_limit::limiter::describe_metrics();
 }

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::config::UpstreamConfig;
 use crate::error::GatewayError;
-use crate::routing::Worker;
+use crate::stack::routing::Worker;
 
 /// The shared upstream client.
 #[derive(Clone, Debug)]

@@ -72,16 +72,18 @@ fn every_subcommand_has_help() {
 
 #[tokio::test]
 async fn demo_serves_both_pools_on_loopback() {
-    let args = kvgate::demo::DemoArgs {
+    let args = kvgate::runtime::demo::DemoArgs {
         config: repo().join("config/demo.toml"),
         fault: kvgate_sim::SimFault::None,
         token_latency_ms: 0,
         ephemeral: true,
     };
-    let demo = kvgate::demo::start(&args).await.expect("demo starts");
+    let demo = kvgate::runtime::demo::start(&args)
+        .await
+        .expect("demo starts");
     assert_eq!(demo.engines.len(), 3);
-    let banner = kvgate::demo::banner(&demo);
-    assert!(banner.contains(kvgate::demo::DEMO_API_KEY));
+    let banner = kvgate::runtime::demo::banner(&demo);
+    assert!(banner.contains(kvgate::runtime::demo::DEMO_API_KEY));
     let base = format!("http://{}", demo.gateway.data_addr());
     let mut pools = std::collections::HashSet::new();
     for stream in [false, true] {
@@ -115,7 +117,7 @@ fn serve_reloads_keys_on_sighup_and_exits_cleanly_on_sigterm() {
     let write = |keys: &[&str]| {
         let hashes: Vec<String> = keys
             .iter()
-            .map(|k| format!("\"{}\"", kvgate::auth::hash_key(k)))
+            .map(|k| format!("\"{}\"", kvgate::stack::auth::hash_key(k)))
             .collect();
         let text = format!(
             "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndrain_timeout = \"2s\"\n[audit]\nsink = \"none\"\n[[models]]\nname = \"qwen3\"\ntokenizer = \"{root}/config/tokenizers/qwen3/tokenizer.json\"\ncontext_window = 4096\n[[pools]]\nname = \"u\"\nmodel = \"qwen3\"\nengine = \"sglang\"\nmode = \"unified\"\nworkers = [{{ url = \"http://127.0.0.1:9\", kv_tokens = 4096 }}]\n[[tenants]]\nname = \"t\"\napi_key_sha256 = [{}]\n",

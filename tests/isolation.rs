@@ -34,8 +34,8 @@ api_key_sha256 = ["{}"]
 name = "bob"
 api_key_sha256 = ["{}"]
 "#,
-        kvgate::auth::hash_key("sk-alice"),
-        kvgate::auth::hash_key("sk-bob")
+        kvgate::stack::auth::hash_key("sk-alice"),
+        kvgate::stack::auth::hash_key("sk-bob")
     )
 }
 
@@ -93,7 +93,10 @@ async fn a_pool_without_cache_salt_gets_none_and_still_drops_client_keys() {
 }
 
 /// The incident, with every other guard check switched off: fingerprints alone.
-async fn incident_with_guard_off(mode: &str, stream: bool) -> (Reply, kvgate::app::RunningGateway) {
+async fn incident_with_guard_off(
+    mode: &str,
+    stream: bool,
+) -> (Reply, kvgate::runtime::app::RunningGateway) {
     let sim = |role| SimConfig {
         role,
         fault: SimFault::Incident,

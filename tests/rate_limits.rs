@@ -35,8 +35,8 @@ api_key_sha256 = ["{}"]
 name = "free"
 api_key_sha256 = ["{}"]
 "#,
-        kvgate::auth::hash_key("sk-metered"),
-        kvgate::auth::hash_key("sk-free")
+        kvgate::stack::auth::hash_key("sk-metered"),
+        kvgate::stack::auth::hash_key("sk-free")
     )
 }
 

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kvgate::tenant::{
+use kvgate::stack::rate_limit::limiter::{
     Admission, Decision, Denied, FailurePolicy, GuardedStore, LimitStore, Limiter, MemoryStore,
     RedisOptions, RedisStore, TenantLimits, TenantPermit,
 };

@@ -38,7 +38,7 @@ fn pool(name: &str, model: &str, url: std::net::SocketAddr, extra: &str) -> Stri
 }
 
 fn hash(key: &str) -> String {
-    kvgate::auth::hash_key(key)
+    kvgate::stack::auth::hash_key(key)
 }
 
 fn gen(model: &str) -> serde_json::Value {
@@ -162,7 +162,7 @@ async fn keys_come_from_hashes_env_and_file_and_reload_revokes_without_restart()
     };
     write(false);
     let cfg = kvgate::config::Config::load(&config_path).unwrap();
-    let gw = kvgate::app::Gateway::new(cfg)
+    let gw = kvgate::runtime::app::Gateway::new(cfg)
         .unwrap()
         .start(bind().await, bind().await)
         .await

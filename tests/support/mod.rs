@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use tokio::net::TcpListener;
 
-use kvgate::app::{Gateway, RunningGateway};
 use kvgate::config::Config;
+use kvgate::runtime::app::{Gateway, RunningGateway};
 use kvgate_sim::{RunningSim, SimConfig, SimFault, SimRole};
 use kvgate_tokenize::ModelTokenizer;
 

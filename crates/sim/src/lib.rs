@@ -48,8 +48,8 @@ pub use config::{SimConfig, SimFault, SimRole, DEFAULT_BOOTSTRAP_PORT};
 pub use engine::SimEngine;
 pub use stats::{ReceivedRequest, SimStatsSnapshot};
 
-use kvgate_tokenize::ModelTokenizer;
 use kv_pool::KvPool;
+use kvgate_tokenize::ModelTokenizer;
 use rooms::Rooms;
 use stats::SimStats;
 

@@ -12,7 +12,8 @@ use serde_json::json;
 use super::*;
 
 fn load(model: &str) -> ModelTokenizer {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
         .join("config/tokenizers")
         .join(model);
     ModelTokenizer::from_files(
@@ -124,7 +125,9 @@ fn templated_chat_holds_special_tokens_once() {
 
 #[test]
 fn missing_template_and_bad_files_are_errors() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join("config/tokenizers/qwen3");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join("config/tokenizers/qwen3");
     let missing = ModelTokenizer::from_files(&dir.join("nope.json"), None).unwrap_err();
     assert!(matches!(missing, TokenizeError::Load { .. }));
     assert!(matches!(

@@ -11,7 +11,8 @@ use proptest::prelude::*;
 use crate::{Count, CountConfig, ModelTokenizer};
 
 fn load(model: &str, config: CountConfig) -> ModelTokenizer {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
         .join("config/tokenizers")
         .join(model);
     ModelTokenizer::from_files_with(

@@ -1,0 +1,384 @@
+//! Assembling and running one gateway: data port, admin port, capacity discovery.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::audit::AuditLog;
+use crate::config::Config;
+use crate::config::{LimitsBackend, LimitsFailurePolicy};
+use crate::runtime::admin::Admin;
+use crate::runtime::check::CapacityReport;
+use crate::runtime::server::{self, Shutdown, ShutdownTrigger, TlsError};
+use crate::stack::admission::{AdmissionState, ModelAdmission};
+use crate::stack::api::ModelCatalog;
+use crate::stack::auth::ApiKeys;
+use crate::stack::dispatch::DispatchLimits;
+use crate::stack::guard::GuardState;
+use crate::stack::isolate::IsolationState;
+use crate::stack::rate_limit::limiter::{
+    FailurePolicy, GuardedStore, Limiter, MemoryStore, RedisStore,
+};
+use crate::stack::routing::{discover_all, Router};
+use crate::upstream::Upstream;
+use crate::{build_stack, StackParts};
+use kvgate_tokenize::{ModelTokenizer, TokenizeError};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// Largest non-streaming engine response read into memory.
+const MAX_RESPONSE_BYTES: usize = 256 * 1024 * 1024;
+
+/// Why a gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error("cannot listen on {addr} ({key}): {source}")]
+    Bind {
+        addr: SocketAddr,
+        key: &'static str,
+        source: std::io::Error,
+    },
+    #[error("listener address: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("model `{model}`: {source}")]
+    Tokenizer {
+        model: String,
+        source: TokenizeError,
+    },
+    #[error("{0}")]
+    Limits(String),
+    #[error("cannot open the audit log: {0}")]
+    Audit(std::io::Error),
+    #[error("admission.strict is set and the configuration is mismatched:\n{0}")]
+    Mismatch(String),
+}
+
+/// Load a model's tokenizer once per process: several gateways (tests, reloads) and the
+/// demo's engines share the ≈130 MB it takes.
+pub fn load_tokenizer(
+    tokenizer: &std::path::Path,
+    chat_template: Option<&std::path::Path>,
+) -> Result<Arc<ModelTokenizer>, TokenizeError> {
+    type Cache = Mutex<HashMap<(PathBuf, Option<PathBuf>), Arc<ModelTokenizer>>>;
+    static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
+    let key = (tokenizer.to_owned(), chat_template.map(|p| p.to_owned()));
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(t) = cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
+        return Ok(t);
+    }
+    let loaded = Arc::new(ModelTokenizer::from_files(tokenizer, chat_template)?);
+    if let Ok(mut c) = cache.lock() {
+        c.insert(key, loaded.clone());
+    }
+    Ok(loaded)
+}
+
+/// A configured gateway, not yet serving.
+#[derive(Debug)]
+pub struct Gateway {
+    config: Arc<Config>,
+    router: Arc<Router>,
+    upstream: Upstream,
+    admission: Arc<AdmissionState>,
+    guard: Arc<GuardState>,
+    isolation: Arc<IsolationState>,
+    audit: AuditLog,
+    keys: ApiKeys,
+    limiter: Limiter,
+}
+
+/// Re-reads the config file and swaps in its tenants and keys (SIGHUP, admin `POST /reload`).
+/// Requests in flight keep the tenant context they were admitted with; pools and models
+/// are not changed by a reload (restart for those).
+#[derive(Debug, Clone)]
+pub struct Reloader {
+    path: PathBuf,
+    keys: ApiKeys,
+}
+
+impl Reloader {
+    /// Reload now. An invalid file leaves the running tenants untouched.
+    pub fn reload(&self) -> Result<serde_json::Value, crate::config::ConfigError> {
+        let config = Config::load(&self.path)?;
+        let keys = self.keys.reload(&config);
+        tracing::info!(
+            tenants = config.tenants.len(),
+            keys,
+            "reloaded tenants and API keys"
+        );
+        Ok(serde_json::json!({"reloaded": true, "tenants": config.tenants.len(), "keys": keys}))
+    }
+}
+
+impl Gateway {
+    /// Build pools, workers, tokenizers and the upstream client from validated config.
+    pub fn new(config: Config) -> Result<Self, StartError> {
+        let router = Arc::new(Router::from_config(&config));
+        let upstream = Upstream::new(&config.upstream);
+        let mut models = HashMap::new();
+        for model in &config.models {
+            let tokenizer = load_tokenizer(&model.tokenizer, model.chat_template.as_deref())
+                .map_err(|source| StartError::Tokenizer {
+                    model: model.name.clone(),
+                    source,
+                })?;
+            models.insert(
+                model.name.clone(),
+                ModelAdmission {
+                    tokenizer,
+                    context_window: model.context_window,
+                    default_max_new_tokens: model.default_max_new_tokens,
+                },
+            );
+        }
+        let counts = config
+            .admission
+            .max_concurrent_counts
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+        let admission = Arc::new(AdmissionState {
+            models,
+            router: router.clone(),
+            permits: Arc::new(tokio::sync::Semaphore::new(counts)),
+        });
+        let audit = AuditLog::open(&config.audit).map_err(StartError::Audit)?;
+        let tokenizers = admission
+            .models
+            .iter()
+            .map(|(name, m)| (name.clone(), m.tokenizer.clone()))
+            .collect();
+        let isolation = Arc::new(IsolationState::new(&config, tokenizers));
+        let guard = Arc::new(GuardState::from_config(
+            &config,
+            audit.clone(),
+            isolation.clone(),
+        ));
+        let keys = ApiKeys::from_config(&config);
+        Ok(Self {
+            config: Arc::new(config),
+            router,
+            upstream,
+            admission,
+            guard,
+            isolation,
+            audit,
+            keys,
+            // Redis, when configured, is connected in `start` (it needs the runtime).
+            limiter: Limiter::new(MemoryStore::new()),
+        })
+    }
+
+    /// The live pools.
+    pub fn router(&self) -> &Arc<Router> {
+        &self.router
+    }
+
+    /// The audit log.
+    pub fn audit(&self) -> &AuditLog {
+        &self.audit
+    }
+
+    /// What the data-port stack needs.
+    pub fn stack_parts(&self) -> StackParts {
+        StackParts {
+            keys: self.keys.clone(),
+            catalog: ModelCatalog::from_config(&self.config),
+            router: self.router.clone(),
+            admission: self.admission.clone(),
+            guard: self.guard.clone(),
+            isolation: self.isolation.clone(),
+            limiter: self.limiter.clone(),
+            audit: self.audit.clone(),
+            upstream: self.upstream.clone(),
+            max_body_bytes: usize::try_from(self.config.server.max_body_bytes.as_u64())
+                .unwrap_or(usize::MAX),
+            limits: DispatchLimits {
+                max_response_bytes: MAX_RESPONSE_BYTES,
+            },
+        }
+    }
+
+    /// Connect the Redis limit store when `[limits] backend = "redis"`.
+    pub async fn connect_limits(&mut self) -> Result<(), StartError> {
+        let limits = &self.config.limits;
+        if limits.backend != LimitsBackend::Redis {
+            return Ok(());
+        }
+        let url = limits.redis_url.clone().unwrap_or_default();
+        let store = RedisStore::connect(&url, &limits.key_prefix)
+            .await
+            .map_err(|e| {
+                StartError::Limits(format!(
+                    "cannot connect to Redis at {url} (limits.redis_url): {e}"
+                ))
+            })?;
+        let policy = match limits.failure_policy {
+            LimitsFailurePolicy::FailOpen => FailurePolicy::FailOpen,
+            LimitsFailurePolicy::FailClosed => FailurePolicy::FailClosed,
+        };
+        self.limiter = Limiter::new(GuardedStore::new(store, policy));
+        Ok(())
+    }
+
+    /// Bind the configured addresses and start.
+    pub async fn bind_and_start(self) -> Result<RunningGateway, StartError> {
+        let bind = |addr: SocketAddr, key: &'static str| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| StartError::Bind { addr, key, source })
+        };
+        let data = bind(self.config.server.listen, "server.listen").await?;
+        let admin = bind(self.config.server.admin_listen, "server.admin_listen").await?;
+        self.start(data, admin).await
+    }
+
+    /// Start serving on already-bound listeners (tests bind `127.0.0.1:0`).
+    ///
+    /// Capacity is discovered once before the first request is accepted, so workers with
+    /// only discovered capacity are eligible from the start; then on an interval.
+    pub async fn start(
+        mut self,
+        data: TcpListener,
+        admin: TcpListener,
+    ) -> Result<RunningGateway, StartError> {
+        self.connect_limits().await?;
+        let tls = match &self.config.server.tls {
+            Some(t) => Some(server::tls_acceptor(&t.cert, &t.key)?),
+            None => None,
+        };
+        crate::metrics::handle();
+        discover_all(&self.router, &self.upstream).await;
+        let report = CapacityReport::build(&self.config, &self.router);
+        for line in report.warnings() {
+            tracing::warn!("{line}");
+        }
+        if self.config.admission.strict && !report.warnings().is_empty() {
+            return Err(StartError::Mismatch(report.warnings().join("\n")));
+        }
+        let data_addr = data.local_addr()?;
+        let admin_addr = admin.local_addr()?;
+        let (trigger, shutdown) = Shutdown::new();
+        let drain = self.config.server.drain_timeout;
+        let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(discovery_loop(
+            self.router.clone(),
+            self.upstream.clone(),
+            self.config.upstream.discovery_interval,
+            shutdown.clone(),
+        )));
+        let stack = build_stack::<hyper::body::Incoming>(self.stack_parts());
+        tasks.push(tokio::spawn(server::serve(
+            data,
+            tls,
+            stack,
+            shutdown.clone(),
+            drain,
+        )));
+        let reloader = Reloader {
+            path: self.config.source.clone(),
+            keys: self.keys.clone(),
+        };
+        let admin_service = Admin::new(
+            self.router.clone(),
+            shutdown.clone(),
+            Some(reloader.clone()),
+        );
+        // The admin port stops at once on shutdown; only data traffic drains.
+        tasks.push(tokio::spawn(server::serve(
+            admin,
+            None,
+            admin_service,
+            shutdown.clone(),
+            Duration::from_millis(100),
+        )));
+        tracing::info!(%data_addr, %admin_addr, tls = self.config.server.tls.is_some(), "kvgate listening");
+        Ok(RunningGateway {
+            data_addr,
+            admin_addr,
+            trigger,
+            tasks,
+            router: self.router,
+            audit: self.audit,
+            reloader,
+        })
+    }
+}
+
+async fn discovery_loop(
+    router: Arc<Router>,
+    upstream: Upstream,
+    every: Duration,
+    mut shutdown: Shutdown,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => discover_all(&router, &upstream).await,
+            _ = shutdown.wait() => return,
+        }
+    }
+}
+
+/// A serving gateway.
+#[derive(Debug)]
+pub struct RunningGateway {
+    data_addr: SocketAddr,
+    admin_addr: SocketAddr,
+    trigger: ShutdownTrigger,
+    tasks: Vec<JoinHandle<()>>,
+    router: Arc<Router>,
+    audit: AuditLog,
+    reloader: Reloader,
+}
+
+impl RunningGateway {
+    /// Reloads tenants and keys from the config file.
+    pub fn reloader(&self) -> &Reloader {
+        &self.reloader
+    }
+
+    /// The data port's address.
+    pub fn data_addr(&self) -> SocketAddr {
+        self.data_addr
+    }
+
+    /// The admin port's address.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+
+    /// The live pools.
+    pub fn router(&self) -> &Arc<Router> {
+        &self.router
+    }
+
+    /// The audit log (recent lines in memory).
+    pub fn audit(&self) -> &AuditLog {
+        &self.audit
+    }
+
+    /// Stop accepting and start draining.
+    pub fn begin_shutdown(&self) {
+        self.trigger.trigger();
+    }
+
+    /// Wait until every server has drained (call [`Self::begin_shutdown`] first).
+    pub async fn wait(self) {
+        for task in self.tasks {
+            if let Err(e) = task.await {
+                tracing::error!(error = %e, "gateway task failed");
+            }
+        }
+    }
+
+    /// Stop accepting, drain, and return when done.
+    pub async fn shutdown(self) {
+        self.begin_shutdown();
+        self.wait().await;
+    }
+}

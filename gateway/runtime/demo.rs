@@ -1,0 +1,262 @@
+//! `kvgate demo`: the gateway plus a simulated SGLang engine for every worker of the demo
+//! config (one prefill/decode pool, one unified pool), all in one process on loopback.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+use crate::config::{Config, ConfigError, PoolConfig, WorkerConfig};
+use crate::runtime::app::{Gateway, RunningGateway, StartError};
+use kvgate_sim::{RunningSim, SimConfig, SimFault, SimRole};
+use kvgate_tokenize::ModelTokenizer;
+
+/// The demo tenant's API key (its SHA-256 is in `config/demo.toml`).
+pub const DEMO_API_KEY: &str = "kvgate-demo-key";
+
+/// `kvgate demo` options.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DemoArgs {
+    /// The demo deployment.
+    #[arg(long, short, default_value = "config/demo.toml")]
+    pub config: PathBuf,
+    /// Make the simulated engines misbehave, e.g. `incident` to replay the incident's engine bug.
+    #[arg(long, value_enum, default_value = "none")]
+    pub fault: SimFault,
+    /// Delay between generated tokens, to watch streams arrive.
+    #[arg(long, default_value_t = 20)]
+    pub token_latency_ms: u64,
+    /// Bind every port on 127.0.0.1:0 instead of the addresses in the config (tests, or when
+    /// the config's ports are taken).
+    #[arg(long)]
+    pub ephemeral: bool,
+}
+
+/// Why the demo could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("demo engine for {url}: {reason}")]
+    Engine { url: String, reason: String },
+    #[error("cannot listen on {addr}: {source} (try --ephemeral)")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("loading tokenizer for model `{model}`: {reason}")]
+    Tokenizer { model: String, reason: String },
+    #[error(transparent)]
+    Start(#[from] StartError),
+}
+
+/// A running demo.
+#[derive(Debug)]
+pub struct RunningDemo {
+    pub gateway: RunningGateway,
+    pub engines: Vec<RunningSim>,
+}
+
+impl RunningDemo {
+    /// Stop the gateway (draining), then the engines.
+    pub async fn shutdown(self) {
+        self.gateway.shutdown().await;
+        for engine in self.engines {
+            engine.shutdown().await;
+        }
+    }
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, DemoError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| DemoError::Bind { addr, source })
+}
+
+fn loopback(ephemeral: bool, configured: SocketAddr) -> SocketAddr {
+    if ephemeral {
+        SocketAddr::from(([127, 0, 0, 1], 0))
+    } else {
+        configured
+    }
+}
+
+/// Start engines and gateway.
+pub async fn start(args: &DemoArgs) -> Result<RunningDemo, DemoError> {
+    let mut config = Config::load(&args.config)?;
+    let mut engines = Vec::new();
+    let mut tokenizers: Vec<(String, Arc<ModelTokenizer>)> = Vec::new();
+    for model in &config.models {
+        let tokenizer =
+            crate::runtime::app::load_tokenizer(&model.tokenizer, model.chat_template.as_deref())
+                .map_err(|e| DemoError::Tokenizer {
+                model: model.name.clone(),
+                reason: e.to_string(),
+            })?;
+        tokenizers.push((model.name.clone(), tokenizer));
+    }
+    let windows: Vec<(String, u64)> = config
+        .models
+        .iter()
+        .map(|m| (m.name.clone(), m.context_window))
+        .collect();
+    for pool in &mut config.pools {
+        let window = windows
+            .iter()
+            .find(|(n, _)| *n == pool.model)
+            .map_or(32_768, |(_, w)| *w);
+        let Some(tokenizer) = tokenizers
+            .iter()
+            .find(|(n, _)| *n == pool.model)
+            .map(|(_, t)| t.clone())
+        else {
+            continue;
+        };
+        let served = pool_model(pool);
+        for (role, worker) in workers_mut(pool) {
+            let engine =
+                start_engine(args, role, worker, window, &served, tokenizer.clone()).await?;
+            engines.push(engine);
+        }
+    }
+    if args.ephemeral {
+        config.server.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        config.server.admin_listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    }
+    let data = bind(config.server.listen).await?;
+    let admin = bind(config.server.admin_listen).await?;
+    let gateway = Gateway::new(config)?.start(data, admin).await?;
+    Ok(RunningDemo { gateway, engines })
+}
+
+fn pool_model(pool: &PoolConfig) -> String {
+    pool.served_model
+        .clone()
+        .unwrap_or_else(|| pool.model.clone())
+}
+
+fn workers_mut(pool: &mut PoolConfig) -> Vec<(SimRole, &mut WorkerConfig)> {
+    let mut out: Vec<(SimRole, &mut WorkerConfig)> = Vec::new();
+    out.extend(pool.workers.iter_mut().map(|w| (SimRole::Unified, w)));
+    out.extend(pool.prefill.iter_mut().map(|w| (SimRole::Prefill, w)));
+    out.extend(pool.decode.iter_mut().map(|w| (SimRole::Decode, w)));
+    out
+}
+
+async fn start_engine(
+    args: &DemoArgs,
+    role: SimRole,
+    worker: &mut WorkerConfig,
+    window: u64,
+    model: &str,
+    tokenizer: Arc<ModelTokenizer>,
+) -> Result<RunningSim, DemoError> {
+    let url = worker.url.to_string();
+    let engine_error = |reason: String| DemoError::Engine {
+        url: url.clone(),
+        reason,
+    };
+    let host = worker.url.host().unwrap_or_default();
+    let ip: std::net::IpAddr = host.trim_matches(['[', ']']).parse().map_err(|_| {
+        engine_error("demo engines run on loopback: use an IP address such as 127.0.0.1".into())
+    })?;
+    if !ip.is_loopback() {
+        return Err(engine_error("demo engines run on loopback only".into()));
+    }
+    let port = worker.url.port_u16().unwrap_or(80);
+    let http = bind(loopback(args.ephemeral, SocketAddr::new(ip, port))).await?;
+    let bootstrap = if role == SimRole::Prefill {
+        let port = worker.bootstrap_port.unwrap_or(0);
+        Some(bind(loopback(args.ephemeral, SocketAddr::new(ip, port))).await?)
+    } else {
+        None
+    };
+    let kv_tokens = worker.kv_tokens.unwrap_or(window);
+    let sim_config = SimConfig {
+        role,
+        model: model.to_owned(),
+        kv_tokens: usize::try_from(kv_tokens).unwrap_or(usize::MAX),
+        context_length: usize::try_from(window).unwrap_or(usize::MAX),
+        fault: args.fault,
+        token_latency: Duration::from_millis(args.token_latency_ms),
+        ..SimConfig::default()
+    };
+    let running = kvgate_sim::spawn(sim_config, tokenizer, http, bootstrap)
+        .await
+        .map_err(|e| engine_error(e.to_string()))?;
+    // Point the gateway at where the engine really listens (ports may be ephemeral).
+    worker.url = format!("http://{}", running.http_addr)
+        .parse()
+        .map_err(|e| engine_error(format!("{e}")))?;
+    if let Some(b) = running.bootstrap_addr {
+        worker.bootstrap_port = Some(b.port());
+    }
+    Ok(running)
+}
+
+/// Wait for Ctrl-C or SIGTERM.
+pub async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// What `kvgate demo` prints once everything listens.
+pub fn banner(demo: &RunningDemo) -> String {
+    let addr = demo.gateway.data_addr();
+    let admin = demo.gateway.admin_addr();
+    let base = format!("http://{addr}");
+    format!(
+        r#"kvgate demo is ready.
+  gateway:  {base}   (admin: http://{admin}/ready, /metrics)
+  engines:  {engines} simulated SGLang engines (prefill/decode pool "pd", unified pool "unified")
+  API key:  {DEMO_API_KEY}
+
+Try:
+  curl -s {base}/v1/models -H 'Authorization: Bearer {DEMO_API_KEY}'
+
+  curl -s {base}/v1/chat/completions -H 'Authorization: Bearer {DEMO_API_KEY}' \
+    -H 'Content-Type: application/json' \
+    -d '{{"model":"qwen3","messages":[{{"role":"user","content":"Hello from the demo"}}],"max_tokens":16}}'
+
+  curl -sN {base}/v1/chat/completions -H 'Authorization: Bearer {DEMO_API_KEY}' \
+    -H 'Content-Type: application/json' \
+    -d '{{"model":"qwen3","stream":true,"messages":[{{"role":"user","content":"Stream this, please"}}],"max_tokens":16}}'
+
+  curl -s {base}/generate -H 'Authorization: Bearer {DEMO_API_KEY}' \
+    -H 'Content-Type: application/json' \
+    -d '{{"text":"The quick brown fox","sampling_params":{{"max_new_tokens":8}}}}'
+
+  curl -s http://{admin}/ready
+
+Ctrl-C stops everything."#,
+        engines = demo.engines.len(),
+    )
+}
+
+/// `kvgate demo`: start, print the banner, run until a signal, stop cleanly.
+pub async fn run(args: DemoArgs) -> Result<(), DemoError> {
+    let demo = start(&args).await?;
+    println!("{}", banner(&demo));
+    wait_for_signal().await;
+    println!("stopping: draining the gateway, then the engines");
+    demo.shutdown().await;
+    Ok(())
+}

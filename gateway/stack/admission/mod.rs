@@ -1,0 +1,309 @@
+//! Admission (I2, I3): count the prompt exactly as the engine will, and refuse what cannot
+//! fit before any byte goes downstream.
+//!
+//! Sits between parsing and routing. For every pool that could serve the request (its
+//! model's pools, weight > 0, eligible workers, the right engine for the endpoint) it checks
+//! each sample against the pool's [`PoolBudget`]; the request continues to the pools it fits
+//! and is refused with HTTP 400 `context_length_exceeded` when it fits none. Counting starts
+//! with a byte bound and counts exactly only when the bound does not settle it.
+//!
+//! Reads: `InferenceRequest`. Writes: [`TokenCount`] and [`AdmittedPools`]; may add the
+//! model's `default_max_new_tokens` to the forwarded body.
+
+mod budget;
+mod count;
+mod prompt;
+
+pub use budget::{
+    sglang_max_req_input_len, worker_input_limit, Bound, PoolBudget, Violation, WorkerBound,
+};
+pub use count::{PromptTokens, TokenCount};
+pub use prompt::{MaxNew, COMPLETIONS_DEFAULT_MAX_TOKENS, GENERATE_DEFAULT_MAX_NEW_TOKENS};
+
+use bytes::Bytes;
+use http::Request;
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio::sync::Semaphore;
+use tower::ServiceExt;
+
+use crate::config::EngineKind;
+use crate::error::GatewayError;
+use crate::stack::api::InferenceRequest;
+use crate::stack::auth::{AuthContext, TenantPolicy};
+use crate::stack::routing::Router;
+use crate::stack::stage::{Next, Stage, StageFuture, StageLayer};
+use count::Measured;
+use kvgate_tokenize::ModelTokenizer;
+
+/// A refused prompt: what was counted, the limit, and which bound it hit.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}", self.message())]
+pub struct PromptTooLong {
+    /// The sample (for batches), 0-based.
+    pub sample: Option<usize>,
+    pub prompt_tokens: u64,
+    pub max_new_tokens: u64,
+    pub violation: Violation,
+    /// Counting stopped early: the prompt has at least `violation.counted` tokens.
+    pub counted_at_least: bool,
+    /// The request field holding the prompt.
+    pub param: &'static str,
+}
+
+impl PromptTooLong {
+    fn message(&self) -> String {
+        let which = self
+            .sample
+            .map(|i| format!(" of sample {i}"))
+            .unwrap_or_default();
+        let v = &self.violation;
+        if v.includes_new_tokens {
+            format!(
+                "The prompt{which} has {} tokens and asks for up to {} new tokens: {} tokens in all, over the limit of {} set by {}. Shorten the prompt or lower max_tokens.",
+                self.prompt_tokens, self.max_new_tokens, v.counted, v.limit, v.bound
+            )
+        } else {
+            format!(
+                "The prompt{which} has {}{} tokens, over the limit of {} tokens set by {}. Shorten the prompt.",
+                if self.counted_at_least { "at least " } else { "" },
+                v.counted, v.limit, v.bound
+            )
+        }
+    }
+}
+
+/// The pools a request was admitted to (never empty); routing picks among them.
+#[derive(Debug, Clone)]
+pub struct AdmittedPools(pub Arc<[Arc<str>]>);
+
+/// What admission knows of one model.
+#[derive(Debug, Clone)]
+pub struct ModelAdmission {
+    pub tokenizer: Arc<ModelTokenizer>,
+    pub context_window: u64,
+    pub default_max_new_tokens: Option<u64>,
+}
+
+/// Shared state of the admission stage.
+#[derive(Debug)]
+pub struct AdmissionState {
+    pub models: HashMap<String, ModelAdmission>,
+    pub router: Arc<Router>,
+    /// Bounds concurrent exact counts on the blocking pool.
+    pub permits: Arc<Semaphore>,
+}
+
+/// The admission stage.
+#[derive(Debug, Clone)]
+pub struct Admit {
+    state: Arc<AdmissionState>,
+}
+
+/// The admission stage as a layer.
+pub type AdmitLayer = StageLayer<Admit>;
+
+impl Admit {
+    /// Admit against `state`.
+    pub fn layer(state: Arc<AdmissionState>) -> AdmitLayer {
+        StageLayer::new(Admit { state })
+    }
+}
+
+// === impl Admit ===
+
+impl Stage for Admit {
+    fn handle(&self, mut request: Request<Bytes>, next: Next) -> StageFuture {
+        let state = self.state.clone();
+        Box::pin(async move {
+            let auth = request.extensions().get::<AuthContext>().cloned();
+            let parsed = request
+                .extensions_mut()
+                .get_mut::<InferenceRequest>()
+                .ok_or_else(|| GatewayError::Internal("admission ran before parsing".into()))?;
+            let (count, pools) = admit(&state, parsed, auth.as_ref().map(|a| &*a.policy)).await?;
+            request.extensions_mut().insert(count);
+            request.extensions_mut().insert(pools);
+            next.oneshot(request).await
+        })
+    }
+}
+
+/// The admission decision for one parsed request.
+pub async fn admit(
+    state: &AdmissionState,
+    parsed: &mut InferenceRequest,
+    tenant: Option<&TenantPolicy>,
+) -> Result<(TokenCount, AdmittedPools), GatewayError> {
+    let model = state.models.get(&parsed.model).ok_or_else(|| {
+        GatewayError::Internal(format!("no tokenizer loaded for `{}`", parsed.model))
+    })?;
+    let tenant_new_cap = tenant.and_then(|t| t.max_new_tokens);
+    // A tenant cap on new tokens is also the default (and is sent to the engine).
+    let default_new = match (model.default_max_new_tokens, tenant_new_cap) {
+        (Some(d), Some(c)) => Some(d.min(c)),
+        (d, c) => d.or(c),
+    };
+    if let Some(cap) = tenant_new_cap {
+        for i in 0..parsed.batch {
+            if let Some(asked) = prompt::requested_max_new(parsed, i)?.filter(|&n| n > cap) {
+                return Err(GatewayError::invalid(
+                    format!("max new tokens {asked} is over this tenant's cap of {cap}"),
+                    Some(prompt::max_tokens_param(parsed.endpoint)),
+                ));
+            }
+        }
+    }
+    prompt::apply_model_default(parsed, default_new);
+    let mut measured = {
+        let samples = prompt::samples(parsed, default_new)?;
+        count::measure(&samples, &model.tokenizer)?
+    };
+    let window = model.context_window;
+    let budgets = candidate_budgets(state, parsed, tenant, window)?;
+    let param = prompt::prompt_param(parsed.endpoint, &parsed.body);
+    let cap = tenant.and_then(|t| t.max_prompt_tokens.map(|c| (t.name.clone(), c)));
+
+    let mut verdicts = judge(&budgets, &measured, window, cap.as_ref());
+    if verdicts.iter().any(Result::is_err) && measured.iter().any(|m| m.pending.is_some()) {
+        // The bound did not settle it: count exactly, then judge again.
+        // Nothing above the most lenient limit can be admitted anywhere: stop counting there.
+        let stop_above = budgets
+            .iter()
+            .filter_map(PoolBudget::max_prompt_tokens)
+            .max()
+            .unwrap_or(0)
+            .min(cap.as_ref().map_or(u64::MAX, |(_, c)| *c));
+        count::count_exactly(&mut measured, &model.tokenizer, &state.permits, stop_above).await?;
+        verdicts = judge(&budgets, &measured, window, cap.as_ref());
+    }
+    let admitted: Vec<Arc<str>> = budgets
+        .iter()
+        .zip(&verdicts)
+        .filter(|(_, v)| v.is_ok())
+        .map(|(b, _)| b.pool.clone())
+        .collect();
+    if admitted.is_empty() {
+        // Refuse with the most lenient pool's reason: no pool would have taken it.
+        let (i, _) = budgets
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, b)| b.max_prompt_tokens())
+            .unwrap_or((0, &budgets[0]));
+        if let Some(Err(refusal)) = verdicts.into_iter().nth(i) {
+            let mut refusal = *refusal;
+            refusal.param = param;
+            if parsed.batch == 1 {
+                refusal.sample = None;
+            }
+            return Err(refusal.into());
+        }
+    }
+    let max_new: Vec<u64> = measured
+        .iter()
+        .map(|m| resolve_max_new(m, window))
+        .collect();
+    let count = TokenCount::new(&measured, max_new, &model.tokenizer, &state.permits);
+    Ok((count, AdmittedPools(admitted.into())))
+}
+
+/// The pools that could serve this request for this tenant: the model's pools the tenant
+/// may use (403 when none), with the right engine and eligible workers (503 when none).
+fn candidate_budgets(
+    state: &AdmissionState,
+    parsed: &InferenceRequest,
+    tenant: Option<&TenantPolicy>,
+    window: u64,
+) -> Result<Vec<PoolBudget>, GatewayError> {
+    let of_model = state.router.pools_of(&parsed.model);
+    let allowed: Vec<_> = of_model
+        .iter()
+        .filter(|p| tenant.is_none_or(|t| p.serves_tenant(&t.name, t.pools.as_ref())))
+        .collect();
+    if allowed.is_empty() && !of_model.is_empty() {
+        return Err(GatewayError::ModelNotAllowed {
+            tenant: tenant.map(|t| t.name.to_string()).unwrap_or_default(),
+            model: parsed.model.clone(),
+        });
+    }
+    let mut reasons = Vec::new();
+    let budgets: Vec<PoolBudget> = allowed
+        .into_iter()
+        .filter(|p| {
+            if parsed.endpoint.needs_sglang() && p.engine != EngineKind::Sglang {
+                reasons.push(format!(
+                    "pool `{}` is not an SGLang pool (/generate)",
+                    p.name
+                ));
+                return false;
+            }
+            match p.ineligibility() {
+                Some(r) => {
+                    reasons.push(r);
+                    false
+                }
+                None => true,
+            }
+        })
+        .map(|p| PoolBudget::of(p, window))
+        .collect();
+    if budgets.is_empty() {
+        return Err(GatewayError::NoEligibleWorker {
+            model: parsed.model.clone(),
+            reason: if reasons.is_empty() {
+                "no pool serves this model".into()
+            } else {
+                reasons.join("; ")
+            },
+        });
+    }
+    Ok(budgets)
+}
+
+fn resolve_max_new(m: &Measured, window: u64) -> u64 {
+    match m.max_new {
+        MaxNew::Tokens(n) => n,
+        MaxNew::RestOfWindow => window.saturating_sub(m.tokens.value()),
+    }
+}
+
+/// Per pool: admitted, or the first sample's refusal.
+fn judge(
+    budgets: &[PoolBudget],
+    measured: &[Measured],
+    window: u64,
+    tenant_cap: Option<&(Arc<str>, u64)>,
+) -> Vec<Result<(), Box<PromptTooLong>>> {
+    budgets
+        .iter()
+        .map(|budget| {
+            for (i, m) in measured.iter().enumerate() {
+                let prompt = m.tokens.value();
+                let max_new = resolve_max_new(m, window);
+                let capped = match tenant_cap {
+                    Some((tenant, cap)) if prompt > *cap => Err(Violation {
+                        includes_new_tokens: false,
+                        counted: prompt,
+                        limit: *cap,
+                        bound: Bound::TenantCap {
+                            tenant: tenant.clone(),
+                            cap: *cap,
+                        },
+                    }),
+                    _ => Ok(()),
+                };
+                if let Err(violation) = capped.and_then(|()| budget.check(prompt, max_new)) {
+                    return Err(Box::new(PromptTooLong {
+                        sample: Some(i),
+                        prompt_tokens: prompt,
+                        max_new_tokens: max_new,
+                        violation,
+                        counted_at_least: matches!(m.tokens, PromptTokens::AtLeast(_)),
+                        param: "",
+                    }));
+                }
+            }
+            Ok(())
+        })
+        .collect()
+}

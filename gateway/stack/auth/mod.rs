@@ -1,0 +1,292 @@
+//! Authentication: an API key becomes a tenant.
+//!
+//! Sits right under tracing, before the body is read, so an unauthenticated client cannot
+//! make the gateway buffer 64 MiB. Keys arrive as `Authorization: Bearer KEY` or
+//! `x-api-key: KEY`; the config holds only their SHA-256 digests, and lookup is by digest,
+//! so comparing never touches the secret byte by byte. Keys never reach logs or metrics.
+//!
+//! Writes: the [`AuthContext`] extension.
+
+use http::{header, HeaderMap, Request};
+use sha2::{Digest, Sha256};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+use tower::filter::{FilterLayer, Predicate};
+
+use crate::body::BoxError;
+use crate::config::{Config, TenantConfig};
+use crate::error::GatewayError;
+
+/// What a tenant may do, from its `[[tenants]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantPolicy {
+    pub name: Arc<str>,
+    /// Largest prompt in tokens (an admission bound).
+    pub max_prompt_tokens: Option<u64>,
+    /// Largest new-token allowance per sample.
+    pub max_new_tokens: Option<u64>,
+    /// Models it may use (None: all).
+    pub models: Option<HashSet<String>>,
+    /// Pools it is pinned to (None: any).
+    pub pools: Option<HashSet<String>>,
+    /// Rate and concurrency limits.
+    pub limits: crate::stack::rate_limit::limiter::TenantLimits,
+}
+
+impl TenantPolicy {
+    fn from_config(t: &TenantConfig) -> Self {
+        let set = |v: &[String]| (!v.is_empty()).then(|| v.iter().cloned().collect());
+        Self {
+            name: Arc::from(t.name.as_str()),
+            max_prompt_tokens: t.max_prompt_tokens,
+            max_new_tokens: t.max_new_tokens,
+            models: set(&t.models),
+            pools: set(&t.pools),
+            limits: crate::stack::rate_limit::limiter::TenantLimits {
+                requests_per_minute: t.requests_per_minute,
+                tokens_per_minute: t.tokens_per_minute,
+                max_concurrent: t.max_concurrent,
+            },
+        }
+    }
+
+    fn anonymous() -> Self {
+        Self {
+            name: Arc::from(ANONYMOUS_TENANT),
+            max_prompt_tokens: None,
+            max_new_tokens: None,
+            models: None,
+            pools: None,
+            limits: crate::stack::rate_limit::limiter::TenantLimits::UNLIMITED,
+        }
+    }
+
+    /// Whether the tenant may use `model`.
+    pub fn allows_model(&self, model: &str) -> bool {
+        self.models.as_ref().is_none_or(|m| m.contains(model))
+    }
+}
+
+/// Who is calling, as established by the API key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthContext {
+    /// The tenant's configured name.
+    pub tenant: Arc<str>,
+    /// What it may do.
+    pub policy: Arc<TenantPolicy>,
+}
+
+/// The digest → tenant table of one config generation.
+#[derive(Debug, Default)]
+struct Directory {
+    by_digest: HashMap<[u8; 32], Arc<TenantPolicy>>,
+    anonymous: Option<Arc<TenantPolicy>>,
+}
+
+impl Directory {
+    fn from_config(config: &Config) -> Self {
+        let mut by_digest = HashMap::new();
+        for tenant in &config.tenants {
+            let policy = Arc::new(TenantPolicy::from_config(tenant));
+            for hex in &tenant.api_key_sha256 {
+                if let Some(digest) = decode_hex32(hex) {
+                    by_digest.insert(digest, policy.clone());
+                }
+            }
+        }
+        Self {
+            by_digest,
+            anonymous: config
+                .server
+                .allow_anonymous
+                .then(|| Arc::new(TenantPolicy::anonymous())),
+        }
+    }
+}
+
+/// The live key table, shared by every request and replaced whole on reload, so a revoked
+/// key stops working for new requests while in-flight ones keep the context they got.
+#[derive(Debug, Clone)]
+pub struct ApiKeys {
+    current: Arc<RwLock<Arc<Directory>>>,
+}
+
+/// The tenant name used when `server.allow_anonymous` admits key-less requests.
+pub const ANONYMOUS_TENANT: &str = "anonymous";
+
+impl ApiKeys {
+    /// Build the table from validated config (digests are 64 lowercase hex digits).
+    pub fn from_config(config: &Config) -> Self {
+        Self {
+            current: Arc::new(RwLock::new(Arc::new(Directory::from_config(config)))),
+        }
+    }
+
+    /// Replace the table with the tenants of a newly loaded config; returns the number of keys.
+    pub fn reload(&self, config: &Config) -> usize {
+        let next = Arc::new(Directory::from_config(config));
+        let keys = next.by_digest.len();
+        match self.current.write() {
+            Ok(mut d) => *d = next,
+            Err(poisoned) => *poisoned.into_inner() = next,
+        }
+        keys
+    }
+
+    fn directory(&self) -> Arc<Directory> {
+        match self.current.read() {
+            Ok(d) => d.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Find the tenant for the request's key.
+    pub fn authenticate(&self, headers: &HeaderMap) -> Result<AuthContext, GatewayError> {
+        let directory = self.directory();
+        let policy = match presented_key(headers) {
+            Some(key) => {
+                let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
+                directory.by_digest.get(&digest).cloned()
+            }
+            None => directory.anonymous.clone(),
+        }
+        .ok_or(GatewayError::Unauthenticated)?;
+        Ok(AuthContext {
+            tenant: policy.name.clone(),
+            policy,
+        })
+    }
+}
+
+/// The hex SHA-256 of a key, as `api_key_sha256` expects (`kvgate hash-key`).
+pub fn hash_key(key: &str) -> String {
+    Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn presented_key(headers: &HeaderMap) -> Option<&str> {
+    if let Some(value) = headers.get(header::AUTHORIZATION) {
+        let value = value.to_str().ok()?.trim();
+        let (scheme, key) = value.split_once(' ')?;
+        return scheme
+            .eq_ignore_ascii_case("bearer")
+            .then(|| key.trim())
+            .filter(|k| !k.is_empty());
+    }
+    headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+}
+
+fn decode_hex32(hex: &str) -> Option<[u8; 32]> {
+    let bytes = hex.as_bytes();
+    if bytes.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, pair) in bytes.chunks_exact(2).enumerate() {
+        let s = std::str::from_utf8(pair).ok()?;
+        out[i] = u8::from_str_radix(s, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// The tower predicate of the authentication stage.
+#[derive(Debug, Clone)]
+pub struct Authenticate {
+    keys: ApiKeys,
+}
+
+impl<B> Predicate<Request<B>> for Authenticate {
+    type Request = Request<B>;
+
+    fn check(&mut self, mut request: Request<B>) -> Result<Request<B>, BoxError> {
+        let context = self.keys.authenticate(request.headers())?;
+        request.extensions_mut().insert(context);
+        Ok(request)
+    }
+}
+
+/// The authentication stage as a layer.
+pub type AuthenticateLayer = FilterLayer<Authenticate>;
+
+impl Authenticate {
+    /// Authenticate against `keys`.
+    pub fn layer(keys: ApiKeys) -> AuthenticateLayer {
+        FilterLayer::new(Authenticate { keys })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn keys() -> ApiKeys {
+        let mut by_digest = HashMap::new();
+        let policy = TenantPolicy {
+            name: Arc::from("acme"),
+            ..TenantPolicy::anonymous()
+        };
+        by_digest.insert(
+            decode_hex32(&hash_key("sk-acme")).unwrap(),
+            Arc::new(policy),
+        );
+        ApiKeys {
+            current: Arc::new(RwLock::new(Arc::new(Directory {
+                by_digest,
+                anonymous: None,
+            }))),
+        }
+    }
+
+    fn headers(name: &str, value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(
+            http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            HeaderValue::from_str(value).unwrap(),
+        );
+        h
+    }
+
+    #[test]
+    fn bearer_and_x_api_key_authenticate() {
+        let k = keys();
+        for h in [
+            headers("authorization", "Bearer sk-acme"),
+            headers("authorization", "bearer  sk-acme "),
+            headers("x-api-key", "sk-acme"),
+        ] {
+            assert_eq!(&*k.authenticate(&h).unwrap().tenant, "acme");
+        }
+    }
+
+    #[test]
+    fn wrong_missing_or_malformed_keys_are_rejected() {
+        let k = keys();
+        for h in [
+            HeaderMap::new(),
+            headers("authorization", "Bearer sk-other"),
+            headers("authorization", "Basic sk-acme"),
+            headers("authorization", "sk-acme"),
+        ] {
+            assert!(matches!(
+                k.authenticate(&h),
+                Err(GatewayError::Unauthenticated)
+            ));
+        }
+    }
+
+    #[test]
+    fn hash_key_matches_sha256sum() {
+        // printf %s kvgate-demo-key | sha256sum
+        assert_eq!(
+            hash_key("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}

@@ -1,0 +1,67 @@
+//! Prefill/decode bootstrap fields: the decode worker finds the prompt's KV on the prefill
+//! worker's bootstrap server under a room id that both sides receive.
+
+use serde_json::{Map, Value};
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use crate::stack::routing::Worker;
+
+/// A fresh room id: random, non-negative as an i64 (SGLang's router uses `u64 & i64::MAX`).
+pub fn new_room() -> u64 {
+    static STATE: OnceLock<(AtomicU64, u64)> = OnceLock::new();
+    let (counter, seed) = STATE.get_or_init(|| {
+        (
+            AtomicU64::new(0),
+            RandomState::new().hash_one(std::process::id()),
+        )
+    });
+    // splitmix64 over a per-process random seed: unique per call, unpredictable across runs.
+    let mut z = seed.wrapping_add(
+        counter
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15),
+    );
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)) & (i64::MAX as u64)
+}
+
+/// Add `bootstrap_host`, `bootstrap_port` and `bootstrap_room` for `prefill` to `body`:
+/// scalars for one prompt, lists of `batch` entries (one room per sample) for a batch.
+/// Returns the rooms.
+pub fn inject(body: &mut Map<String, Value>, prefill: &Worker, batch: usize) -> Vec<u64> {
+    let rooms: Vec<u64> = (0..batch.max(1)).map(|_| new_room()).collect();
+    let host = Value::from(prefill.bootstrap_host.clone());
+    let port = prefill
+        .bootstrap_port()
+        .map(Value::from)
+        .unwrap_or(Value::Null);
+    if batch > 1 {
+        body.insert("bootstrap_host".into(), Value::Array(vec![host; batch]));
+        body.insert("bootstrap_port".into(), Value::Array(vec![port; batch]));
+        body.insert(
+            "bootstrap_room".into(),
+            Value::Array(rooms.iter().map(|&r| Value::from(r)).collect()),
+        );
+    } else {
+        body.insert("bootstrap_host".into(), host);
+        body.insert("bootstrap_port".into(), port);
+        body.insert("bootstrap_room".into(), Value::from(rooms[0]));
+    }
+    rooms
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn rooms_are_unique_and_fit_in_i64() {
+        let rooms: HashSet<u64> = (0..10_000).map(|_| new_room()).collect();
+        assert_eq!(rooms.len(), 10_000);
+        assert!(rooms.iter().all(|&r| r <= i64::MAX as u64));
+    }
+}

@@ -1,0 +1,383 @@
+//! The response guard (I1): an aborted, refused or placeholder result never reaches a client
+//! as a success.
+//!
+//! Sits right above dispatch, so it sees every engine answer, the prefill leg of PD requests
+//! included. Non-streaming answers are checked whole ([`inspect::check_answer`]); streams are
+//! re-framed and checked event by event ([`check_stream::StreamCheck`]), with the status line
+//! held until the first event has been checked. A trip becomes kvgate's JSON error (status
+//! mapping in `GatewayError`), or — once a stream is under way — an SSE error event that ends
+//! the stream without `[DONE]`. Every trip is one audit line and one
+//! `kvgate_guard_trips_total{reason,pool}`; every stream's outcome is counted once (I6).
+//!
+//! Reads: `InferenceRequest`, `RoutePlan`, `TokenCount`, `AuthContext`; the response
+//! extensions `PrefillAnswer` and `ServedBy` from dispatch.
+
+pub mod check_stream;
+pub mod inspect;
+pub mod leak;
+pub mod sse;
+mod stream;
+
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+use tower::ServiceExt;
+
+use crate::audit::AuditLog;
+use crate::body;
+use crate::config::{Config, GuardConfig, LeakMode};
+use crate::error::GatewayError;
+use crate::metrics;
+use crate::stack::admission::TokenCount;
+use crate::stack::api::{Endpoint, InferenceRequest};
+use crate::stack::auth::AuthContext;
+use crate::stack::isolate::{FingerprintJob, IsolationState};
+use crate::stack::rate_limit::UsageCell;
+use crate::stack::routing::RoutePlan;
+use crate::stack::stage::{Next, Stage, StageFuture, StageLayer};
+use check_stream::{StreamCheck, UsageRewrite};
+use inspect::{Expectation, Markers, Shape, Trip};
+use leak::LeakScan;
+use stream::GuardedStream;
+
+/// The prefill worker's whole answer in a PD request (a response extension set by dispatch).
+#[derive(Debug, Clone)]
+pub struct PrefillAnswer(pub bytes::Bytes);
+
+/// Which workers served (a response extension set by dispatch; audit fields).
+#[derive(Debug, Clone)]
+pub struct ServedBy {
+    pub worker: String,
+    pub prefill: Option<String>,
+}
+
+/// Marks a response whose outcome is counted when its stream ends, not at the headers.
+#[derive(Debug, Clone, Copy)]
+pub struct OutcomeAtStreamEnd;
+
+#[derive(Debug)]
+struct PoolGuard {
+    config: GuardConfig,
+    markers: Markers,
+}
+
+/// Shared state of the guard.
+#[derive(Debug)]
+pub struct GuardState {
+    pools: HashMap<String, PoolGuard>,
+    audit: AuditLog,
+    isolation: Arc<IsolationState>,
+}
+
+impl GuardState {
+    /// Per-pool rules from the config.
+    pub fn from_config(config: &Config, audit: AuditLog, isolation: Arc<IsolationState>) -> Self {
+        let pools = config
+            .pools
+            .iter()
+            .map(|p| {
+                let guard = PoolGuard {
+                    markers: Markers::from_config(&p.guard),
+                    config: p.guard.clone(),
+                };
+                (p.name.clone(), guard)
+            })
+            .collect();
+        Self {
+            pools,
+            audit,
+            isolation,
+        }
+    }
+}
+
+/// Where a trip is reported: audit line, metric, and the client's error.
+#[derive(Debug, Clone)]
+pub struct TripReport {
+    audit: AuditLog,
+    fields: Map<String, Value>,
+    pool: String,
+}
+
+impl TripReport {
+    /// Record `trip` once and return the error the client gets.
+    pub fn record(&self, trip: &Trip) -> GatewayError {
+        ::metrics::counter!(metrics::GUARD_TRIPS_TOTAL, "reason" => trip.reason(), "pool" => self.pool.clone())
+            .increment(1);
+        let mut fields = self.fields.clone();
+        fields.insert("reason".into(), Value::from(trip.reason()));
+        match trip {
+            Trip::PromptTokens {
+                sample,
+                expected,
+                reported,
+            } => {
+                fields.insert("sample".into(), Value::from(*sample));
+                fields.insert("prompt_tokens_counted".into(), Value::from(*expected));
+                fields.insert("prompt_tokens_reported".into(), Value::from(*reported));
+            }
+            Trip::Aborted { status, .. } | Trip::ErrorIn2xx { status, .. } => {
+                fields.insert("engine_status".into(), Value::from(*status));
+            }
+            _ => {}
+        }
+        self.audit.record("guard_trip", fields);
+        trip_error(trip, &self.pool)
+    }
+
+    /// A suspected leak: an audit line (no text, no other tenant's name) and the metric.
+    pub fn leak(&self, suspicion: crate::stack::isolate::leak::LeakSuspicion) {
+        ::metrics::counter!(metrics::LEAK_SUSPECTED_TOTAL, "pool" => self.pool.clone())
+            .increment(1);
+        let mut fields = self.fields.clone();
+        fields.insert("owner_tenants".into(), Value::from(suspicion.owner_tenants));
+        fields.insert(
+            "matched_ngrams".into(),
+            Value::from(suspicion.matched_ngrams),
+        );
+        self.audit.record("leak_suspected", fields);
+    }
+
+    /// Count a stream's outcome and write its audit line.
+    pub fn outcome(&self, outcome: &'static str) {
+        ::metrics::counter!(metrics::REQUEST_OUTCOMES_TOTAL, "outcome" => outcome).increment(1);
+        let mut fields = self.fields.clone();
+        fields.insert("outcome".into(), Value::from(outcome));
+        fields.insert("stream".into(), Value::from(true));
+        self.audit.record("request", fields);
+    }
+}
+
+/// The one mapping from a trip to the client's error (statuses chosen in `GatewayError`).
+pub fn trip_error(trip: &Trip, pool: &str) -> GatewayError {
+    let pool = pool.to_owned();
+    match trip {
+        Trip::Aborted { status, message } | Trip::ErrorIn2xx { status, message } => GatewayError::UpstreamAborted {
+            pool,
+            status: status.and_then(|s| StatusCode::from_u16(s).ok()),
+            message: message.clone(),
+        },
+        Trip::PromptTokens { sample, expected, reported } => GatewayError::UpstreamIntegrity {
+            pool,
+            reason: format!("the engine reported {reported} prompt tokens for sample {sample} where kvgate counted {expected}"),
+        },
+        Trip::PlaceholderMarker => GatewayError::UpstreamIntegrity {
+            pool,
+            reason: "the answer matched a placeholder marker".into(),
+        },
+        Trip::LeakSuspected { .. } => GatewayError::UpstreamIntegrity {
+            pool,
+            reason: "the answer holds fragments of another tenant's recent prompts".into(),
+        },
+        Trip::EmptyResult { detail } | Trip::Truncated { detail } => GatewayError::UpstreamIntegrity {
+            pool,
+            reason: (*detail).to_owned(),
+        },
+    }
+}
+
+/// The guard stage.
+#[derive(Debug, Clone)]
+pub struct Guard {
+    state: Arc<GuardState>,
+}
+
+/// The guard stage as a layer.
+pub type GuardLayer = StageLayer<Guard>;
+
+impl Guard {
+    /// Guard with `state`.
+    pub fn layer(state: Arc<GuardState>) -> GuardLayer {
+        StageLayer::new(Guard { state })
+    }
+}
+
+/// Ask OpenAI-format engines for usage in the stream (to cross-check the prompt count as
+/// early as the first chunk) and remember what the client did not ask for.
+fn request_stream_usage(parsed: &mut InferenceRequest) -> UsageRewrite {
+    let options = parsed
+        .body
+        .entry("stream_options")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !options.is_object() {
+        *options = Value::Object(Map::new());
+    }
+    let Some(options) = options.as_object_mut() else {
+        return UsageRewrite::default();
+    };
+    let asked =
+        |o: &Map<String, Value>, k: &str| o.get(k).and_then(Value::as_bool).unwrap_or(false);
+    let rewrite = UsageRewrite {
+        strip_final_usage: !asked(options, "include_usage"),
+        strip_chunk_usage: !asked(options, "continuous_usage_stats"),
+    };
+    options.insert("include_usage".into(), Value::Bool(true));
+    options.insert("continuous_usage_stats".into(), Value::Bool(true));
+    rewrite
+}
+
+fn token_id_input(parsed: &InferenceRequest) -> bool {
+    match parsed.endpoint {
+        Endpoint::Generate => parsed.body.contains_key("input_ids"),
+        Endpoint::Completions => parsed.body.get("prompt").is_some_and(|p| {
+            !p.is_string() && !p.as_array().is_some_and(|a| a.iter().all(Value::is_string))
+        }),
+        _ => false,
+    }
+}
+
+// === impl Guard ===
+
+impl Stage for Guard {
+    fn handle(&self, mut request: Request<bytes::Bytes>, next: Next) -> StageFuture {
+        let state = self.state.clone();
+        Box::pin(async move {
+            let pool = request
+                .extensions()
+                .get::<RoutePlan>()
+                .map(|p| p.pool.name.to_string())
+                .unwrap_or_default();
+            let leak_mode = state.isolation.leak_mode(&pool);
+            let Some(pool_guard) = state
+                .pools
+                .get(&pool)
+                .filter(|g| g.config.enabled || leak_mode != LeakMode::Off)
+            else {
+                return next.oneshot(request).await;
+            };
+            // Checks off (only to test other defences): the leak scan alone still runs.
+            let checks = pool_guard.config.enabled;
+            let job = request.extensions().get::<FingerprintJob>().cloned();
+            let parsed = request
+                .extensions_mut()
+                .get_mut::<InferenceRequest>()
+                .ok_or_else(|| GatewayError::Internal("the guard ran before parsing".into()))?;
+            let shape = if parsed.endpoint == Endpoint::Generate {
+                Shape::Native
+            } else {
+                Shape::OpenAi
+            };
+            let model = parsed.model.clone();
+            let (stream, batch, endpoint) = (parsed.stream, parsed.batch, parsed.endpoint);
+            let rewrite = if checks && stream && shape == Shape::OpenAi {
+                request_stream_usage(parsed)
+            } else {
+                UsageRewrite::default()
+            };
+            let tolerance = if token_id_input(parsed) {
+                0
+            } else {
+                pool_guard.config.prompt_tokens_tolerance
+            };
+            let count = request.extensions().get::<TokenCount>().cloned();
+            let usage = request.extensions().get::<UsageCell>().cloned();
+            let mut fields = Map::new();
+            fields.insert("pool".into(), Value::from(pool.clone()));
+            fields.insert("endpoint".into(), Value::from(endpoint.label()));
+            let tenant = request
+                .extensions()
+                .get::<AuthContext>()
+                .map(|a| a.tenant.clone());
+            if let Some(tenant) = &tenant {
+                fields.insert("tenant".into(), Value::from(&**tenant));
+            }
+            if let Some(id) = request
+                .headers()
+                .get("x-request-id")
+                .and_then(|v| v.to_str().ok())
+            {
+                fields.insert("request_id".into(), Value::from(id));
+            }
+
+            let mut response = next.oneshot(request).await?;
+            if let Some(served) = response.extensions().get::<ServedBy>() {
+                fields.insert("worker".into(), Value::from(served.worker.clone()));
+                if let Some(p) = &served.prefill {
+                    fields.insert("prefill_worker".into(), Value::from(p.clone()));
+                }
+            }
+            let report = TripReport {
+                audit: state.audit.clone(),
+                fields,
+                pool: pool.clone(),
+            };
+            let leak = match (leak_mode, &tenant, state.isolation.tokenizer(&model)) {
+                (LeakMode::Off, _, _) | (_, None, _) | (_, _, None) => None,
+                (mode, Some(tenant), Some(tokenizer)) => {
+                    // The tenant's own prompt must be on record before its answer is read.
+                    if let Some(FingerprintJob(job)) = job {
+                        job.await;
+                    }
+                    let on_suspect: leak::OnSuspect = {
+                        let report = report.clone();
+                        Arc::new(move |s| report.leak(s))
+                    };
+                    Some(LeakScan::new(
+                        state.isolation.store.scanner(tenant),
+                        tokenizer.clone(),
+                        mode,
+                        on_suspect,
+                    ))
+                }
+            };
+            // The gateway's own exact count (waits for the background count if admission
+            // settled on the byte bound).
+            let expect = Expectation {
+                prompt_tokens: match (&count, checks) {
+                    (Some(c), true) => c.exact().await,
+                    _ => None,
+                },
+                tolerance,
+            };
+            if let Some(PrefillAnswer(prefill)) =
+                response.extensions_mut().remove::<PrefillAnswer>()
+            {
+                if checks {
+                    if let Err(trip) = inspect::check_prefill(shape, &prefill, &expect) {
+                        return Err(report.record(&trip).into());
+                    }
+                }
+            }
+            let (mut parts, body) = response.into_parts();
+            if !stream {
+                let bytes = body
+                    .collect()
+                    .await
+                    .map_err(|e| GatewayError::Internal(format!("reading a buffered answer: {e}")))?
+                    .to_bytes();
+                if checks {
+                    if let Err(trip) =
+                        inspect::check_answer(shape, &bytes, &pool_guard.markers, &expect)
+                    {
+                        return Err(report.record(&trip).into());
+                    }
+                }
+                if let Some(mut leak) = leak {
+                    for text in inspect::answer_texts(shape, &bytes) {
+                        if let Err(trip) = leak.push(&text, true) {
+                            return Err(report.record(&trip).into());
+                        }
+                    }
+                }
+                if let (Some(cell), Some(total)) = (&usage, inspect::answer_usage(shape, &bytes)) {
+                    cell.set(total);
+                }
+                return Ok(Response::from_parts(parts, body::full(bytes)));
+            }
+            let mut check =
+                StreamCheck::new(shape, pool_guard.markers.clone(), expect, batch, rewrite)
+                    .with_leak_scan(leak);
+            if !checks {
+                check = check.without_checks();
+            }
+            let mut guarded = GuardedStream::new(body, check, report.clone()).with_usage(usage);
+            if let Err(trip) = guarded.prime(pool_guard.config.first_event_timeout).await {
+                return Err(report.record(&trip).into());
+            }
+            parts.extensions.insert(OutcomeAtStreamEnd);
+            Ok(Response::from_parts(parts, guarded.into_body()))
+        })
+    }
+}

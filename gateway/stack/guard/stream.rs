@@ -1,0 +1,202 @@
+//! A guarded SSE body: re-frames the engine's stream, checks every event, and ends it with
+//! an error event (never `[DONE]`) when a check trips. Dropping it (client gone) drops the
+//! upstream body, which cancels the engine's work.
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use super::check_stream::StreamCheck;
+use super::inspect::Trip;
+use super::sse::{SseEvent, SseReframer};
+use super::TripReport;
+use crate::body::{self, BoxBody, BoxError};
+use crate::stack::rate_limit::UsageCell;
+
+/// How a guarded stream ended, for the outcome count (I6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Open,
+    Completed,
+    Tripped,
+}
+
+/// The guarded stream.
+pub struct GuardedStream {
+    inner: Option<BoxBody>,
+    reframer: SseReframer,
+    check: StreamCheck,
+    out: VecDeque<Bytes>,
+    phase: Phase,
+    primed: bool,
+    /// Handed to the client: only then does its end count as the request's outcome.
+    delivered: bool,
+    report: TripReport,
+    events: Vec<SseEvent>,
+    usage: Option<UsageCell>,
+}
+
+impl GuardedStream {
+    /// Guard `inner` with `check`; trips are reported through `report`.
+    pub fn new(inner: BoxBody, check: StreamCheck, report: TripReport) -> Self {
+        Self {
+            inner: Some(inner),
+            reframer: SseReframer::new(),
+            check,
+            out: VecDeque::new(),
+            phase: Phase::Open,
+            primed: false,
+            delivered: false,
+            report,
+            events: Vec::new(),
+            usage: None,
+        }
+    }
+
+    /// Report the engine's usage here when the stream completes (rate-limit settlement).
+    pub fn with_usage(mut self, usage: Option<UsageCell>) -> Self {
+        self.usage = usage;
+        self
+    }
+
+    /// Read until the first data event has been checked (or the stream ended), within
+    /// `timeout`. A trip here is returned, so the client gets a proper status and JSON error
+    /// instead of a 200 (the status line is held until this returns).
+    pub async fn prime(&mut self, timeout: Duration) -> Result<(), Trip> {
+        let first = async {
+            while self.phase == Phase::Open && self.check.data_events() == 0 {
+                self.pump().await?;
+            }
+            Ok(())
+        };
+        let result = match tokio::time::timeout(timeout, first).await {
+            Ok(r) => r,
+            Err(_) => Err(Trip::Truncated {
+                detail: "no first event from the engine within the guard's first_event_timeout",
+            }),
+        };
+        self.primed = true;
+        if result.is_err() {
+            self.inner = None;
+            self.phase = Phase::Tripped;
+        }
+        result
+    }
+
+    /// Read one frame from the engine and check what it completes.
+    async fn pump(&mut self) -> Result<(), Trip> {
+        let Some(inner) = self.inner.as_mut() else {
+            return Ok(());
+        };
+        match inner.frame().await {
+            Some(Ok(frame)) => {
+                let Ok(data) = frame.into_data() else {
+                    return Ok(()); // trailers: nothing to check
+                };
+                if self.reframer.push(&data, &mut self.events).is_err() {
+                    return self.trip(Trip::Truncated {
+                        detail: "an SSE event from the engine exceeded the size limit",
+                    });
+                }
+                self.check_events()
+            }
+            Some(Err(_)) => self.trip(Trip::Truncated {
+                detail: "the engine's stream broke off",
+            }),
+            None => {
+                self.inner = None;
+                if let Some(tail) = self.reframer.finish() {
+                    self.events.push(tail);
+                    self.check_events()?;
+                    if self.phase != Phase::Open {
+                        return Ok(());
+                    }
+                }
+                match self.check.end() {
+                    Ok(()) => {
+                        let rest = self.check.release_all();
+                        self.out.extend(rest);
+                        if let (Some(cell), Some(total)) = (&self.usage, self.check.usage_total()) {
+                            cell.set(total);
+                        }
+                        self.phase = Phase::Completed;
+                        Ok(())
+                    }
+                    Err(trip) => self.trip(trip),
+                }
+            }
+        }
+    }
+
+    fn check_events(&mut self) -> Result<(), Trip> {
+        let events = std::mem::take(&mut self.events);
+        for event in &events {
+            match self.check.event(event) {
+                Ok(Some(bytes)) => {
+                    let ready = self.check.release(bytes);
+                    self.out.extend(ready);
+                }
+                Ok(None) => {}
+                Err(trip) => return self.trip(trip),
+            }
+        }
+        self.events = events;
+        self.events.clear();
+        Ok(())
+    }
+
+    /// Before priming a trip is returned (becomes an HTTP error); after, it becomes an SSE
+    /// error event that ends the stream, and nothing the engine sends later is forwarded.
+    fn trip(&mut self, trip: Trip) -> Result<(), Trip> {
+        self.inner = None;
+        self.phase = Phase::Tripped;
+        if !self.primed {
+            return Err(trip);
+        }
+        let error = self.report.record(&trip);
+        self.out
+            .push_back(SseEvent::data_event(&error.to_json().to_string()));
+        Ok(())
+    }
+
+    /// The client-facing body.
+    pub fn into_body(mut self) -> BoxBody {
+        self.delivered = true;
+        let stream = futures_util::stream::unfold(self, |mut s| async move {
+            loop {
+                if let Some(bytes) = s.out.pop_front() {
+                    return Some((Ok::<_, BoxError>(http_body::Frame::data(bytes)), s));
+                }
+                if s.phase != Phase::Open {
+                    return None;
+                }
+                // Trips after priming are turned into error events inside `trip`.
+                let _ = s.pump().await;
+            }
+        });
+        body::boxed(http_body_util::StreamBody::new(stream))
+    }
+}
+
+impl Drop for GuardedStream {
+    fn drop(&mut self) {
+        if !self.delivered {
+            return; // a trip before delivery is the error response's outcome
+        }
+        let outcome = match self.phase {
+            Phase::Completed => "success",
+            Phase::Tripped => "guard_error",
+            Phase::Open => "client_cancelled",
+        };
+        self.report.outcome(outcome);
+    }
+}
+
+impl std::fmt::Debug for GuardedStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuardedStream")
+            .field("phase", &self.phase)
+            .finish()
+    }
+}

@@ -1,0 +1,45 @@
+//! Tenant isolation (invariant I5): a tenant sees only its own data.
+//!
+//! Two independent building blocks, both pure library code with no I/O:
+//!
+//! - [`CacheSalter`] — the per-tenant prefix-cache salt. The gateway derives it from the
+//!   tenant's name under its secret, strips every cache key a client sent, and injects the
+//!   tenant's salt where the engine honours one (vLLM and SGLang `cache_salt`), so the
+//!   engine never serves one tenant's cached prefix pages to another.
+//! - [`FingerprintStore`] and [`ResponseScanner`] — the leak detector. It remembers the
+//!   token-id n-grams of each tenant's recent prompts (what the engine's KV pages hold) and
+//!   scans every response, streams piece by piece, for n-grams that only *another* tenant
+//!   sent. That is the signature of the incident this gateway exists for: a 200 whose text
+//!   came from other users' stale KV pages.
+//!
+//! # Using the detector on the request path
+//!
+//! Record the prompt *before* dispatch (so a tenant's own prompt is never foreign to
+//! itself), then scan what comes back, with one scanner per response:
+//!
+//! ```
+//! use std::time::Instant;
+//! use kvgate::stack::isolate::leak::{FingerprintStore, LeakDetectorConfig};
+//!
+//! let store = FingerprintStore::new(LeakDetectorConfig::default());
+//! let secret: Vec<u32> = (1000..1032).collect();
+//! store.record_prompt("tenant-a", &secret, Instant::now());
+//!
+//! let mut scanner = store.scanner("tenant-b");
+//! let found = scanner.feed(&secret[4..24], Instant::now());
+//! assert_eq!(found.map(|s| s.owner_tenants), Some(1));
+//! ```
+//!
+//! Costs: recording is one hash per prompt token plus one table insert per n-gram under a
+//! shard lock; scanning is one hash and a lookup per generated token (see
+//! `benches/fingerprint.rs`). Memory is bounded by `max_entries` (see [`ENTRY_BYTES`]).
+
+mod fingerprint;
+mod hash;
+mod scan;
+
+#[cfg(test)]
+mod tests;
+
+pub use fingerprint::{FingerprintStore, LeakDetectorConfig, ENTRY_BYTES};
+pub use scan::{LeakSuspicion, ResponseScanner};

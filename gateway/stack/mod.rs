@@ -1,0 +1,16 @@
+//! The request path, one module per stage of [`crate::build_stack`], in stack order.
+//! Each stage's module holds what only it uses; [`stage`] is the shared Layer/Service
+//! plumbing of the async stages.
+
+pub mod stage;
+
+pub mod admission;
+pub mod api;
+pub mod auth;
+pub mod dispatch;
+pub mod guard;
+pub mod isolate;
+pub mod rate_limit;
+pub mod rescue;
+pub mod routing;
+pub mod tenant_rules;

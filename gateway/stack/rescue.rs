@@ -1,0 +1,126 @@
+//! Rescue: the outermost gateway layer. Turns every error raised below into its HTTP
+//! response (through [`GatewayError::into_response`], the one place that builds error
+//! bodies) and counts each request's single outcome (I6). The stack above it is infallible.
+
+use futures_util::future::BoxFuture;
+use http::{Request, Response};
+use std::convert::Infallible;
+use std::task::{Context, Poll};
+use std::time::Instant;
+use tower::{Layer, Service};
+
+use crate::audit::AuditLog;
+use crate::body::{BoxBody, BoxError};
+use crate::error::GatewayError;
+use crate::metrics;
+use crate::stack::api::Endpoint;
+use crate::stack::guard::OutcomeAtStreamEnd;
+
+/// Layer constructor for [`Rescue`].
+#[derive(Debug, Clone)]
+pub struct RescueLayer {
+    audit: AuditLog,
+}
+
+impl RescueLayer {
+    /// Rescue, writing request outcomes to `audit`.
+    pub fn new(audit: AuditLog) -> Self {
+        Self { audit }
+    }
+}
+
+impl<S> Layer<S> for RescueLayer {
+    type Service = Rescue<S>;
+    fn layer(&self, inner: S) -> Rescue<S> {
+        Rescue {
+            inner,
+            audit: self.audit.clone(),
+        }
+    }
+}
+
+/// Errors → responses, plus outcome metrics.
+#[derive(Debug, Clone)]
+pub struct Rescue<S> {
+    inner: S,
+    audit: AuditLog,
+}
+
+// === impl Rescue ===
+
+impl<S, B> Service<Request<B>> for Rescue<S>
+where
+    S: Service<Request<B>, Response = Response<BoxBody>, Error = BoxError> + Clone + Send + 'static,
+    S::Future: Send,
+    B: Send + 'static,
+{
+    type Response = Response<BoxBody>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Response<BoxBody>, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // The stages below are always ready; readiness is driven per call in `oneshot`.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let inner = self.inner.clone();
+        let endpoint = Endpoint::classify(request.method(), request.uri().path())
+            .map(Endpoint::label)
+            .unwrap_or("other");
+        let started = Instant::now();
+        let audit = self.audit.clone();
+        let request_id = request
+            .headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        Box::pin(async move {
+            use tower::ServiceExt;
+            let mut code = None;
+            let response = match inner.oneshot(request).await {
+                Ok(response) => response,
+                Err(error) => {
+                    let error = GatewayError::from_boxed(error);
+                    code = Some(error.code());
+                    ::metrics::counter!(metrics::ERRORS_TOTAL, "code" => error.code()).increment(1);
+                    if error.status().is_server_error() {
+                        tracing::warn!(%error, code = error.code(), "request failed");
+                    } else {
+                        tracing::debug!(%error, code = error.code(), "request refused");
+                    }
+                    error.into_response()
+                }
+            };
+            ::metrics::counter!(
+                metrics::REQUESTS_TOTAL,
+                "endpoint" => endpoint,
+                "status" => response.status().as_str().to_owned()
+            )
+            .increment(1);
+            ::metrics::histogram!(metrics::REQUEST_DURATION_SECONDS, "endpoint" => endpoint)
+                .record(started.elapsed().as_secs_f64());
+            // Exactly one outcome per request (I6): streams count theirs when they end.
+            if response.extensions().get::<OutcomeAtStreamEnd>().is_none() {
+                let outcome = if code.is_some() { "error" } else { "success" };
+                ::metrics::counter!(metrics::REQUEST_OUTCOMES_TOTAL, "outcome" => outcome)
+                    .increment(1);
+                let mut fields = serde_json::Map::new();
+                fields.insert("endpoint".into(), endpoint.into());
+                fields.insert("status".into(), response.status().as_u16().into());
+                fields.insert("outcome".into(), outcome.into());
+                fields.insert("code".into(), code.into());
+                fields.insert("request_id".into(), request_id.into());
+                if let Some(pool) = response
+                    .headers()
+                    .get("x-kvgate-pool")
+                    .and_then(|v| v.to_str().ok())
+                {
+                    fields.insert("pool".into(), pool.into());
+                }
+                audit.record("request", fields);
+            }
+            Ok(response)
+        })
+    }
+}

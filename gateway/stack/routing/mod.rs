@@ -1,0 +1,168 @@
+//! Routing: which pool and which workers serve a request.
+//!
+//! A model's pools share its traffic by weight (canary rollouts); inside a pool the least
+//! loaded eligible worker is picked, per role. Only eligible workers (known capacity, I3)
+//! are ever chosen.
+//!
+//! Reads: `InferenceRequest`, `AdmittedPools`. Writes: the [`RoutePlan`] extension, whose worker loads live
+//! until the response body ends.
+
+mod discovery;
+mod pick;
+mod pool;
+mod worker;
+
+pub use discovery::{discover_all, discover_worker, parse_server_info};
+pub use pool::{Pool, PoolWorkers, Target};
+pub use worker::{Discovery, Role, ServerInfo, Worker, WorkerLoad};
+
+use bytes::Bytes;
+use http::Request;
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use tower::filter::{FilterLayer, Predicate};
+
+use crate::body::BoxError;
+use crate::config::{Config, EngineKind};
+use crate::error::GatewayError;
+use crate::stack::admission::AdmittedPools;
+use crate::stack::api::InferenceRequest;
+
+/// The route chosen for one request.
+#[derive(Debug, Clone)]
+pub struct RoutePlan {
+    pub pool: Arc<Pool>,
+    /// The chosen workers; shared so the plan can be cloned into the response body guard.
+    pub target: Arc<Target>,
+}
+
+/// All pools, grouped by model.
+#[derive(Debug)]
+pub struct Router {
+    pools: Vec<Arc<Pool>>,
+    by_model: HashMap<String, (Vec<Arc<Pool>>, AtomicU64)>,
+}
+
+impl Router {
+    /// Build the live pools from validated config.
+    pub fn from_config(config: &Config) -> Self {
+        let pools: Vec<Arc<Pool>> = config
+            .pools
+            .iter()
+            .map(|p| Arc::new(Pool::new(p)))
+            .collect();
+        let mut by_model: HashMap<String, (Vec<Arc<Pool>>, AtomicU64)> = HashMap::new();
+        for pool in &pools {
+            by_model
+                .entry(pool.model.clone())
+                .or_insert_with(|| (Vec::new(), AtomicU64::new(0)))
+                .0
+                .push(pool.clone());
+        }
+        Self { pools, by_model }
+    }
+
+    /// Every pool.
+    pub fn pools(&self) -> &[Arc<Pool>] {
+        &self.pools
+    }
+
+    /// The pools of a model.
+    pub fn pools_of(&self, model: &str) -> &[Arc<Pool>] {
+        self.by_model
+            .get(model)
+            .map(|(p, _)| p.as_slice())
+            .unwrap_or(&[])
+    }
+
+    /// Every worker of every pool.
+    pub fn workers(&self) -> impl Iterator<Item = &Arc<Worker>> {
+        self.pools.iter().flat_map(|p| p.all_workers())
+    }
+
+    /// Choose a pool by weight among those able to serve `request`, then its workers.
+    /// `admitted` (when not empty) limits the choice to the pools admission let through.
+    pub fn route(
+        &self,
+        request: &InferenceRequest,
+        admitted: &[Arc<str>],
+    ) -> Result<RoutePlan, GatewayError> {
+        let no_worker = |reason: String| GatewayError::NoEligibleWorker {
+            model: request.model.clone(),
+            reason,
+        };
+        let Some((pools, counter)) = self.by_model.get(&request.model) else {
+            return Err(no_worker("no pool serves this model".into()));
+        };
+        let mut reasons = Vec::new();
+        let candidates: Vec<&Arc<Pool>> = pools
+            .iter()
+            .filter(|pool| {
+                if !admitted.is_empty() && !admitted.contains(&pool.name) {
+                    return false;
+                }
+                if request.endpoint.needs_sglang() && pool.engine != EngineKind::Sglang {
+                    reasons.push(format!(
+                        "pool `{}` is not an SGLang pool (/generate)",
+                        pool.name
+                    ));
+                    return false;
+                }
+                match pool.ineligibility() {
+                    Some(r) => {
+                        reasons.push(r);
+                        false
+                    }
+                    None => true,
+                }
+            })
+            .collect();
+        let weights: Vec<u32> = candidates.iter().map(|p| p.weight).collect();
+        let pool = pick::weighted(&weights, counter)
+            .and_then(|i| candidates.get(i))
+            .ok_or_else(|| no_worker(reasons.join("; ")))?;
+        let target = pool
+            .pick()
+            .ok_or_else(|| no_worker(format!("pool `{}` lost its eligible workers", pool.name)))?;
+        Ok(RoutePlan {
+            pool: (*pool).clone(),
+            target: Arc::new(target),
+        })
+    }
+}
+
+/// The tower predicate of the routing stage.
+#[derive(Debug, Clone)]
+pub struct Route {
+    router: Arc<Router>,
+}
+
+impl Predicate<Request<Bytes>> for Route {
+    type Request = Request<Bytes>;
+
+    fn check(&mut self, mut request: Request<Bytes>) -> Result<Request<Bytes>, BoxError> {
+        let parsed = request
+            .extensions()
+            .get::<InferenceRequest>()
+            .ok_or_else(|| GatewayError::Internal("routing ran before parsing".into()))?;
+        let admitted = request
+            .extensions()
+            .get::<AdmittedPools>()
+            .map(|a| a.0.clone())
+            .unwrap_or_else(|| Arc::from(Vec::new()));
+        let plan = self.router.route(parsed, &admitted)?;
+        request.extensions_mut().insert(plan);
+        Ok(request)
+    }
+}
+
+/// The routing stage as a layer.
+pub type RouteLayer = FilterLayer<Route>;
+
+impl Route {
+    /// Route over `router`'s pools.
+    pub fn layer(router: Arc<Router>) -> RouteLayer {
+        FilterLayer::new(Route { router })
+    }
+}
