@@ -6,25 +6,32 @@
 //! chosen here and nowhere else.
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Response, StatusCode};
+use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use serde_json::json;
 use std::time::Duration;
 
 use crate::body::{self, BoxBody, BoxError};
 
-/// Where a failure came from; decides the status class (the pingora model).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorSource {
-    /// The client sent something we refuse (4xx).
-    Downstream,
-    /// An engine failed or answered badly (5xx, or the engine's own 4xx kept).
-    Upstream,
-    /// A bug or resource problem inside the gateway (500).
-    Internal,
+/// Which tenant limit refused a request (the rate-limit stage's `Denied`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RateLimitKind {
+    /// Requests per minute exhausted; `retry_after` says when one more fits.
+    Requests,
+    /// Tokens per minute exhausted; `retry_after` says when this request's tokens fit.
+    Tokens,
+    /// The request alone needs more tokens than a whole minute holds: it can never pass,
+    /// so retrying is pointless (the request path should answer 4xx, not 429).
+    TokensOverBudget,
+    /// All concurrency slots are taken; `retry_after` is a hint, not a promise.
+    Concurrency,
+    /// The limit store failed and the policy is fail-closed.
+    StoreUnavailable,
 }
 
-/// Everything that can end a request early.
-#[derive(Debug, thiserror::Error)]
+/// Everything that can end a request early. Stages keep their own refusal types and
+/// convert them into this one (admission's `PromptTooLong`, the rate limiter's `Decision`),
+/// so this module depends on no stage.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum GatewayError {
     #[error("{message}")]
     InvalidRequest {
@@ -38,12 +45,18 @@ pub enum GatewayError {
     #[error("The model `{model}` does not exist or you do not have access to it.")]
     ModelNotFound { model: String },
     /// Admission refused the prompt (I2): no pool could hold it.
-    #[error(transparent)]
-    ContextLengthExceeded(Box<crate::stack::admission::PromptTooLong>),
+    #[error("{message}")]
+    ContextLengthExceeded {
+        message: String,
+        /// The request field holding the prompt.
+        param: &'static str,
+    },
     /// A tenant limit refused the request (429, or 400 when it can never fit).
-    #[error("{}", rate_limit_message(decision))]
+    #[error("{}", rate_limit_message(*kind))]
     RateLimited {
-        decision: Box<crate::stack::rate_limit::limiter::Decision>,
+        kind: RateLimitKind,
+        /// `Retry-After` and the `x-ratelimit-*` headers the client gets.
+        headers: Box<HeaderMap>,
     },
     #[error("Tenant `{tenant}` may not use model `{model}`.")]
     ModelNotAllowed { tenant: String, model: String },
@@ -55,8 +68,6 @@ pub enum GatewayError {
     Unauthenticated,
     #[error("No eligible worker for model `{model}`: {reason}")]
     NoEligibleWorker { model: String, reason: String },
-    #[error("The gateway is shutting down")]
-    Draining,
     #[error("Upstream {role} worker {worker} of pool `{pool}` is unreachable: {detail}")]
     UpstreamUnavailable {
         pool: String,
@@ -102,21 +113,40 @@ pub enum GatewayError {
     Internal(String),
 }
 
-fn rate_limit_message(decision: &crate::stack::rate_limit::limiter::Decision) -> String {
-    use crate::stack::rate_limit::limiter::Denied;
-    match decision.denied_by {
-        Some(Denied::Requests) => "Rate limit reached for requests per minute; retry after the Retry-After delay.".into(),
-        Some(Denied::Tokens) => "Rate limit reached for tokens per minute; retry after the Retry-After delay.".into(),
-        Some(Denied::TokensOverBudget) => "This request needs more tokens than this tenant's whole per-minute budget; lower max_tokens or shorten the prompt.".into(),
-        Some(Denied::Concurrency) => "Too many concurrent requests for this tenant; retry when one finishes.".into(),
-        Some(Denied::StoreUnavailable) | None => "Rate limits cannot be checked right now; retry shortly.".into(),
+fn rate_limit_message(kind: RateLimitKind) -> &'static str {
+    match kind {
+        RateLimitKind::Requests => "Rate limit reached for requests per minute; retry after the Retry-After delay.",
+        RateLimitKind::Tokens => "Rate limit reached for tokens per minute; retry after the Retry-After delay.",
+        RateLimitKind::TokensOverBudget => "This request needs more tokens than this tenant's whole per-minute budget; lower max_tokens or shorten the prompt.",
+        RateLimitKind::Concurrency => "Too many concurrent requests for this tenant; retry when one finishes.",
+        RateLimitKind::StoreUnavailable => "Rate limits cannot be checked right now; retry shortly.",
     }
 }
 
-impl From<crate::stack::admission::PromptTooLong> for GatewayError {
-    fn from(refusal: crate::stack::admission::PromptTooLong) -> Self {
-        GatewayError::ContextLengthExceeded(Box::new(refusal))
+/// What a client sees of an error: HTTP status, OpenAI `error.type` and `error.code` (the
+/// code is also the low-cardinality `code` metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ErrorClass {
+    pub status: StatusCode,
+    pub error_type: &'static str,
+    pub code: &'static str,
+}
+
+const INVALID: &str = "invalid_request_error";
+const UPSTREAM: &str = "upstream_error";
+const UNAVAILABLE: &str = "service_unavailable";
+
+const fn class(status: StatusCode, error_type: &'static str, code: &'static str) -> ErrorClass {
+    ErrorClass {
+        status,
+        error_type,
+        code,
     }
+}
+
+/// An engine status the client may see as is: its 4xx (the client's fault) and 503.
+fn kept(status: StatusCode) -> Option<StatusCode> {
+    (status.is_client_error() || status == StatusCode::SERVICE_UNAVAILABLE).then_some(status)
 }
 
 impl GatewayError {
@@ -128,136 +158,77 @@ impl GatewayError {
         }
     }
 
-    /// Which side of the proxy caused this.
-    pub fn source_side(&self) -> ErrorSource {
+    /// The one table: status, type and code of every variant.
+    pub fn class(&self) -> ErrorClass {
         use GatewayError::*;
+        use StatusCode as S;
         match self {
-            InvalidRequest { .. }
-            | RouteNotFound { .. }
-            | MethodNotAllowed { .. }
-            | ModelNotFound { .. }
-            | ContextLengthExceeded(_)
-            | ModelNotAllowed { .. }
-            | RateLimited { .. }
-            | BodyTooLarge { .. }
-            | Unauthenticated => ErrorSource::Downstream,
-            NoEligibleWorker { .. }
-            | UpstreamUnavailable { .. }
-            | UpstreamTimeout { .. }
-            | UpstreamStatus { .. }
-            | UpstreamAborted { .. }
-            | UpstreamIntegrity { .. }
-            | UpstreamProtocol { .. } => ErrorSource::Upstream,
-            Draining | Internal(_) => ErrorSource::Internal,
+            InvalidRequest { .. } => class(S::BAD_REQUEST, INVALID, "invalid_request"),
+            RouteNotFound { .. } => class(S::NOT_FOUND, INVALID, "not_found"),
+            MethodNotAllowed { .. } => class(S::METHOD_NOT_ALLOWED, INVALID, "method_not_allowed"),
+            ModelNotFound { .. } => class(S::NOT_FOUND, INVALID, "model_not_found"),
+            ContextLengthExceeded { .. } => {
+                class(S::BAD_REQUEST, INVALID, "context_length_exceeded")
+            }
+            BodyTooLarge { .. } => class(S::PAYLOAD_TOO_LARGE, INVALID, "request_too_large"),
+            Unauthenticated => class(S::UNAUTHORIZED, "authentication_error", "invalid_api_key"),
+            ModelNotAllowed { .. } => class(S::FORBIDDEN, "permission_error", "model_not_allowed"),
+            RateLimited { kind, .. } => match kind {
+                // It can never fit: retrying is pointless, so not a 429.
+                RateLimitKind::TokensOverBudget => {
+                    class(S::BAD_REQUEST, INVALID, "tokens_exceed_rate_limit")
+                }
+                RateLimitKind::Concurrency => class(
+                    S::TOO_MANY_REQUESTS,
+                    "rate_limit_error",
+                    "concurrency_limit_exceeded",
+                ),
+                RateLimitKind::StoreUnavailable => class(
+                    S::TOO_MANY_REQUESTS,
+                    "rate_limit_error",
+                    "rate_limit_unavailable",
+                ),
+                RateLimitKind::Requests | RateLimitKind::Tokens => class(
+                    S::TOO_MANY_REQUESTS,
+                    "rate_limit_error",
+                    "rate_limit_exceeded",
+                ),
+            },
+            NoEligibleWorker { .. } => {
+                class(S::SERVICE_UNAVAILABLE, UNAVAILABLE, "no_eligible_worker")
+            }
+            UpstreamUnavailable { .. } => class(S::BAD_GATEWAY, UPSTREAM, "upstream_unavailable"),
+            UpstreamTimeout { .. } => class(S::GATEWAY_TIMEOUT, UPSTREAM, "upstream_timeout"),
+            UpstreamStatus { status, .. } => match kept(*status) {
+                Some(s) if s.is_client_error() => class(s, INVALID, "upstream_status"),
+                Some(s) => class(s, UPSTREAM, "upstream_status"),
+                None => class(S::BAD_GATEWAY, UPSTREAM, "upstream_status"),
+            },
+            UpstreamProtocol { .. } => class(S::BAD_GATEWAY, UPSTREAM, "upstream_protocol_error"),
+            // An abort keeps the engine's error status; one that claims success never does.
+            UpstreamAborted { status, .. } => match status {
+                Some(s) if s.is_client_error() => class(*s, INVALID, "upstream_aborted"),
+                Some(s) if s.is_server_error() => class(*s, UPSTREAM, "upstream_aborted"),
+                _ => class(S::BAD_GATEWAY, UPSTREAM, "upstream_aborted"),
+            },
+            UpstreamIntegrity { .. } => class(S::BAD_GATEWAY, UPSTREAM, "upstream_integrity_error"),
+            Internal(_) => class(S::INTERNAL_SERVER_ERROR, "internal_error", "internal_error"),
         }
     }
 
     /// The HTTP status the client sees.
     pub fn status(&self) -> StatusCode {
-        use GatewayError::*;
-        match self {
-            InvalidRequest { .. } | ContextLengthExceeded(_) => StatusCode::BAD_REQUEST,
-            RouteNotFound { .. } | ModelNotFound { .. } => StatusCode::NOT_FOUND,
-            MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Unauthenticated => StatusCode::UNAUTHORIZED,
-            ModelNotAllowed { .. } => StatusCode::FORBIDDEN,
-            RateLimited { decision }
-                if decision.denied_by
-                    == Some(crate::stack::rate_limit::limiter::Denied::TokensOverBudget) =>
-            {
-                StatusCode::BAD_REQUEST
-            }
-            RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            NoEligibleWorker { .. } | Draining => StatusCode::SERVICE_UNAVAILABLE,
-            UpstreamUnavailable { .. } | UpstreamProtocol { .. } => StatusCode::BAD_GATEWAY,
-            UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            UpstreamStatus { status, .. } => {
-                if status.is_client_error() || *status == StatusCode::SERVICE_UNAVAILABLE {
-                    *status
-                } else {
-                    StatusCode::BAD_GATEWAY
-                }
-            }
-            // An abort keeps the engine's error status; one that claims success never does.
-            UpstreamAborted {
-                status: Some(status),
-                ..
-            } if status.is_client_error() || status.is_server_error() => *status,
-            UpstreamAborted { .. } | UpstreamIntegrity { .. } => StatusCode::BAD_GATEWAY,
-            Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        }
+        self.class().status
     }
 
     /// The OpenAI `error.type` field.
     pub fn error_type(&self) -> &'static str {
-        use GatewayError::*;
-        match self {
-            InvalidRequest { .. }
-            | RouteNotFound { .. }
-            | MethodNotAllowed { .. }
-            | ModelNotFound { .. }
-            | ContextLengthExceeded(_)
-            | BodyTooLarge { .. } => "invalid_request_error",
-            Unauthenticated => "authentication_error",
-            ModelNotAllowed { .. } => "permission_error",
-            RateLimited { decision }
-                if decision.denied_by
-                    == Some(crate::stack::rate_limit::limiter::Denied::TokensOverBudget) =>
-            {
-                "invalid_request_error"
-            }
-            RateLimited { .. } => "rate_limit_error",
-            UpstreamStatus { status, .. } if status.is_client_error() => "invalid_request_error",
-            UpstreamAborted {
-                status: Some(status),
-                ..
-            } if status.is_client_error() => "invalid_request_error",
-            NoEligibleWorker { .. } | Draining => "service_unavailable",
-            UpstreamUnavailable { .. }
-            | UpstreamTimeout { .. }
-            | UpstreamStatus { .. }
-            | UpstreamAborted { .. }
-            | UpstreamIntegrity { .. }
-            | UpstreamProtocol { .. } => "upstream_error",
-            Internal(_) => "internal_error",
-        }
+        self.class().error_type
     }
 
-    /// The OpenAI `error.code` field; also the low-cardinality `kind` metric label.
+    /// The OpenAI `error.code` field; also the low-cardinality `code` metric label.
     pub fn code(&self) -> &'static str {
-        use GatewayError::*;
-        match self {
-            InvalidRequest { .. } => "invalid_request",
-            RouteNotFound { .. } => "not_found",
-            MethodNotAllowed { .. } => "method_not_allowed",
-            ModelNotFound { .. } => "model_not_found",
-            ContextLengthExceeded(_) => "context_length_exceeded",
-            BodyTooLarge { .. } => "request_too_large",
-            Unauthenticated => "invalid_api_key",
-            ModelNotAllowed { .. } => "model_not_allowed",
-            RateLimited { decision } => match decision.denied_by {
-                Some(crate::stack::rate_limit::limiter::Denied::TokensOverBudget) => {
-                    "tokens_exceed_rate_limit"
-                }
-                Some(crate::stack::rate_limit::limiter::Denied::Concurrency) => {
-                    "concurrency_limit_exceeded"
-                }
-                Some(crate::stack::rate_limit::limiter::Denied::StoreUnavailable) => {
-                    "rate_limit_unavailable"
-                }
-                _ => "rate_limit_exceeded",
-            },
-            NoEligibleWorker { .. } => "no_eligible_worker",
-            Draining => "draining",
-            UpstreamUnavailable { .. } => "upstream_unavailable",
-            UpstreamTimeout { .. } => "upstream_timeout",
-            UpstreamStatus { .. } => "upstream_status",
-            UpstreamProtocol { .. } => "upstream_protocol_error",
-            UpstreamAborted { .. } => "upstream_aborted",
-            UpstreamIntegrity { .. } => "upstream_integrity_error",
-            Internal(_) => "internal_error",
-        }
+        self.class().code
     }
 
     fn param(&self) -> Option<&str> {
@@ -266,19 +237,20 @@ impl GatewayError {
             GatewayError::ModelNotFound { .. } | GatewayError::ModelNotAllowed { .. } => {
                 Some("model")
             }
-            GatewayError::ContextLengthExceeded(p) => Some(p.param),
+            GatewayError::ContextLengthExceeded { param, .. } => Some(param),
             _ => None,
         }
     }
 
     /// The JSON error object (without the HTTP wrapping), also used for SSE error events.
     pub fn to_json(&self) -> serde_json::Value {
+        let class = self.class();
         json!({
             "error": {
                 "message": self.to_string(),
-                "type": self.error_type(),
+                "type": class.error_type,
                 "param": self.param(),
-                "code": self.code(),
+                "code": class.code,
             }
         })
     }
@@ -294,26 +266,32 @@ impl GatewayError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        if let GatewayError::RateLimited { decision } = &self {
-            crate::stack::rate_limit::insert_headers(headers, decision);
-            let secs = decision.retry_after.as_secs_f64().ceil().max(1.0) as u64;
-            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
-                headers.insert(header::RETRY_AFTER, v);
+        match self {
+            GatewayError::RateLimited { headers: extra, .. } => headers.extend(*extra),
+            GatewayError::Unauthenticated => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
-        }
-        if matches!(self, GatewayError::Unauthenticated) {
-            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            _ => {}
         }
         response
     }
 
-    /// Recover a `GatewayError` from a boxed error raised through a tower combinator.
-    /// Anything unknown is an internal error (never a silently dropped connection).
+    /// Recover a `GatewayError` from a boxed error raised through a tower combinator,
+    /// walking its cause chain (a layer may wrap ours). Anything unknown is an internal
+    /// error (never a silently dropped connection).
     pub fn from_boxed(error: BoxError) -> Self {
-        match error.downcast::<GatewayError>() {
-            Ok(e) => *e,
-            Err(other) => GatewayError::Internal(other.to_string()),
+        let error = match error.downcast::<GatewayError>() {
+            Ok(e) => return *e,
+            Err(other) => other,
+        };
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = error.source();
+        while let Some(e) = cause {
+            if let Some(ours) = e.downcast_ref::<GatewayError>() {
+                return ours.clone();
+            }
+            cause = e.source();
         }
+        GatewayError::Internal(error.to_string())
     }
 }
 
@@ -361,5 +339,16 @@ mod tests {
             GatewayError::from_boxed(boxed),
             GatewayError::Unauthenticated
         ));
+    }
+
+    #[test]
+    fn a_gateway_error_wrapped_by_another_layer_is_found_in_the_cause_chain() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("layer failed")]
+        struct Wrapper(#[source] GatewayError);
+        let boxed: BoxError = Box::new(Wrapper(GatewayError::BodyTooLarge { limit: 1 }));
+        let found = GatewayError::from_boxed(boxed);
+        assert_eq!(found.code(), "request_too_large");
+        assert_eq!(found.status(), StatusCode::PAYLOAD_TOO_LARGE);
     }
 }

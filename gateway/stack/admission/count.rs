@@ -13,8 +13,9 @@ use futures_util::future::{BoxFuture, FutureExt, Shared};
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 
-use super::prompt::{MaxNew, PromptInput, Sample};
+use super::prompt::{MaxNew, Sample};
 use crate::error::GatewayError;
+use crate::stack::api::PromptInput;
 use kvgate_tokenize::{Count, ModelTokenizer, TokenizeError};
 
 /// A sample's prompt size as admission knows it.

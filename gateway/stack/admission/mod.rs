@@ -51,6 +51,15 @@ pub struct PromptTooLong {
     pub param: &'static str,
 }
 
+impl From<PromptTooLong> for GatewayError {
+    fn from(refusal: PromptTooLong) -> Self {
+        GatewayError::ContextLengthExceeded {
+            message: refusal.message(),
+            param: refusal.param,
+        }
+    }
+}
+
 impl PromptTooLong {
     fn message(&self) -> String {
         let which = self
@@ -146,10 +155,10 @@ pub async fn admit(
     };
     if let Some(cap) = tenant_new_cap {
         for i in 0..parsed.batch {
-            if let Some(asked) = prompt::requested_max_new(parsed, i)?.filter(|&n| n > cap) {
+            if let Some(asked) = parsed.requested_max_new(i)?.filter(|&n| n > cap) {
                 return Err(GatewayError::invalid(
                     format!("max new tokens {asked} is over this tenant's cap of {cap}"),
-                    Some(prompt::max_tokens_param(parsed.endpoint)),
+                    Some(parsed.max_tokens_param()),
                 ));
             }
         }
@@ -161,7 +170,7 @@ pub async fn admit(
     };
     let window = model.context_window;
     let budgets = candidate_budgets(state, parsed, tenant, window)?;
-    let param = prompt::prompt_param(parsed.endpoint, &parsed.body);
+    let param = parsed.prompt_param();
     let cap = tenant.and_then(|t| t.max_prompt_tokens.map(|c| (t.name.clone(), c)));
 
     let mut verdicts = judge(&budgets, &measured, window, cap.as_ref());

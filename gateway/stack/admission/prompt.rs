@@ -12,29 +12,13 @@
 //! otherwise the engines' own defaults — `/generate` 128 (SGLang `sampling_params`),
 //! completions 16 (OpenAI), chat the rest of the context window (OpenAI/SGLang).
 
-use serde_json::{Map, Value};
-
 use crate::error::GatewayError;
-use crate::stack::api::{Endpoint, InferenceRequest};
+use crate::stack::api::{Endpoint, InferenceRequest, PromptInput};
 
 /// SGLang's `sampling_params.max_new_tokens` default.
 pub const GENERATE_DEFAULT_MAX_NEW_TOKENS: u64 = 128;
 /// OpenAI's (and SGLang's) `/v1/completions` `max_tokens` default.
 pub const COMPLETIONS_DEFAULT_MAX_TOKENS: u64 = 16;
-
-/// One prompt to count.
-#[derive(Debug, Clone, Copy)]
-pub enum PromptInput<'a> {
-    /// Raw text, encoded with special tokens.
-    Text(&'a str),
-    /// Token ids: the count is their number.
-    Ids(usize),
-    /// Chat messages (and tools) to render through the template.
-    Chat {
-        messages: &'a Value,
-        tools: Option<&'a Value>,
-    },
-}
 
 /// How many new tokens a sample may generate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,73 +36,6 @@ pub struct Sample<'a> {
     pub max_new: MaxNew,
 }
 
-/// The JSON field that holds the new-token allowance.
-pub fn max_tokens_param(endpoint: Endpoint) -> &'static str {
-    match endpoint {
-        Endpoint::Generate => "sampling_params",
-        _ => "max_tokens",
-    }
-}
-
-/// The JSON field that holds the prompt (the `param` of a refusal).
-pub fn prompt_param(endpoint: Endpoint, body: &Map<String, Value>) -> &'static str {
-    match endpoint {
-        Endpoint::ChatCompletions => "messages",
-        Endpoint::Completions => "prompt",
-        Endpoint::Generate if body.contains_key("input_ids") => "input_ids",
-        Endpoint::Generate | Endpoint::ListModels => "text",
-    }
-}
-
-fn max_tokens_field(value: Option<&Value>, name: &str) -> Result<Option<u64>, GatewayError> {
-    match value {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
-            GatewayError::invalid(
-                format!("`{name}` must be a non-negative integer"),
-                Some(name),
-            )
-        }),
-    }
-}
-
-/// The client's requested new tokens for sample `i` (None: not given).
-pub(super) fn requested_max_new(
-    request: &InferenceRequest,
-    i: usize,
-) -> Result<Option<u64>, GatewayError> {
-    let body = &request.body;
-    match request.endpoint {
-        Endpoint::ChatCompletions => {
-            let v = max_tokens_field(body.get("max_completion_tokens"), "max_completion_tokens")?;
-            match v {
-                Some(v) => Ok(Some(v)),
-                None => max_tokens_field(body.get("max_tokens"), "max_tokens"),
-            }
-        }
-        Endpoint::Completions => max_tokens_field(body.get("max_tokens"), "max_tokens"),
-        Endpoint::Generate => match body.get("sampling_params") {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Object(p)) => max_tokens_field(p.get("max_new_tokens"), "max_new_tokens"),
-            Some(Value::Array(per_sample)) => match per_sample.get(i) {
-                Some(Value::Object(p)) => {
-                    max_tokens_field(p.get("max_new_tokens"), "max_new_tokens")
-                }
-                Some(Value::Null) | None => Ok(None),
-                Some(_) => Err(GatewayError::invalid(
-                    "`sampling_params` entries must be objects",
-                    Some("sampling_params"),
-                )),
-            },
-            Some(_) => Err(GatewayError::invalid(
-                "`sampling_params` must be an object or a list of objects",
-                Some("sampling_params"),
-            )),
-        },
-        Endpoint::ListModels => Ok(None),
-    }
-}
-
 fn engine_default(endpoint: Endpoint) -> MaxNew {
     match endpoint {
         Endpoint::Generate => MaxNew::Tokens(GENERATE_DEFAULT_MAX_NEW_TOKENS),
@@ -127,59 +44,17 @@ fn engine_default(endpoint: Endpoint) -> MaxNew {
     }
 }
 
-fn list(v: &Value) -> Vec<PromptInput<'_>> {
-    match v {
-        Value::String(s) => vec![PromptInput::Text(s)],
-        Value::Array(items) if items.iter().all(Value::is_string) => items
-            .iter()
-            .filter_map(Value::as_str)
-            .map(PromptInput::Text)
-            .collect(),
-        Value::Array(items) if items.iter().all(Value::is_array) => items
-            .iter()
-            .filter_map(Value::as_array)
-            .map(|a| PromptInput::Ids(a.len()))
-            .collect(),
-        Value::Array(items) => vec![PromptInput::Ids(items.len())],
-        _ => Vec::new(),
-    }
-}
-
-fn prompts(request: &InferenceRequest) -> Result<Vec<PromptInput<'_>>, GatewayError> {
-    let body = &request.body;
-    let found = match request.endpoint {
-        Endpoint::ChatCompletions => vec![PromptInput::Chat {
-            messages: body.get("messages").unwrap_or(&Value::Null),
-            tools: body.get("tools").filter(|t| !t.is_null()),
-        }],
-        Endpoint::Completions => body.get("prompt").map(list).unwrap_or_default(),
-        Endpoint::Generate => body
-            .get("text")
-            .or_else(|| body.get("input_ids"))
-            .map(list)
-            .unwrap_or_default(),
-        Endpoint::ListModels => Vec::new(),
-    };
-    if found.len() != request.batch {
-        return Err(GatewayError::Internal(format!(
-            "parsed {} prompts for a batch of {}",
-            found.len(),
-            request.batch
-        )));
-    }
-    Ok(found)
-}
-
 /// Every sample of `request` with its new-token allowance.
 pub fn samples(
     request: &InferenceRequest,
     model_default: Option<u64>,
 ) -> Result<Vec<Sample<'_>>, GatewayError> {
-    prompts(request)?
+    request
+        .prompts()?
         .into_iter()
         .enumerate()
         .map(|(i, input)| {
-            let max_new = match requested_max_new(request, i)? {
+            let max_new = match request.requested_max_new(i)? {
                 Some(n) => MaxNew::Tokens(n),
                 None => model_default.map_or(engine_default(request.endpoint), MaxNew::Tokens),
             };
@@ -188,50 +63,17 @@ pub fn samples(
         .collect()
 }
 
-/// Make the engine use the model default that admission assumed, when the client sent none.
+/// Make the engine use the default that admission assumed, for samples the client sent
+/// none (dispatch writes it into the engine's body).
 pub fn apply_model_default(request: &mut InferenceRequest, model_default: Option<u64>) {
-    let Some(default) = model_default else { return };
-    let body = &mut request.body;
-    match request.endpoint {
-        Endpoint::ChatCompletions => {
-            if body.get("max_tokens").is_none_or(Value::is_null)
-                && body.get("max_completion_tokens").is_none_or(Value::is_null)
-            {
-                body.insert("max_tokens".into(), Value::from(default));
-            }
-        }
-        Endpoint::Completions => {
-            if body.get("max_tokens").is_none_or(Value::is_null) {
-                body.insert("max_tokens".into(), Value::from(default));
-            }
-        }
-        Endpoint::Generate => {
-            let params = body
-                .entry("sampling_params")
-                .or_insert_with(|| Value::Object(Map::new()));
-            let fill = |p: &mut Value| {
-                if let Value::Object(p) = p {
-                    if p.get("max_new_tokens").is_none_or(Value::is_null) {
-                        p.insert("max_new_tokens".into(), Value::from(default));
-                    }
-                }
-            };
-            match params {
-                Value::Array(per_sample) => per_sample.iter_mut().for_each(fill),
-                Value::Null => {
-                    *params = serde_json::json!({ "max_new_tokens": default });
-                }
-                other => fill(other),
-            }
-        }
-        Endpoint::ListModels => {}
-    }
+    request.directives.default_max_new_tokens = model_default;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::stack::api::{parse_inference, ModelCatalog};
+    use serde_json::Value;
 
     fn parse(endpoint: Endpoint, body: Value) -> InferenceRequest {
         let text = "[server]\nallow_anonymous = true\n[[models]]\nname = \"qwen3\"\ntokenizer = \"tokenizers/qwen3/tokenizer.json\"\ncontext_window = 100\n[[pools]]\nname = \"p\"\nmodel = \"qwen3\"\nengine = \"sglang\"\nmode = \"unified\"\nworkers = [{ url = \"http://127.0.0.1:1\" }]\n".to_string();
@@ -277,13 +119,14 @@ mod tests {
     fn model_default_is_sent_to_the_engine() {
         let mut g = parse(Endpoint::Generate, serde_json::json!({"text": "a"}));
         apply_model_default(&mut g, Some(7));
-        assert_eq!(g.body["sampling_params"]["max_new_tokens"], 7);
+        assert_eq!(g.directives.default_max_new_tokens, Some(7));
+        assert_eq!(samples(&g, Some(7)).unwrap()[0].max_new, MaxNew::Tokens(7));
         let mut c = parse(
             Endpoint::ChatCompletions,
             serde_json::json!({"model": "qwen3", "max_tokens": 3, "messages": [{"role": "user", "content": "x"}]}),
         );
         apply_model_default(&mut c, Some(7));
-        assert_eq!(c.body["max_tokens"], 3);
+        assert_eq!(samples(&c, Some(7)).unwrap()[0].max_new, MaxNew::Tokens(3));
     }
 
     #[test]

@@ -9,25 +9,12 @@
 
 pub mod catalog;
 mod endpoint;
+pub mod fields;
 mod parse;
 pub mod read_body;
+mod request;
 
 pub use endpoint::Endpoint;
 pub use parse::{parse_inference, ModelCatalog, Parse, ParseLayer};
 
-use serde_json::{Map, Value};
-
-/// One client request, whichever API it came through.
-#[derive(Debug, Clone)]
-pub struct InferenceRequest {
-    /// The route it arrived on (and is forwarded to).
-    pub endpoint: Endpoint,
-    /// The gateway model name (`[[models]].name`).
-    pub model: String,
-    /// Whether the client asked for an SSE stream.
-    pub stream: bool,
-    /// Number of prompts in the request (SGLang and completions batches); 1 for chat.
-    pub batch: usize,
-    /// The client's JSON object, forwarded after per-pool rewriting.
-    pub body: Map<String, Value>,
-}
+pub use request::{EngineDirectives, InferenceRequest, PromptInput};

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use tower::filter::{FilterLayer, Predicate};
 
-use super::{Endpoint, InferenceRequest};
+use super::{Endpoint, EngineDirectives, InferenceRequest};
 use crate::body::BoxError;
 use crate::config::{Config, EngineKind};
 use crate::error::GatewayError;
@@ -91,7 +91,7 @@ pub fn parse_inference(
 ) -> Result<InferenceRequest, GatewayError> {
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| GatewayError::invalid(format!("request body is not valid JSON: {e}"), None))?;
-    let Value::Object(mut body) = value else {
+    let Value::Object(body) = value else {
         return Err(GatewayError::invalid(
             "request body must be a JSON object",
             None,
@@ -117,17 +117,16 @@ pub fn parse_inference(
             ))
         }
     };
+    // On `/generate` the (optional) `model` only selects the gateway model: SGLang's
+    // GenerateReqInput has none, so `api::fields` keeps it from the engine.
     let model = catalog.resolve(endpoint, &body)?;
-    if endpoint == Endpoint::Generate {
-        // SGLang's GenerateReqInput has no `model`; it only selects the gateway model.
-        body.remove("model");
-    }
     Ok(InferenceRequest {
         endpoint,
         model,
         stream,
         batch,
-        body,
+        fields: body,
+        directives: EngineDirectives::default(),
     })
 }
 
@@ -285,7 +284,6 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.batch, 1);
-        assert!(!r.body.contains_key("model"));
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! body and end with it.
 
 mod bootstrap;
+mod engine_body;
 mod relay;
 
 pub use bootstrap::new_room;
@@ -17,14 +18,13 @@ pub use bootstrap::new_room;
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use http::{HeaderValue, Request, Response};
-use serde_json::Value;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower::Service;
 
 use crate::body::{BoxBody, BoxError};
 use crate::error::GatewayError;
-use crate::stack::api::{Endpoint, InferenceRequest};
+use crate::stack::api::InferenceRequest;
 use crate::stack::guard::{PrefillAnswer, ServedBy};
 use crate::stack::routing::{RoutePlan, Target};
 use crate::upstream::Upstream;
@@ -89,15 +89,17 @@ async fn dispatch(
     plan: RoutePlan,
     request_id: Option<HeaderValue>,
 ) -> Result<Response<BoxBody>, GatewayError> {
-    let mut body = parsed.body;
-    if parsed.endpoint != Endpoint::Generate {
-        // Engines know the model by their own served name.
-        body.insert("model".into(), Value::from(plan.pool.served_model.clone()));
-    }
     let deadline = upstream.deadline();
     let path = parsed.endpoint.path();
+    let stream = parsed.stream;
+    let prefill_worker = match plan.target.as_ref() {
+        Target::Unified(_) => None,
+        Target::Disaggregated { prefill, .. } => Some(&**prefill.worker()),
+    };
+    // The engine's body, built once from the typed request (both PD legs get these bytes).
+    let bytes = engine_body::build(parsed, &plan.pool.served_model, prefill_worker)?;
     let relay = relay::Relay {
-        stream: parsed.stream,
+        stream,
         limits,
         deadline,
         pool: plan.pool.clone(),
@@ -105,7 +107,6 @@ async fn dispatch(
     };
     match plan.target.as_ref() {
         Target::Unified(load) => {
-            let bytes = encode(&body)?;
             let response = upstream
                 .post_json(load.worker(), path, bytes, request_id.as_ref(), deadline)
                 .await;
@@ -117,8 +118,6 @@ async fn dispatch(
             Ok(answer)
         }
         Target::Disaggregated { prefill, decode } => {
-            bootstrap::inject(&mut body, prefill.worker(), parsed.batch);
-            let bytes = encode(&body)?;
             let prefill_leg = async {
                 let response = upstream
                     .post_json(
@@ -156,12 +155,6 @@ async fn dispatch(
             Ok(answer)
         }
     }
-}
-
-fn encode(body: &serde_json::Map<String, Value>) -> Result<Bytes, GatewayError> {
-    serde_json::to_vec(body)
-        .map(Bytes::from)
-        .map_err(|e| GatewayError::Internal(format!("re-encoding the request body: {e}")))
 }
 
 /// Keep the target alive in the body: the worker loads end when the stream ends.

@@ -197,34 +197,10 @@ impl Guard {
 /// Ask OpenAI-format engines for usage in the stream (to cross-check the prompt count as
 /// early as the first chunk) and remember what the client did not ask for.
 fn request_stream_usage(parsed: &mut InferenceRequest) -> UsageRewrite {
-    let options = parsed
-        .body
-        .entry("stream_options")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !options.is_object() {
-        *options = Value::Object(Map::new());
-    }
-    let Some(options) = options.as_object_mut() else {
-        return UsageRewrite::default();
-    };
-    let asked =
-        |o: &Map<String, Value>, k: &str| o.get(k).and_then(Value::as_bool).unwrap_or(false);
-    let rewrite = UsageRewrite {
-        strip_final_usage: !asked(options, "include_usage"),
-        strip_chunk_usage: !asked(options, "continuous_usage_stats"),
-    };
-    options.insert("include_usage".into(), Value::Bool(true));
-    options.insert("continuous_usage_stats".into(), Value::Bool(true));
-    rewrite
-}
-
-fn token_id_input(parsed: &InferenceRequest) -> bool {
-    match parsed.endpoint {
-        Endpoint::Generate => parsed.body.contains_key("input_ids"),
-        Endpoint::Completions => parsed.body.get("prompt").is_some_and(|p| {
-            !p.is_string() && !p.as_array().is_some_and(|a| a.iter().all(Value::is_string))
-        }),
-        _ => false,
+    parsed.directives.stream_usage = true;
+    UsageRewrite {
+        strip_final_usage: !parsed.client_stream_option("include_usage"),
+        strip_chunk_usage: !parsed.client_stream_option("continuous_usage_stats"),
     }
 }
 
@@ -266,7 +242,7 @@ impl Stage for Guard {
             } else {
                 UsageRewrite::default()
             };
-            let tolerance = if token_id_input(parsed) {
+            let tolerance = if parsed.token_id_input() {
                 0
             } else {
                 pool_guard.config.prompt_tokens_tolerance

@@ -129,7 +129,6 @@ enum PromptMaterial {
 }
 
 fn material(parsed: &InferenceRequest) -> Option<PromptMaterial> {
-    let body = &parsed.body;
     let ids = |v: &Value| -> Option<Vec<u32>> {
         v.as_array()?
             .iter()
@@ -155,11 +154,10 @@ fn material(parsed: &InferenceRequest) -> Option<PromptMaterial> {
     };
     match parsed.endpoint {
         Endpoint::ChatCompletions => Some(PromptMaterial::Chat(
-            body.get("messages")?.clone(),
-            body.get("tools").cloned(),
+            parsed.prompt_value()?.clone(),
+            parsed.fields.get("tools").cloned(),
         )),
-        Endpoint::Completions => from(body.get("prompt")?),
-        Endpoint::Generate => from(body.get("text").or_else(|| body.get("input_ids"))?),
+        Endpoint::Completions | Endpoint::Generate => from(parsed.prompt_value()?),
         Endpoint::ListModels => None,
     }
 }
@@ -215,10 +213,11 @@ impl Predicate<Request<Bytes>> for Isolate {
         let Some(parsed) = request.extensions_mut().get_mut::<InferenceRequest>() else {
             return Ok(request);
         };
-        // A client may never choose its cache namespace: forged salts would share pages.
-        self.state
-            .salter
-            .apply(&mut parsed.body, &tenant, switches.cache_salt);
+        // A client may never choose its cache namespace: dispatch drops every client cache
+        // key (`api::fields`) and sends this tenant's salt where the pool takes one.
+        if switches.cache_salt {
+            parsed.directives.cache_salt = Some(self.state.salter.salt(&tenant));
+        }
         if switches.leak == LeakMode::Off {
             return Ok(request);
         }

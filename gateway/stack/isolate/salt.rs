@@ -4,23 +4,13 @@
 //! different `cache_salt` values apart. The gateway, not the client, chooses that value:
 //! [`CacheSalter::salt`] derives it from the tenant's name under a gateway secret, so it is
 //! stable for a tenant (its own prefixes stay cacheable), different across tenants, and
-//! cannot be guessed or chosen by a client. [`CacheSalter::apply`] strips every cache key
-//! a client sent, so a forged or shared salt never reaches the engine.
+//! cannot be guessed or chosen by a client. Dispatch drops every cache key a client sent
+//! (`api::fields`), so a forged or shared salt never reaches the engine.
 
 use hmac::{Hmac, Mac};
-use serde_json::{Map, Value};
 use sha2::Sha256;
 
 type HmacSha256 = Hmac<Sha256>;
-
-/// Request fields that select a prefix-cache partition (vLLM `cache_salt`, SGLang
-/// `extra_key`, OpenAI `prompt_cache_key`). Only the gateway may set them.
-const CACHE_KEY_FIELDS: [&str; 3] = ["cache_salt", "extra_key", "prompt_cache_key"];
-
-/// Nested objects some clients and engine versions read request options from: SGLang's
-/// `sampling_params` (an object, or a list of them for batches) and a literal
-/// `extra_body` sent by clients that do not flatten it.
-const NESTED_FIELDS: [&str; 2] = ["sampling_params", "extra_body"];
 
 /// Domain separation: the gateway secret may also key other things (API-key hashes), so
 /// the salt key is derived from it rather than being the secret itself.
@@ -53,41 +43,6 @@ impl CacheSalter {
     pub fn salt(&self, tenant: &str) -> String {
         hex(&hmac_sha256(&self.key, tenant.as_bytes()))
     }
-
-    /// Removes client-supplied `cache_salt`, `extra_key` and `prompt_cache_key` from the
-    /// top level of `body` and from `sampling_params` (object or list of objects) and
-    /// `extra_body`; when `inject`, sets the top-level `cache_salt` to `tenant`'s salt.
-    ///
-    /// Stripping happens even without `inject`: for an engine that ignores the salt it is
-    /// harmless, and for one that honours it a client-chosen value would let tenants share
-    /// (or probe) a cache partition.
-    pub fn apply(&self, body: &mut Map<String, Value>, tenant: &str, inject: bool) {
-        strip(body);
-        for field in NESTED_FIELDS {
-            match body.get_mut(field) {
-                Some(Value::Object(nested)) => strip(nested),
-                Some(Value::Array(items)) => {
-                    for item in items {
-                        if let Value::Object(nested) = item {
-                            strip(nested);
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
-        if inject {
-            body.insert("cache_salt".to_owned(), Value::String(self.salt(tenant)));
-        }
-    }
-}
-
-fn strip(map: &mut Map<String, Value>) {
-    for field in CACHE_KEY_FIELDS {
-        // `shift_remove` keeps the order of the remaining fields (serde_json
-        // `preserve_order`), so the engine sees the client's body otherwise unchanged.
-        map.shift_remove(field);
-    }
 }
 
 fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
@@ -113,14 +68,6 @@ fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    fn object(value: Value) -> Map<String, Value> {
-        match value {
-            Value::Object(map) => map,
-            other => panic!("not an object: {other}"),
-        }
-    }
 
     #[test]
     fn same_tenant_same_salt() {
@@ -171,55 +118,5 @@ mod tests {
         let salter = CacheSalter::new(b"secret");
         let shown = format!("{salter:?}");
         assert!(!shown.contains("key"), "{shown}");
-    }
-
-    #[test]
-    fn forged_client_salts_never_survive() {
-        let salter = CacheSalter::new(b"gateway secret");
-        let forged = || {
-            object(json!({
-                "model": "qwen3",
-                "cache_salt": "victim-salt",
-                "extra_key": ["a", "b"],
-                "prompt_cache_key": "shared",
-                "sampling_params": {"max_new_tokens": 4, "cache_salt": "x", "extra_key": "y"},
-                "extra_body": {"cache_salt": "z", "top_k": 5},
-            }))
-        };
-        let mut body = forged();
-        salter.apply(&mut body, "acme", true);
-        assert_eq!(body["cache_salt"], json!(salter.salt("acme")));
-        assert!(!body.contains_key("extra_key"));
-        assert!(!body.contains_key("prompt_cache_key"));
-        assert_eq!(body["sampling_params"], json!({"max_new_tokens": 4}));
-        assert_eq!(body["extra_body"], json!({"top_k": 5}));
-        assert_eq!(body["model"], json!("qwen3"));
-
-        let mut body = forged();
-        salter.apply(&mut body, "acme", false);
-        for field in CACHE_KEY_FIELDS {
-            assert!(!body.contains_key(field), "{field} survived");
-        }
-    }
-
-    #[test]
-    fn batch_sampling_params_are_stripped() {
-        let salter = CacheSalter::new(b"k");
-        let mut body = object(json!({
-            "text": ["a", "b"],
-            "sampling_params": [{"extra_key": "x", "temperature": 0}, {}, 3],
-        }));
-        salter.apply(&mut body, "t", true);
-        assert_eq!(body["sampling_params"], json!([{"temperature": 0}, {}, 3]));
-        assert_eq!(body["cache_salt"], json!(salter.salt("t")));
-    }
-
-    #[test]
-    fn other_fields_keep_their_order() {
-        let salter = CacheSalter::new(b"k");
-        let mut body = object(json!({"a": 1, "cache_salt": "f", "b": 2, "c": 3}));
-        salter.apply(&mut body, "t", false);
-        let keys: Vec<&str> = body.keys().map(String::as_str).collect();
-        assert_eq!(keys, ["a", "b", "c"]);
     }
 }

@@ -19,7 +19,9 @@ use crate::body::{self, GuardBody};
 use crate::error::GatewayError;
 use crate::stack::admission::TokenCount;
 use crate::stack::auth::AuthContext;
-use crate::stack::rate_limit::limiter::{Admission, Decision, Limiter, TenantLimits, TenantPermit};
+use crate::stack::rate_limit::limiter::{
+    Admission, Decision, Denied, Limiter, TenantLimits, TenantPermit,
+};
 use crate::stack::stage::{Next, Stage, StageFuture, StageLayer};
 
 /// Where the guard reports the engine's usage (prompt + completion tokens) for settlement.
@@ -89,6 +91,19 @@ pub fn insert_headers(headers: &mut HeaderMap, d: &Decision) {
     }
 }
 
+/// A denied reservation as the client sees it: 429 (or 400 when it can never fit) with
+/// `Retry-After` and the `x-ratelimit-*` headers.
+pub fn refusal(decision: &Decision) -> GatewayError {
+    let mut headers = HeaderMap::new();
+    insert_headers(&mut headers, decision);
+    let secs = decision.retry_after.as_secs_f64().ceil().max(1.0) as u64;
+    headers.insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+    GatewayError::RateLimited {
+        kind: decision.denied_by.unwrap_or(Denied::StoreUnavailable),
+        headers: Box::new(headers),
+    }
+}
+
 /// The rate-limit stage.
 #[derive(Clone)]
 pub struct RateLimit {
@@ -124,10 +139,7 @@ impl Stage for RateLimit {
             let permit = match limiter.admit(auth.tenant.clone(), &limits, tokens).await {
                 Ok(Admission::Admitted(permit)) => permit,
                 Ok(Admission::Denied(decision)) => {
-                    return Err(GatewayError::RateLimited {
-                        decision: Box::new(decision),
-                    }
-                    .into());
+                    return Err(refusal(&decision).into());
                 }
                 Err(e) => {
                     return Err(GatewayError::Internal(format!("rate limit store: {e}")).into())

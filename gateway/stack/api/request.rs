@@ -1,0 +1,203 @@
+//! [`InferenceRequest`]: the one typed request every stage reads.
+//!
+//! Parsing builds it once. Stages read the client's fields through its accessors (which
+//! prompt, which budget, token ids or text) and record what they decided for the engine in
+//! [`EngineDirectives`]; none of them edits JSON. Dispatch builds the engine's body once,
+//! from the passthrough fields (`api::fields`) plus the directives and its own routing
+//! fields (`dispatch::engine_body`).
+
+use serde_json::{Map, Value};
+
+use super::Endpoint;
+use crate::error::GatewayError;
+
+/// One client request, whichever API it came through.
+#[derive(Debug, Clone)]
+pub struct InferenceRequest {
+    /// The route it arrived on (and is forwarded to).
+    pub endpoint: Endpoint,
+    /// The gateway model name (`[[models]].name`).
+    pub model: String,
+    /// Whether the client asked for an SSE stream.
+    pub stream: bool,
+    /// Number of prompts in the request (SGLang and completions batches); 1 for chat.
+    pub batch: usize,
+    /// The client's JSON object as it arrived, structurally validated by parsing. Read-only
+    /// for the stages: what of it reaches an engine is decided by `api::fields`.
+    pub fields: Map<String, Value>,
+    /// What the stages decided the engine must receive; applied once, at dispatch.
+    pub directives: EngineDirectives,
+}
+
+/// The stages' decisions about the engine's body.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EngineDirectives {
+    /// New-token allowance for every sample the client gave none (admission: the model's
+    /// default or the tenant's cap), so the engine cannot generate more than was admitted.
+    pub default_max_new_tokens: Option<u64>,
+    /// The tenant's prefix-cache salt (isolation), for pools that take one.
+    pub cache_salt: Option<String>,
+    /// Ask an OpenAI-format engine for usage in every stream chunk (the guard's early
+    /// prompt-count check); the guard strips what the client did not ask for.
+    pub stream_usage: bool,
+}
+
+/// One prompt to count.
+#[derive(Debug, Clone, Copy)]
+pub enum PromptInput<'a> {
+    /// Raw text, encoded with special tokens.
+    Text(&'a str),
+    /// Token ids: the count is their number.
+    Ids(usize),
+    /// Chat messages (and tools) to render through the template.
+    Chat {
+        messages: &'a Value,
+        tools: Option<&'a Value>,
+    },
+}
+
+// === impl InferenceRequest ===
+
+impl InferenceRequest {
+    /// The prompt of every sample, in order (`batch` of them).
+    pub fn prompts(&self) -> Result<Vec<PromptInput<'_>>, GatewayError> {
+        let body = &self.fields;
+        let found = match self.endpoint {
+            Endpoint::ChatCompletions => vec![PromptInput::Chat {
+                messages: body.get("messages").unwrap_or(&Value::Null),
+                tools: body.get("tools").filter(|t| !t.is_null()),
+            }],
+            Endpoint::Completions => body.get("prompt").map(prompt_list).unwrap_or_default(),
+            Endpoint::Generate => self.generate_prompt().map(prompt_list).unwrap_or_default(),
+            Endpoint::ListModels => Vec::new(),
+        };
+        if found.len() != self.batch {
+            return Err(GatewayError::Internal(format!(
+                "parsed {} prompts for a batch of {}",
+                found.len(),
+                self.batch
+            )));
+        }
+        Ok(found)
+    }
+
+    /// The raw prompt value(s): the JSON the prompts of [`Self::prompts`] come from.
+    pub fn prompt_value(&self) -> Option<&Value> {
+        match self.endpoint {
+            Endpoint::ChatCompletions => self.fields.get("messages"),
+            Endpoint::Completions => self.fields.get("prompt"),
+            Endpoint::Generate => self.generate_prompt(),
+            Endpoint::ListModels => None,
+        }
+    }
+
+    fn generate_prompt(&self) -> Option<&Value> {
+        self.fields
+            .get("text")
+            .or_else(|| self.fields.get("input_ids"))
+    }
+
+    /// The JSON field that holds the prompt (the `param` of a refusal).
+    pub fn prompt_param(&self) -> &'static str {
+        match self.endpoint {
+            Endpoint::ChatCompletions => "messages",
+            Endpoint::Completions => "prompt",
+            Endpoint::Generate if self.fields.contains_key("input_ids") => "input_ids",
+            Endpoint::Generate | Endpoint::ListModels => "text",
+        }
+    }
+
+    /// The JSON field that holds the new-token allowance.
+    pub fn max_tokens_param(&self) -> &'static str {
+        match self.endpoint {
+            Endpoint::Generate => "sampling_params",
+            _ => "max_tokens",
+        }
+    }
+
+    /// Whether the prompts are token ids (the engine's count must then match exactly).
+    pub fn token_id_input(&self) -> bool {
+        match self.endpoint {
+            Endpoint::Generate => self.fields.contains_key("input_ids"),
+            Endpoint::Completions => self.fields.get("prompt").is_some_and(|p| {
+                !p.is_string() && !p.as_array().is_some_and(|a| a.iter().all(Value::is_string))
+            }),
+            _ => false,
+        }
+    }
+
+    /// The client's own `stream_options` flag `key` (`include_usage`, ...).
+    pub fn client_stream_option(&self, key: &str) -> bool {
+        self.fields
+            .get("stream_options")
+            .and_then(|o| o.get(key))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    }
+
+    /// The client's requested new tokens for sample `i` (None: not given).
+    pub fn requested_max_new(&self, i: usize) -> Result<Option<u64>, GatewayError> {
+        let body = &self.fields;
+        match self.endpoint {
+            Endpoint::ChatCompletions => {
+                match max_tokens_field(body.get("max_completion_tokens"), "max_completion_tokens")?
+                {
+                    Some(v) => Ok(Some(v)),
+                    None => max_tokens_field(body.get("max_tokens"), "max_tokens"),
+                }
+            }
+            Endpoint::Completions => max_tokens_field(body.get("max_tokens"), "max_tokens"),
+            Endpoint::Generate => match body.get("sampling_params") {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::Object(p)) => {
+                    max_tokens_field(p.get("max_new_tokens"), "max_new_tokens")
+                }
+                Some(Value::Array(per_sample)) => match per_sample.get(i) {
+                    Some(Value::Object(p)) => {
+                        max_tokens_field(p.get("max_new_tokens"), "max_new_tokens")
+                    }
+                    Some(Value::Null) | None => Ok(None),
+                    Some(_) => Err(GatewayError::invalid(
+                        "`sampling_params` entries must be objects",
+                        Some("sampling_params"),
+                    )),
+                },
+                Some(_) => Err(GatewayError::invalid(
+                    "`sampling_params` must be an object or a list of objects",
+                    Some("sampling_params"),
+                )),
+            },
+            Endpoint::ListModels => Ok(None),
+        }
+    }
+}
+
+fn max_tokens_field(value: Option<&Value>, name: &str) -> Result<Option<u64>, GatewayError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+            GatewayError::invalid(
+                format!("`{name}` must be a non-negative integer"),
+                Some(name),
+            )
+        }),
+    }
+}
+
+fn prompt_list(v: &Value) -> Vec<PromptInput<'_>> {
+    match v {
+        Value::String(s) => vec![PromptInput::Text(s)],
+        Value::Array(items) if items.iter().all(Value::is_string) => items
+            .iter()
+            .filter_map(Value::as_str)
+            .map(PromptInput::Text)
+            .collect(),
+        Value::Array(items) if items.iter().all(Value::is_array) => items
+            .iter()
+            .filter_map(Value::as_array)
+            .map(|a| PromptInput::Ids(a.len()))
+            .collect(),
+        Value::Array(items) => vec![PromptInput::Ids(items.len())],
+        _ => Vec::new(),
+    }
+}

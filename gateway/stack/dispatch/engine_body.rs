@@ -1,0 +1,193 @@
+//! The engine's request body, built once per request: the client's passthrough fields
+//! (`api::fields`), the stages' [`EngineDirectives`] and dispatch's own routing fields.
+//! This is the only place the outgoing JSON is written.
+
+use bytes::Bytes;
+use serde_json::{Map, Value};
+
+use super::bootstrap;
+use crate::error::GatewayError;
+use crate::stack::api::{fields, Endpoint, EngineDirectives, InferenceRequest};
+use crate::stack::routing::Worker;
+
+/// Build the body of `request` for a pool serving the model as `served_model`; `prefill`
+/// is the prefill worker of a disaggregated pair (adds the bootstrap fields).
+pub fn build(
+    request: InferenceRequest,
+    served_model: &str,
+    prefill: Option<&Worker>,
+) -> Result<Bytes, GatewayError> {
+    let InferenceRequest {
+        endpoint,
+        batch,
+        fields: client,
+        directives,
+        ..
+    } = request;
+    let mut body = fields::passthrough(endpoint, client);
+    if endpoint != Endpoint::Generate {
+        // Engines know the model by their own served name.
+        body.insert("model".into(), Value::from(served_model));
+    }
+    apply_directives(endpoint, &mut body, &directives);
+    if let Some(prefill) = prefill {
+        bootstrap::inject(&mut body, prefill, batch);
+    }
+    serde_json::to_vec(&body)
+        .map(Bytes::from)
+        .map_err(|e| GatewayError::Internal(format!("encoding the engine's body: {e}")))
+}
+
+fn apply_directives(endpoint: Endpoint, body: &mut Map<String, Value>, d: &EngineDirectives) {
+    if let Some(default) = d.default_max_new_tokens {
+        default_max_new(endpoint, body, default);
+    }
+    if let Some(salt) = &d.cache_salt {
+        body.insert("cache_salt".to_owned(), Value::String(salt.clone()));
+    }
+    if d.stream_usage {
+        let options = body
+            .entry("stream_options")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !options.is_object() {
+            *options = Value::Object(Map::new());
+        }
+        if let Some(options) = options.as_object_mut() {
+            options.insert("include_usage".into(), Value::Bool(true));
+            options.insert("continuous_usage_stats".into(), Value::Bool(true));
+        }
+    }
+}
+
+/// Fill the new-token allowance of every sample the client gave none.
+fn default_max_new(endpoint: Endpoint, body: &mut Map<String, Value>, default: u64) {
+    match endpoint {
+        Endpoint::ChatCompletions => {
+            if body.get("max_tokens").is_none_or(Value::is_null)
+                && body.get("max_completion_tokens").is_none_or(Value::is_null)
+            {
+                body.insert("max_tokens".into(), Value::from(default));
+            }
+        }
+        Endpoint::Completions => {
+            if body.get("max_tokens").is_none_or(Value::is_null) {
+                body.insert("max_tokens".into(), Value::from(default));
+            }
+        }
+        Endpoint::Generate => {
+            let params = body
+                .entry("sampling_params")
+                .or_insert_with(|| Value::Object(Map::new()));
+            let fill = |p: &mut Value| {
+                if let Value::Object(p) = p {
+                    if p.get("max_new_tokens").is_none_or(Value::is_null) {
+                        p.insert("max_new_tokens".into(), Value::from(default));
+                    }
+                }
+            };
+            match params {
+                Value::Array(per_sample) => per_sample.iter_mut().for_each(fill),
+                Value::Null => {
+                    *params = serde_json::json!({ "max_new_tokens": default });
+                }
+                other => fill(other),
+            }
+        }
+        Endpoint::ListModels => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn request(endpoint: Endpoint, body: Value, directives: EngineDirectives) -> InferenceRequest {
+        let Value::Object(fields) = body else {
+            panic!("not an object")
+        };
+        InferenceRequest {
+            endpoint,
+            model: "qwen3".into(),
+            stream: false,
+            batch: 1,
+            fields,
+            directives,
+        }
+    }
+
+    fn sent(request: InferenceRequest) -> Value {
+        serde_json::from_slice(&build(request, "served", None).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn model_default_fills_only_missing_budgets() {
+        let d = EngineDirectives {
+            default_max_new_tokens: Some(7),
+            ..Default::default()
+        };
+        let g = sent(request(Endpoint::Generate, json!({"text": "a"}), d.clone()));
+        assert_eq!(g["sampling_params"]["max_new_tokens"], 7);
+        assert!(g.get("model").is_none());
+        let c = sent(request(
+            Endpoint::ChatCompletions,
+            json!({"model": "qwen3", "max_tokens": 3, "messages": []}),
+            d.clone(),
+        ));
+        assert_eq!(
+            (c["max_tokens"].clone(), c["model"].clone()),
+            (json!(3), json!("served"))
+        );
+        let b = sent(request(
+            Endpoint::Generate,
+            json!({"text": ["a", "b"], "sampling_params": [{"max_new_tokens": 2}, {}]}),
+            d,
+        ));
+        assert_eq!(
+            b["sampling_params"],
+            json!([{"max_new_tokens": 2}, {"max_new_tokens": 7}])
+        );
+    }
+
+    #[test]
+    fn only_the_gateway_salt_reaches_the_engine() {
+        let d = EngineDirectives {
+            cache_salt: Some("tenant-salt".into()),
+            ..Default::default()
+        };
+        let forged =
+            json!({"prompt": "x", "cache_salt": "victim", "extra_body": {"extra_key": "k"}});
+        let body = sent(request(Endpoint::Completions, forged.clone(), d));
+        assert_eq!(body["cache_salt"], "tenant-salt");
+        assert_eq!(body["extra_body"], json!({}));
+        let body = sent(request(
+            Endpoint::Completions,
+            forged,
+            EngineDirectives::default(),
+        ));
+        assert!(body.get("cache_salt").is_none());
+    }
+
+    #[test]
+    fn stream_usage_keeps_the_clients_other_options() {
+        let d = EngineDirectives {
+            stream_usage: true,
+            ..Default::default()
+        };
+        let body = sent(request(
+            Endpoint::ChatCompletions,
+            json!({"messages": [], "stream_options": {"other": 1}}),
+            d.clone(),
+        ));
+        assert_eq!(
+            body["stream_options"],
+            json!({"other": 1, "include_usage": true, "continuous_usage_stats": true})
+        );
+        let body = sent(request(
+            Endpoint::ChatCompletions,
+            json!({"messages": [], "stream_options": 5}),
+            d,
+        ));
+        assert_eq!(body["stream_options"]["include_usage"], true);
+    }
+}
