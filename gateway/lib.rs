@@ -1,18 +1,29 @@
 //! kvgate: a multi-tenant admission and isolation gateway for LLM inference engines.
 //!
-//! The request path is one Tower stack, composed in [`build_stack`] and nowhere else:
+//! The request path is one Tower stack, composed in [`build_stack`] and nowhere else. Each
+//! layer below is one module under `stack/`, named as the stage is, in this order:
 //!
 //! ```text
-//! request id → trace → catch panic → rescue (errors → JSON, outcome metrics)
-//!   → authenticate (API key → tenant) → catalog (/v1/models; 404/405)
-//!   → read body (413) → parse (one InferenceRequest for chat, completions, /generate)
-//!   → admit (exact token count vs. every pool's smallest KV bound; 400 before dispatch)
-//!   → route (pool by weight among the admitted, least-loaded workers)
-//!   → guard (aborts, placeholders, prompt-count mismatch: never a false 2xx)
-//!   → dispatch (unified or prefill/decode)
+//! sensitive headers   keys never reach logs                      (tower-http)
+//! request id / trace  one id and one span per request            (tower-http)
+//! catch panic         a bug answers 500, never a dropped socket  (tower-http, I6)
+//! stack::rescue       errors → OpenAI JSON, one outcome per request (I6)
+//! stack::auth         API key → tenant and its policy; 401 before the body is read
+//! stack::api          catalog (/v1/models, 404/405), read_body (413), parse → InferenceRequest
+//! stack::tenant_rules models the tenant may use (403)
+//! stack::admission    exact token count vs. every pool's smallest KV bound: 400 before dispatch (I2)
+//! stack::rate_limit   tenant RPM/TPM/concurrency; the permit lives in the response body (429)
+//! stack::routing      pool by weight among the admitted, least-loaded eligible workers (I3)
+//! stack::isolate      the tenant's cache salt, prompt fingerprints for the leak detector (I5)
+//! stack::guard        aborts, placeholders, count mismatch, foreign data: never a false 2xx (I1)
+//! stack::dispatch     builds the engine body once; unified or prefill/decode legs
 //! ```
 //!
-//! Tenant policy slots in as one more layer (see the open issues).
+//! Shared building blocks sit beside the stack: `config` (typed, validated TOML), `error`
+//! (the one error type and its HTTP mapping), `body`, `metrics`, `audit`, `tenant` (a
+//! tenant's policy and limits) and `upstream` (the one engine client). The runtime around
+//! it is `runtime/` (app, server, admin, reload, check, demo). The tokenizer and the
+//! simulated engine are crates of their own (`crates/tokenize`, `crates/sim`).
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
@@ -23,6 +34,7 @@ pub mod error;
 pub mod metrics;
 pub mod runtime;
 pub mod stack;
+pub mod tenant;
 pub mod upstream;
 
 use bytes::Bytes;

@@ -15,7 +15,6 @@ use tokio::time::Instant;
 
 use crate::config::UpstreamConfig;
 use crate::error::GatewayError;
-use crate::stack::routing::Worker;
 
 /// The shared upstream client.
 #[derive(Clone, Debug)]
@@ -49,7 +48,7 @@ impl Upstream {
     /// POST a JSON body to `worker` and wait (until `deadline`) for the response headers.
     pub async fn post_json(
         &self,
-        worker: &Worker,
+        worker: &dyn Peer,
         path: &str,
         body: Bytes,
         request_id: Option<&HeaderValue>,
@@ -57,7 +56,7 @@ impl Upstream {
     ) -> Result<Response<Incoming>, GatewayError> {
         let mut builder = Request::builder()
             .method(Method::POST)
-            .uri(format!("{}{}", worker.base_url, path))
+            .uri(format!("{}{}", worker.base_url(), path))
             .header(header::CONTENT_TYPE, "application/json")
             .header(header::ACCEPT, "application/json, text/event-stream");
         if let Some(id) = request_id {
@@ -72,13 +71,13 @@ impl Upstream {
     /// GET `path` from `worker` (discovery probes).
     pub async fn get(
         &self,
-        worker: &Worker,
+        worker: &dyn Peer,
         path: &str,
         deadline: Instant,
     ) -> Result<Response<Incoming>, GatewayError> {
         let request = Request::builder()
             .method(Method::GET)
-            .uri(format!("{}{}", worker.base_url, path))
+            .uri(format!("{}{}", worker.base_url(), path))
             .body(Full::new(Bytes::new()))
             .map_err(|e| GatewayError::Internal(format!("building upstream request: {e}")))?;
         self.send(worker, request, deadline).await
@@ -86,16 +85,16 @@ impl Upstream {
 
     async fn send(
         &self,
-        worker: &Worker,
+        worker: &dyn Peer,
         request: Request<Full<Bytes>>,
         deadline: Instant,
     ) -> Result<Response<Incoming>, GatewayError> {
         match tokio::time::timeout_at(deadline, self.client.request(request)).await {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(e)) => Err(GatewayError::UpstreamUnavailable {
-                pool: worker.pool.to_string(),
-                role: worker.role.as_str(),
-                worker: worker.authority.clone(),
+                pool: worker.pool().to_string(),
+                role: worker.role(),
+                worker: worker.authority().to_owned(),
                 detail: error_chain(&e),
             }),
             Err(_) => Err(timeout(worker, self.request_timeout)),
@@ -103,9 +102,37 @@ impl Upstream {
     }
 }
 
+/// Who an exchange goes to: its base URL and the labels its errors carry. Routing's
+/// `Worker` is one; the client needs nothing else of it (so it does not depend on routing).
+pub trait Peer: Send + Sync {
+    /// `http://host:port`, no trailing slash.
+    fn base_url(&self) -> &str;
+    /// The pool the peer belongs to.
+    fn pool(&self) -> &str;
+    /// `prefill`, `decode` or `unified`.
+    fn role(&self) -> &'static str;
+    /// `host:port`, for errors and logs.
+    fn authority(&self) -> &str;
+}
+
+impl<T: Peer + ?Sized> Peer for std::sync::Arc<T> {
+    fn base_url(&self) -> &str {
+        (**self).base_url()
+    }
+    fn pool(&self) -> &str {
+        (**self).pool()
+    }
+    fn role(&self) -> &'static str {
+        (**self).role()
+    }
+    fn authority(&self) -> &str {
+        (**self).authority()
+    }
+}
+
 /// Read a whole upstream body, at most `limit` bytes, before `deadline`.
 pub async fn read_body(
-    worker: &Worker,
+    worker: &dyn Peer,
     body: Incoming,
     limit: usize,
     deadline: Instant,
@@ -115,19 +142,19 @@ pub async fn read_body(
     match collected {
         Ok(Ok(c)) => Ok(c.to_bytes()),
         Ok(Err(e)) => Err(GatewayError::UpstreamProtocol {
-            pool: worker.pool.to_string(),
-            role: worker.role.as_str(),
+            pool: worker.pool().to_string(),
+            role: worker.role(),
             detail: format!("reading the response body failed: {e}"),
         }),
         Err(_) => Err(timeout(worker, timeout_for_errors)),
     }
 }
 
-fn timeout(worker: &Worker, timeout: Duration) -> GatewayError {
+fn timeout(worker: &dyn Peer, timeout: Duration) -> GatewayError {
     GatewayError::UpstreamTimeout {
-        pool: worker.pool.to_string(),
-        role: worker.role.as_str(),
-        worker: worker.authority.clone(),
+        pool: worker.pool().to_string(),
+        role: worker.role(),
+        worker: worker.authority().to_owned(),
         timeout,
     }
 }

@@ -490,5 +490,14 @@ impl Config {
     }
 }
 
+/// The hex SHA-256 of a key, as `api_key_sha256` expects (`kvgate hash-key`).
+pub fn hash_key(key: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests;

@@ -321,10 +321,7 @@ fn load_keys(tenant: &super::TenantConfig) -> Result<Vec<String>, (&'static str,
                 .map(str::to_owned),
         );
     }
-    Ok(keys
-        .iter()
-        .map(|k| crate::stack::auth::hash_key(k))
-        .collect())
+    Ok(keys.iter().map(|k| super::hash_key(k)).collect())
 }
 
 fn check_worker(worker: &WorkerConfig, is_prefill: bool) -> Result<(), (&'static str, String)> {

@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use tower::Service;
 
 use crate::body::{self, BoxBody};
-use crate::runtime::app::Reloader;
+use crate::runtime::reload::Reloader;
 use crate::runtime::server::Shutdown;
 use crate::stack::routing::{Discovery, Router};
 

@@ -11,6 +11,7 @@ use crate::config::Config;
 use crate::config::{LimitsBackend, LimitsFailurePolicy};
 use crate::runtime::admin::Admin;
 use crate::runtime::check::CapacityReport;
+use crate::runtime::reload::Reloader;
 use crate::runtime::server::{self, Shutdown, ShutdownTrigger, TlsError};
 use crate::stack::admission::{AdmissionState, ModelAdmission};
 use crate::stack::api::ModelCatalog;
@@ -92,29 +93,6 @@ pub struct Gateway {
     audit: AuditLog,
     keys: ApiKeys,
     limiter: Limiter,
-}
-
-/// Re-reads the config file and swaps in its tenants and keys (SIGHUP, admin `POST /reload`).
-/// Requests in flight keep the tenant context they were admitted with; pools and models
-/// are not changed by a reload (restart for those).
-#[derive(Debug, Clone)]
-pub struct Reloader {
-    path: PathBuf,
-    keys: ApiKeys,
-}
-
-impl Reloader {
-    /// Reload now. An invalid file leaves the running tenants untouched.
-    pub fn reload(&self) -> Result<serde_json::Value, crate::config::ConfigError> {
-        let config = Config::load(&self.path)?;
-        let keys = self.keys.reload(&config);
-        tracing::info!(
-            tenants = config.tenants.len(),
-            keys,
-            "reloaded tenants and API keys"
-        );
-        Ok(serde_json::json!({"reloaded": true, "tenants": config.tenants.len(), "keys": keys}))
-    }
 }
 
 impl Gateway {
@@ -272,6 +250,11 @@ impl Gateway {
             self.config.upstream.discovery_interval,
             shutdown.clone(),
         )));
+        tasks.push(tokio::spawn(housekeeping_loop(
+            self.limiter.clone(),
+            self.isolation.clone(),
+            shutdown.clone(),
+        )));
         let stack = build_stack::<hyper::body::Incoming>(self.stack_parts());
         tasks.push(tokio::spawn(server::serve(
             data,
@@ -307,6 +290,26 @@ impl Gateway {
             audit: self.audit,
             reloader,
         })
+    }
+}
+
+/// How often idle tenant counters and expired prompt fingerprints are dropped. Both are
+/// correct without it (expiry is by timestamp, memory is capped); this returns the memory.
+const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(60);
+
+async fn housekeeping_loop(
+    limiter: Limiter,
+    isolation: Arc<IsolationState>,
+    mut shutdown: Shutdown,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(HOUSEKEEPING_INTERVAL) => {
+                limiter.sweep();
+                isolation.store.expire(std::time::Instant::now());
+            }
+            _ = shutdown.wait() => return,
+        }
     }
 }
 

@@ -27,7 +27,6 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
-use crate::config::EngineKind;
 use crate::error::GatewayError;
 use crate::stack::api::InferenceRequest;
 use crate::stack::auth::{AuthContext, TenantPolicy};
@@ -82,9 +81,7 @@ impl PromptTooLong {
     }
 }
 
-/// The pools a request was admitted to (never empty); routing picks among them.
-#[derive(Debug, Clone)]
-pub struct AdmittedPools(pub Arc<[Arc<str>]>);
+pub use crate::stack::routing::AdmittedPools;
 
 /// What admission knows of one model.
 #[derive(Debug, Clone)]
@@ -238,21 +235,12 @@ fn candidate_budgets(
     let mut reasons = Vec::new();
     let budgets: Vec<PoolBudget> = allowed
         .into_iter()
-        .filter(|p| {
-            if parsed.endpoint.needs_sglang() && p.engine != EngineKind::Sglang {
-                reasons.push(format!(
-                    "pool `{}` is not an SGLang pool (/generate)",
-                    p.name
-                ));
-                return false;
+        .filter(|p| match p.refusal_for(parsed.endpoint) {
+            Some(r) => {
+                reasons.push(r);
+                false
             }
-            match p.ineligibility() {
-                Some(r) => {
-                    reasons.push(r);
-                    false
-                }
-                None => true,
-            }
+            None => true,
         })
         .map(|p| PoolBudget::of(p, window))
         .collect();

@@ -9,63 +9,15 @@
 
 use http::{header, HeaderMap, Request};
 use sha2::{Digest, Sha256};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use tower::filter::{FilterLayer, Predicate};
 
 use crate::body::BoxError;
-use crate::config::{Config, TenantConfig};
+use crate::config::Config;
 use crate::error::GatewayError;
 
-/// What a tenant may do, from its `[[tenants]]` entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TenantPolicy {
-    pub name: Arc<str>,
-    /// Largest prompt in tokens (an admission bound).
-    pub max_prompt_tokens: Option<u64>,
-    /// Largest new-token allowance per sample.
-    pub max_new_tokens: Option<u64>,
-    /// Models it may use (None: all).
-    pub models: Option<HashSet<String>>,
-    /// Pools it is pinned to (None: any).
-    pub pools: Option<HashSet<String>>,
-    /// Rate and concurrency limits.
-    pub limits: crate::stack::rate_limit::limiter::TenantLimits,
-}
-
-impl TenantPolicy {
-    fn from_config(t: &TenantConfig) -> Self {
-        let set = |v: &[String]| (!v.is_empty()).then(|| v.iter().cloned().collect());
-        Self {
-            name: Arc::from(t.name.as_str()),
-            max_prompt_tokens: t.max_prompt_tokens,
-            max_new_tokens: t.max_new_tokens,
-            models: set(&t.models),
-            pools: set(&t.pools),
-            limits: crate::stack::rate_limit::limiter::TenantLimits {
-                requests_per_minute: t.requests_per_minute,
-                tokens_per_minute: t.tokens_per_minute,
-                max_concurrent: t.max_concurrent,
-            },
-        }
-    }
-
-    fn anonymous() -> Self {
-        Self {
-            name: Arc::from(ANONYMOUS_TENANT),
-            max_prompt_tokens: None,
-            max_new_tokens: None,
-            models: None,
-            pools: None,
-            limits: crate::stack::rate_limit::limiter::TenantLimits::UNLIMITED,
-        }
-    }
-
-    /// Whether the tenant may use `model`.
-    pub fn allows_model(&self, model: &str) -> bool {
-        self.models.as_ref().is_none_or(|m| m.contains(model))
-    }
-}
+pub use crate::tenant::TenantPolicy;
 
 /// Who is calling, as established by the API key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,8 +63,7 @@ pub struct ApiKeys {
     current: Arc<RwLock<Arc<Directory>>>,
 }
 
-/// The tenant name used when `server.allow_anonymous` admits key-less requests.
-pub const ANONYMOUS_TENANT: &str = "anonymous";
+pub use crate::tenant::ANONYMOUS_TENANT;
 
 impl ApiKeys {
     /// Build the table from validated config (digests are 64 lowercase hex digits).
@@ -158,13 +109,8 @@ impl ApiKeys {
     }
 }
 
-/// The hex SHA-256 of a key, as `api_key_sha256` expects (`kvgate hash-key`).
-pub fn hash_key(key: &str) -> String {
-    Sha256::digest(key.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
+/// The hex SHA-256 of a key (defined with the config, whose `api_key_sha256` it fills).
+pub use crate::config::hash_key;
 
 fn presented_key(headers: &HeaderMap) -> Option<&str> {
     if let Some(value) = headers.get(header::AUTHORIZATION) {

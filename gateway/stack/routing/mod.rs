@@ -24,10 +24,14 @@ use std::sync::Arc;
 use tower::filter::{FilterLayer, Predicate};
 
 use crate::body::BoxError;
-use crate::config::{Config, EngineKind};
+use crate::config::Config;
 use crate::error::GatewayError;
-use crate::stack::admission::AdmittedPools;
 use crate::stack::api::InferenceRequest;
+
+/// The pools a request was admitted to (never empty; written by admission); routing
+/// picks among them.
+#[derive(Debug, Clone)]
+pub struct AdmittedPools(pub Arc<[Arc<str>]>);
 
 /// The route chosen for one request.
 #[derive(Debug, Clone)]
@@ -102,14 +106,7 @@ impl Router {
                 if !admitted.is_empty() && !admitted.contains(&pool.name) {
                     return false;
                 }
-                if request.endpoint.needs_sglang() && pool.engine != EngineKind::Sglang {
-                    reasons.push(format!(
-                        "pool `{}` is not an SGLang pool (/generate)",
-                        pool.name
-                    ));
-                    return false;
-                }
-                match pool.ineligibility() {
+                match pool.refusal_for(request.endpoint) {
                     Some(r) => {
                         reasons.push(r);
                         false

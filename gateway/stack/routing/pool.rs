@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::{pick, Role, Worker, WorkerLoad};
 use crate::config::{EngineKind, PoolConfig, PoolMode};
+use crate::stack::api::Endpoint;
 
 /// The workers of a pool, by mode.
 #[derive(Debug)]
@@ -93,6 +94,18 @@ impl Pool {
             PoolWorkers::Disaggregated { prefill, decode } => (prefill, decode),
         };
         a.iter().chain(b.iter())
+    }
+
+    /// Why this pool cannot take a request for `endpoint` now (None: it can). Admission
+    /// and routing both filter pools with it.
+    pub fn refusal_for(&self, endpoint: Endpoint) -> Option<String> {
+        if endpoint.needs_sglang() && self.engine != EngineKind::Sglang {
+            return Some(format!(
+                "pool `{}` is not an SGLang pool (/generate)",
+                self.name
+            ));
+        }
+        self.ineligibility()
     }
 
     /// Whether the pool can take a request now, or why not.

@@ -268,6 +268,23 @@ impl Drop for WorkerLoad {
     }
 }
 
+// === impl Peer for Worker ===
+
+impl crate::upstream::Peer for Worker {
+    fn base_url(&self) -> &str {
+        &self.base_url
+    }
+    fn pool(&self) -> &str {
+        &self.pool
+    }
+    fn role(&self) -> &'static str {
+        self.role.as_str()
+    }
+    fn authority(&self) -> &str {
+        &self.authority
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

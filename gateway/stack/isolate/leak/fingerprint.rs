@@ -24,7 +24,6 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use super::hash::{ngram_hash, BuildPassThrough};
-use super::scan::ResponseScanner;
 
 /// Number of lock shards (a power of two; the shard is hash bits 40..44).
 pub(crate) const SHARDS: usize = 16;
@@ -247,11 +246,9 @@ impl FingerprintStore {
         total + tenants.keys().map(String::capacity).sum::<usize>()
     }
 
-    /// A scanner for one response to `tenant`.
-    pub fn scanner(&self, tenant: &str) -> ResponseScanner {
-        // A tenant that never recorded a prompt owns nothing; every owned n-gram is foreign.
-        let me = self.inner.tenant_id(tenant, false);
-        ResponseScanner::new(Arc::clone(&self.inner), me)
+    /// The shared tables, for the scanners (`scan.rs`), which read what this store writes.
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
     }
 }
 
@@ -287,7 +284,7 @@ impl Inner {
         ((hash >> SHARD_SHIFT) & self.shard_mask) as usize
     }
 
-    fn tenant_id(&self, tenant: &str, create: bool) -> Option<u32> {
+    pub(crate) fn tenant_id(&self, tenant: &str, create: bool) -> Option<u32> {
         let read = self.tenants.read().unwrap_or_else(PoisonError::into_inner);
         if let Some(&id) = read.get(tenant) {
             return Some(id);

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::fingerprint::{Inner, Owner};
+use super::fingerprint::{FingerprintStore, Inner, Owner};
 use super::hash::{ngram_hash, BuildPassThrough};
 
 /// Distinct foreign n-grams remembered per response. Far above any sensible `min_matches`;
@@ -37,6 +37,15 @@ pub struct ResponseScanner {
     matched: HashSet<u64, BuildPassThrough>,
     owners: Vec<u32>,
     alarmed: bool,
+}
+
+impl FingerprintStore {
+    /// A scanner for one response to `tenant`.
+    pub fn scanner(&self, tenant: &str) -> ResponseScanner {
+        // A tenant that never recorded a prompt owns nothing; every owned n-gram is foreign.
+        let me = self.inner().tenant_id(tenant, false);
+        ResponseScanner::new(Arc::clone(self.inner()), me)
+    }
 }
 
 impl ResponseScanner {

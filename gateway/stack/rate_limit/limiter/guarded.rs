@@ -5,12 +5,12 @@
 //! counts every failure, and logs only on health *transitions* (healthy → failing → healthy),
 //! so a dead Redis under load produces two log lines, not one per request.
 
-use futures_util::future::{BoxFuture, FutureExt};
+use futures_util::future::FutureExt;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::{Decision, Denied, LimitStore, StoreError, TenantLimits};
+use super::{Decision, Denied, LimitStore, StoreError, StoreFuture, TenantLimits};
 
 /// Limit-store failures, by backend (counter).
 pub const STORE_ERRORS_TOTAL: &str = "kvgate_limit_store_errors_total";
@@ -155,7 +155,7 @@ impl<S: LimitStore> LimitStore for GuardedStore<S> {
         tenant: &'a str,
         limits: &'a TenantLimits,
         tokens: u64,
-    ) -> BoxFuture<'a, Result<Decision, StoreError>> {
+    ) -> StoreFuture<'a, Decision> {
         async move {
             let result = self.inner.reserve(tenant, limits, tokens).await;
             let evidence =
@@ -179,7 +179,7 @@ impl<S: LimitStore> LimitStore for GuardedStore<S> {
         limits: &'a TenantLimits,
         reserved: u64,
         actual: u64,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
+    ) -> StoreFuture<'a, ()> {
         async move {
             // A lost settlement leaves the reservation charged as made: counted, not fatal.
             let result = self.inner.settle(tenant, limits, reserved, actual).await;
@@ -194,7 +194,7 @@ impl<S: LimitStore> LimitStore for GuardedStore<S> {
         &'a self,
         tenant: &'a str,
         limits: &'a TenantLimits,
-    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+    ) -> StoreFuture<'a, bool> {
         async move {
             let result = self.inner.acquire_slot(tenant, limits).await;
             let evidence = limits.max_concurrent.is_some();
@@ -207,7 +207,7 @@ impl<S: LimitStore> LimitStore for GuardedStore<S> {
         .boxed()
     }
 
-    fn release_slot<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn release_slot<'a>(&'a self, tenant: &'a str) -> StoreFuture<'a, ()> {
         async move {
             // A lost release is reclaimed by the backend's lease expiry.
             let result = self.inner.release_slot(tenant).await;
@@ -225,6 +225,10 @@ impl<S: LimitStore> LimitStore for GuardedStore<S> {
     fn completes_inline(&self) -> bool {
         self.inner.completes_inline()
     }
+
+    fn sweep(&self) {
+        self.inner.sweep();
+    }
 }
 
 #[cfg(test)]
@@ -240,7 +244,7 @@ mod tests {
     }
 
     impl Flaky {
-        fn answer<T: Send + 'static>(&self, value: T) -> BoxFuture<'_, Result<T, StoreError>> {
+        fn answer<T: Send + 'static>(&self, value: T) -> StoreFuture<'_, T> {
             let result = if self.down.load(Ordering::Acquire) {
                 Err(StoreError::Timeout(Duration::from_millis(1)))
             } else {
@@ -256,7 +260,7 @@ mod tests {
             _: &'a str,
             limits: &'a TenantLimits,
             _: u64,
-        ) -> BoxFuture<'a, Result<Decision, StoreError>> {
+        ) -> StoreFuture<'a, Decision> {
             self.answer(Decision::allow_unlimited(limits))
         }
         fn settle<'a>(
@@ -265,17 +269,13 @@ mod tests {
             _: &'a TenantLimits,
             _: u64,
             _: u64,
-        ) -> BoxFuture<'a, Result<(), StoreError>> {
+        ) -> StoreFuture<'a, ()> {
             self.answer(())
         }
-        fn acquire_slot<'a>(
-            &'a self,
-            _: &'a str,
-            _: &'a TenantLimits,
-        ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        fn acquire_slot<'a>(&'a self, _: &'a str, _: &'a TenantLimits) -> StoreFuture<'a, bool> {
             self.answer(true)
         }
-        fn release_slot<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        fn release_slot<'a>(&'a self, _: &'a str) -> StoreFuture<'a, ()> {
             self.answer(())
         }
         fn backend(&self) -> &'static str {

@@ -6,14 +6,14 @@
 //! `tokio::time::pause()`/`advance`.
 
 use dashmap::DashMap;
-use futures_util::future::{self, BoxFuture, FutureExt};
+use futures_util::future::{self, FutureExt};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
 use super::gcra;
-use super::{Decision, Denied, LimitStore, StoreError, TenantLimits};
+use super::{Decision, Denied, LimitStore, StoreFuture, TenantLimits};
 
 /// Per-tenant budgets in this process only (a single gateway replica, tests, benches).
 #[derive(Debug)]
@@ -47,7 +47,7 @@ impl MemoryStore {
         }
     }
 
-    /// Tenants with state (for tests and a future idle sweep).
+    /// Tenants with state (for tests; the gateway's housekeeping sweeps idle ones).
     pub fn tenant_count(&self) -> usize {
         self.tenants.len()
     }
@@ -193,7 +193,7 @@ impl LimitStore for MemoryStore {
         tenant: &'a str,
         limits: &'a TenantLimits,
         tokens: u64,
-    ) -> BoxFuture<'a, Result<Decision, StoreError>> {
+    ) -> StoreFuture<'a, Decision> {
         future::ready(Ok(self.reserve_now(tenant, limits, tokens))).boxed()
     }
 
@@ -203,7 +203,7 @@ impl LimitStore for MemoryStore {
         limits: &'a TenantLimits,
         reserved: u64,
         actual: u64,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
+    ) -> StoreFuture<'a, ()> {
         self.settle_now(tenant, limits, reserved, actual);
         future::ready(Ok(())).boxed()
     }
@@ -212,11 +212,11 @@ impl LimitStore for MemoryStore {
         &'a self,
         tenant: &'a str,
         limits: &'a TenantLimits,
-    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+    ) -> StoreFuture<'a, bool> {
         future::ready(Ok(self.acquire_slot_now(tenant, limits))).boxed()
     }
 
-    fn release_slot<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn release_slot<'a>(&'a self, tenant: &'a str) -> StoreFuture<'a, ()> {
         self.release_slot_now(tenant);
         future::ready(Ok(())).boxed()
     }
@@ -227,5 +227,36 @@ impl LimitStore for MemoryStore {
 
     fn completes_inline(&self) -> bool {
         true
+    }
+
+    fn sweep(&self) {
+        self.evict_idle();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::FutureExt;
+
+    #[test]
+    fn sweep_forgets_only_tenants_whose_state_changes_nothing() {
+        let store = MemoryStore::new();
+        let limits = TenantLimits {
+            max_concurrent: Some(1),
+            ..TenantLimits::UNLIMITED
+        };
+        assert!(store
+            .acquire_slot("a", &limits)
+            .now_or_never()
+            .unwrap()
+            .unwrap());
+        assert_eq!(store.tenant_count(), 1);
+        store.sweep();
+        // A held slot is state that decides the next request: kept.
+        assert_eq!(store.tenant_count(), 1);
+        store.release_slot("a").now_or_never().unwrap().unwrap();
+        store.sweep();
+        assert_eq!(store.tenant_count(), 0);
     }
 }

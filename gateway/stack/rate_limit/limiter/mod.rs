@@ -29,6 +29,9 @@ mod permit;
 mod redis;
 
 use futures_util::future::BoxFuture;
+
+/// What every [`LimitStore`] method returns.
+pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, StoreError>>;
 use std::time::Duration;
 
 pub use guarded::{
@@ -41,41 +44,12 @@ pub use redis::{RedisOptions, RedisStore};
 /// The window every per-minute limit refers to.
 pub const WINDOW: Duration = Duration::from_secs(60);
 
-/// A tenant's limits (`None` = unlimited; `Some(0)` refuses everything in that dimension).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct TenantLimits {
-    /// Requests admitted per minute (burst: the whole minute at once).
-    pub requests_per_minute: Option<u32>,
-    /// Tokens (prompt + max new tokens at admission, engine usage at settlement) per minute.
-    pub tokens_per_minute: Option<u64>,
-    /// Requests in flight at once, from admission until the response body ends.
-    pub max_concurrent: Option<u32>,
-}
+/// A tenant's limits (shared with the tenant's policy).
+pub use crate::tenant::TenantLimits;
 
-impl TenantLimits {
-    /// No limit in any dimension.
-    pub const UNLIMITED: Self = Self {
-        requests_per_minute: None,
-        tokens_per_minute: None,
-        max_concurrent: None,
-    };
-}
-
-/// Which limit refused a request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Denied {
-    /// Requests per minute exhausted; `retry_after` says when one more fits.
-    Requests,
-    /// Tokens per minute exhausted; `retry_after` says when this request's tokens fit.
-    Tokens,
-    /// The request alone needs more tokens than a whole minute holds: it can never pass,
-    /// so retrying is pointless (the request path should answer 4xx, not 429).
-    TokensOverBudget,
-    /// All concurrency slots are taken; `retry_after` is a hint, not a promise.
-    Concurrency,
-    /// The limit store failed and the policy is fail-closed.
-    StoreUnavailable,
-}
+/// Which limit refused a request (the client-facing classification lives with the error
+/// type, so the error module needs no stage).
+pub use crate::error::RateLimitKind as Denied;
 
 /// The answer to a reservation, with what the OpenAI-style `x-ratelimit-*` headers need.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -155,7 +129,7 @@ pub trait LimitStore: Send + Sync + 'static {
         tenant: &'a str,
         limits: &'a TenantLimits,
         tokens: u64,
-    ) -> BoxFuture<'a, Result<Decision, StoreError>>;
+    ) -> StoreFuture<'a, Decision>;
 
     /// When the response ends: `actual` tokens used (engine usage) vs `reserved` — refund
     /// or charge the difference.
@@ -165,17 +139,17 @@ pub trait LimitStore: Send + Sync + 'static {
         limits: &'a TenantLimits,
         reserved: u64,
         actual: u64,
-    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    ) -> StoreFuture<'a, ()>;
 
     /// Concurrency: take a slot (`false` when at max).
     fn acquire_slot<'a>(
         &'a self,
         tenant: &'a str,
         limits: &'a TenantLimits,
-    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+    ) -> StoreFuture<'a, bool>;
 
     /// Concurrency: give back a slot taken by [`LimitStore::acquire_slot`].
-    fn release_slot<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn release_slot<'a>(&'a self, tenant: &'a str) -> StoreFuture<'a, ()>;
 
     /// The backend's name for metric labels and logs (`memory`, `redis`).
     fn backend(&self) -> &'static str;
@@ -186,4 +160,9 @@ pub trait LimitStore: Send + Sync + 'static {
     fn completes_inline(&self) -> bool {
         false
     }
+
+    /// Housekeeping, called periodically off the request path: drop state that no
+    /// longer changes any decision (the in-memory store's idle tenants). Redis expires
+    /// its keys itself.
+    fn sweep(&self) {}
 }

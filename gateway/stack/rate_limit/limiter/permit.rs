@@ -32,6 +32,11 @@ pub enum Admission {
 // === impl Limiter ===
 
 impl Limiter {
+    /// Periodic housekeeping of the store (see [`LimitStore::sweep`]).
+    pub fn sweep(&self) {
+        self.store.sweep();
+    }
+
     /// A limiter over `store` (usually a [`super::GuardedStore`]).
     pub fn new(store: impl LimitStore) -> Self {
         Self {

@@ -21,7 +21,7 @@
 //!   costs a request at most that long before the failure policy applies.
 
 use dashmap::DashMap;
-use futures_util::future::{BoxFuture, FutureExt};
+use futures_util::future::FutureExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 use std::future::Future;
@@ -30,7 +30,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::task::JoinHandle;
 
-use super::{Decision, Denied, LimitStore, StoreError, TenantLimits};
+use super::{Decision, Denied, LimitStore, StoreError, StoreFuture, TenantLimits};
 
 const RESERVE: &str = concat!(
     include_str!("lua/bucket.lua"),
@@ -343,7 +343,7 @@ impl LimitStore for RedisStore {
         tenant: &'a str,
         limits: &'a TenantLimits,
         tokens: u64,
-    ) -> BoxFuture<'a, Result<Decision, StoreError>> {
+    ) -> StoreFuture<'a, Decision> {
         self.inner.reserve(tenant, limits, tokens).boxed()
     }
 
@@ -353,7 +353,7 @@ impl LimitStore for RedisStore {
         limits: &'a TenantLimits,
         reserved: u64,
         actual: u64,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
+    ) -> StoreFuture<'a, ()> {
         self.inner.settle(tenant, limits, reserved, actual).boxed()
     }
 
@@ -361,11 +361,11 @@ impl LimitStore for RedisStore {
         &'a self,
         tenant: &'a str,
         limits: &'a TenantLimits,
-    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+    ) -> StoreFuture<'a, bool> {
         self.inner.acquire_slot(tenant, limits).boxed()
     }
 
-    fn release_slot<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn release_slot<'a>(&'a self, tenant: &'a str) -> StoreFuture<'a, ()> {
         self.inner.release_slot(tenant).boxed()
     }
 

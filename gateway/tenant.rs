@@ -1,0 +1,80 @@
+//! Who a tenant is and what it may do: the policy auth attaches to every request, read by
+//! tenant rules, admission and the rate limit. Shared by those stages, so it depends on none.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use crate::config::TenantConfig;
+
+/// The tenant name used when `server.allow_anonymous` admits key-less requests.
+pub const ANONYMOUS_TENANT: &str = "anonymous";
+
+/// A tenant's limits (`None` = unlimited; `Some(0)` refuses everything in that dimension).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TenantLimits {
+    /// Requests admitted per minute (burst: the whole minute at once).
+    pub requests_per_minute: Option<u32>,
+    /// Tokens (prompt + max new tokens at admission, engine usage at settlement) per minute.
+    pub tokens_per_minute: Option<u64>,
+    /// Requests in flight at once, from admission until the response body ends.
+    pub max_concurrent: Option<u32>,
+}
+
+impl TenantLimits {
+    /// No limit in any dimension.
+    pub const UNLIMITED: Self = Self {
+        requests_per_minute: None,
+        tokens_per_minute: None,
+        max_concurrent: None,
+    };
+}
+
+/// What a tenant may do, from its `[[tenants]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantPolicy {
+    pub name: Arc<str>,
+    /// Largest prompt in tokens (an admission bound).
+    pub max_prompt_tokens: Option<u64>,
+    /// Largest new-token allowance per sample.
+    pub max_new_tokens: Option<u64>,
+    /// Models it may use (None: all).
+    pub models: Option<HashSet<String>>,
+    /// Pools it is pinned to (None: any).
+    pub pools: Option<HashSet<String>>,
+    /// Rate and concurrency limits.
+    pub limits: TenantLimits,
+}
+
+impl TenantPolicy {
+    pub(crate) fn from_config(t: &TenantConfig) -> Self {
+        let set = |v: &[String]| (!v.is_empty()).then(|| v.iter().cloned().collect());
+        Self {
+            name: Arc::from(t.name.as_str()),
+            max_prompt_tokens: t.max_prompt_tokens,
+            max_new_tokens: t.max_new_tokens,
+            models: set(&t.models),
+            pools: set(&t.pools),
+            limits: TenantLimits {
+                requests_per_minute: t.requests_per_minute,
+                tokens_per_minute: t.tokens_per_minute,
+                max_concurrent: t.max_concurrent,
+            },
+        }
+    }
+
+    pub(crate) fn anonymous() -> Self {
+        Self {
+            name: Arc::from(ANONYMOUS_TENANT),
+            max_prompt_tokens: None,
+            max_new_tokens: None,
+            models: None,
+            pools: None,
+            limits: TenantLimits::UNLIMITED,
+        }
+    }
+
+    /// Whether the tenant may use `model`.
+    pub fn allows_model(&self, model: &str) -> bool {
+        self.models.as_ref().is_none_or(|m| m.contains(model))
+    }
+}
