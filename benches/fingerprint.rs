@@ -56,11 +56,7 @@ fn prefix(text: &str, bytes: usize) -> &str {
 fn samples() -> (Vec<Sample>, Vec<u32>) {
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let dir = repo.join("config/tokenizers/qwen3");
-    let tokenizer = ModelTokenizer::from_files(
-        &dir.join("tokenizer.json"),
-        Some(&dir.join("tokenizer_config.json")),
-    )
-    .unwrap();
+    let tokenizer = ModelTokenizer::from_dir(&dir).unwrap();
     let text = corpus(&repo);
     assert!(text.len() > 2 * 65536, "corpus too small: {}", text.len());
     let make = |name, bytes| {

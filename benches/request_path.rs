@@ -31,13 +31,7 @@ fn bench(c: &mut Criterion) {
         .unwrap();
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let dir = repo.join("config/tokenizers/qwen3");
-    let tokenizer = Arc::new(
-        ModelTokenizer::from_files(
-            &dir.join("tokenizer.json"),
-            Some(&dir.join("tokenizer_config.json")),
-        )
-        .unwrap(),
-    );
+    let tokenizer = Arc::new(ModelTokenizer::from_dir(&dir).unwrap());
     let engine = rt.block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let config = SimConfig {

@@ -14,11 +14,7 @@ fn root() -> PathBuf {
 
 fn load(model: &str) -> ModelTokenizer {
     let dir = root().join("config/tokenizers").join(model);
-    ModelTokenizer::from_files(
-        &dir.join("tokenizer.json"),
-        Some(&dir.join("tokenizer_config.json")),
-    )
-    .expect("tokenizer files ship with the repository")
+    ModelTokenizer::from_dir(&dir).expect("tokenizer files ship with the repository")
 }
 
 static QWEN3: LazyLock<ModelTokenizer> = LazyLock::new(|| load("qwen3"));

@@ -31,13 +31,7 @@ pub fn qwen3() -> Arc<ModelTokenizer> {
     TOKENIZER
         .get_or_init(|| {
             let dir = repo().join("config/tokenizers/qwen3");
-            Arc::new(
-                ModelTokenizer::from_files(
-                    &dir.join("tokenizer.json"),
-                    Some(&dir.join("tokenizer_config.json")),
-                )
-                .expect("qwen3 tokenizer loads"),
-            )
+            Arc::new(ModelTokenizer::from_dir(&dir).expect("qwen3 tokenizer loads"))
         })
         .clone()
 }

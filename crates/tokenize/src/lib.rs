@@ -88,6 +88,16 @@ impl std::fmt::Debug for ModelTokenizer {
 }
 
 impl ModelTokenizer {
+    /// Loads a model directory as HF ships it: `dir/tokenizer.json`, plus
+    /// `dir/tokenizer_config.json` (chat template, special tokens) when it exists.
+    pub fn from_dir(dir: &Path) -> Result<Self, TokenizeError> {
+        let config = dir.join("tokenizer_config.json");
+        Self::from_files(
+            &dir.join("tokenizer.json"),
+            config.exists().then_some(config.as_path()),
+        )
+    }
+
     /// Loads `tokenizer.json` and, if given, the chat template and special tokens of
     /// `tokenizer_config.json`.
     pub fn from_files(

@@ -20,11 +20,7 @@ pub use kvgate_tokenize::ModelTokenizer;
 
 pub static QWEN3: LazyLock<Arc<ModelTokenizer>> = LazyLock::new(|| {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../config/tokenizers/qwen3");
-    let tok = ModelTokenizer::from_files(
-        &dir.join("tokenizer.json"),
-        Some(&dir.join("tokenizer_config.json")),
-    )
-    .expect("qwen3 tokenizer ships with the repository");
+    let tok = ModelTokenizer::from_dir(&dir).expect("qwen3 tokenizer ships with the repository");
     Arc::new(tok)
 });
 

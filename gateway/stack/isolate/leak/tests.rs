@@ -13,11 +13,7 @@ use kvgate_tokenize::ModelTokenizer;
 
 static QWEN3: LazyLock<ModelTokenizer> = LazyLock::new(|| {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/tokenizers/qwen3");
-    ModelTokenizer::from_files(
-        &dir.join("tokenizer.json"),
-        Some(&dir.join("tokenizer_config.json")),
-    )
-    .expect("tokenizer files ship with the repository")
+    ModelTokenizer::from_dir(&dir).expect("tokenizer files ship with the repository")
 });
 
 fn ids(text: &str) -> Vec<u32> {
