@@ -7,13 +7,14 @@
 //! and is refused with HTTP 400 `context_length_exceeded` when it fits none. Counting starts
 //! with a byte bound and counts exactly only when the bound does not settle it.
 //!
-//! Reads: `InferenceRequest`. Writes: [`TokenCount`] and [`AdmittedPools`]; may add the
-//! model's `default_max_new_tokens` to the forwarded body.
+//! Reads: `InferenceRequest`. Writes: [`TokenCount`] and [`AdmittedPools`]; records the
+//! new-token default it assumed (model default or tenant cap) as an engine directive.
 
 mod budget;
 mod count;
 mod prompt;
 
+pub use crate::stack::routing::AdmittedPools;
 pub use budget::{
     sglang_max_req_input_len, worker_input_limit, Bound, PoolBudget, Violation, WorkerBound,
 };
@@ -80,8 +81,6 @@ impl PromptTooLong {
         }
     }
 }
-
-pub use crate::stack::routing::AdmittedPools;
 
 /// What admission knows of one model.
 #[derive(Debug, Clone)]
@@ -160,7 +159,8 @@ pub async fn admit(
             }
         }
     }
-    prompt::apply_model_default(parsed, default_new);
+    // The engine must not generate more than was admitted: dispatch sends this default.
+    parsed.directives.default_max_new_tokens = default_new;
     let mut measured = {
         let samples = prompt::samples(parsed, default_new)?;
         count::measure(&samples, &model.tokenizer)?

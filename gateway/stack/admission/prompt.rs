@@ -63,12 +63,6 @@ pub fn samples(
         .collect()
 }
 
-/// Make the engine use the default that admission assumed, for samples the client sent
-/// none (dispatch writes it into the engine's body).
-pub fn apply_model_default(request: &mut InferenceRequest, model_default: Option<u64>) {
-    request.directives.default_max_new_tokens = model_default;
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,14 +112,14 @@ mod tests {
     #[test]
     fn model_default_is_sent_to_the_engine() {
         let mut g = parse(Endpoint::Generate, serde_json::json!({"text": "a"}));
-        apply_model_default(&mut g, Some(7));
+        g.directives.default_max_new_tokens = Some(7);
         assert_eq!(g.directives.default_max_new_tokens, Some(7));
         assert_eq!(samples(&g, Some(7)).unwrap()[0].max_new, MaxNew::Tokens(7));
         let mut c = parse(
             Endpoint::ChatCompletions,
             serde_json::json!({"model": "qwen3", "max_tokens": 3, "messages": [{"role": "user", "content": "x"}]}),
         );
-        apply_model_default(&mut c, Some(7));
+        c.directives.default_max_new_tokens = Some(7);
         assert_eq!(samples(&c, Some(7)).unwrap()[0].max_new, MaxNew::Tokens(3));
     }
 
