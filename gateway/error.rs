@@ -60,6 +60,23 @@ pub enum GatewayError {
     },
     #[error("Tenant `{tenant}` may not use model `{model}`.")]
     ModelNotAllowed { tenant: String, model: String },
+    /// A client field the gateway does not pass to engines (`api::fields`).
+    #[error("Unsupported parameter `{param}`: {reason}.")]
+    UnsupportedParameter { param: String, reason: &'static str },
+    #[error("Tenant `{tenant}` may not use the LoRA adapter `{adapter}`.")]
+    LoraNotAllowed { tenant: String, adapter: String },
+    /// The client was too slow sending its request (body idle or total deadline).
+    #[error("The request body was not received within {timeout:?} ({what}).")]
+    RequestTimeout {
+        what: &'static str,
+        timeout: Duration,
+    },
+    /// A header line or the header block is over its limit.
+    #[error("Request header {what} is larger than the limit of {limit} bytes.")]
+    HeaderTooLarge { what: String, limit: usize },
+    /// A load ceiling is reached (global or pool in-flight cap, buffer budget): retry soon.
+    #[error("kvgate is at its {ceiling} limit; retry shortly.")]
+    Overloaded { ceiling: &'static str },
     #[error("Request body is larger than the limit of {limit} bytes")]
     BodyTooLarge { limit: usize },
     #[error(
@@ -74,6 +91,8 @@ pub enum GatewayError {
         role: &'static str,
         worker: String,
         detail: String,
+        /// The connection was never made: nothing was sent, so another worker may be tried.
+        connect: bool,
     },
     #[error("Upstream {role} worker {worker} of pool `{pool}` did not answer within {timeout:?}")]
     UpstreamTimeout {
@@ -173,6 +192,15 @@ impl GatewayError {
             BodyTooLarge { .. } => class(S::PAYLOAD_TOO_LARGE, INVALID, "request_too_large"),
             Unauthenticated => class(S::UNAUTHORIZED, "authentication_error", "invalid_api_key"),
             ModelNotAllowed { .. } => class(S::FORBIDDEN, "permission_error", "model_not_allowed"),
+            UnsupportedParameter { .. } => class(S::BAD_REQUEST, INVALID, "unsupported_parameter"),
+            LoraNotAllowed { .. } => class(S::FORBIDDEN, "permission_error", "lora_not_allowed"),
+            RequestTimeout { .. } => class(S::REQUEST_TIMEOUT, INVALID, "request_timeout"),
+            HeaderTooLarge { .. } => class(
+                S::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                INVALID,
+                "request_header_too_large",
+            ),
+            Overloaded { .. } => class(S::SERVICE_UNAVAILABLE, UNAVAILABLE, "overloaded"),
             RateLimited { kind, .. } => match kind {
                 // It can never fit: retrying is pointless, so not a 429.
                 RateLimitKind::TokensOverBudget => {
@@ -238,27 +266,59 @@ impl GatewayError {
                 Some("model")
             }
             GatewayError::ContextLengthExceeded { param, .. } => Some(param),
+            GatewayError::UnsupportedParameter { param, .. } => Some(param),
+            GatewayError::LoraNotAllowed { .. } => Some("lora_path"),
             _ => None,
         }
     }
 
-    /// The JSON error object (without the HTTP wrapping), also used for SSE error events.
-    pub fn to_json(&self) -> serde_json::Value {
-        let class = self.class();
-        json!({
-            "error": {
-                "message": self.to_string(),
-                "type": class.error_type,
-                "param": self.param(),
-                "code": class.code,
+    /// What the client is told. Errors of the client's own request say what to fix; errors
+    /// of the engines and the gateway say only what happened: worker addresses, engine
+    /// messages and causes go to the log (the `Display` text), never to clients.
+    pub fn client_message(&self) -> String {
+        use GatewayError::*;
+        match self {
+            NoEligibleWorker { model, .. } => {
+                format!("No engine can serve model `{model}` right now; retry shortly.")
             }
-        })
+            UpstreamUnavailable { .. } => "The engine could not be reached.".into(),
+            UpstreamTimeout { .. } => "The engine did not answer in time.".into(),
+            UpstreamStatus { status, .. } if status.is_client_error() => {
+                format!("The engine refused the request (HTTP {}).", status.as_u16())
+            }
+            UpstreamStatus { status, .. } => {
+                format!("The engine failed (HTTP {}).", status.as_u16())
+            }
+            UpstreamProtocol { .. } => "The engine sent an unreadable response.".into(),
+            UpstreamAborted { .. } => "The engine aborted the request.".into(),
+            UpstreamIntegrity { .. } => {
+                "The engine's answer failed kvgate's integrity check and was not delivered.".into()
+            }
+            Internal(_) => "The gateway hit an internal error.".into(),
+            other => other.to_string(),
+        }
+    }
+
+    /// The JSON error object (without the HTTP wrapping), also used for SSE error events;
+    /// `request_id` lets the client quote what the logs hold.
+    pub fn to_json(&self, request_id: Option<&str>) -> serde_json::Value {
+        let class = self.class();
+        let mut error = json!({
+            "message": self.client_message(),
+            "type": class.error_type,
+            "param": self.param(),
+            "code": class.code,
+        });
+        if let (Some(id), Some(map)) = (request_id, error.as_object_mut()) {
+            map.insert("request_id".into(), id.into());
+        }
+        json!({ "error": error })
     }
 
     /// The only place a gateway error becomes an HTTP response.
-    pub fn into_response(self) -> Response<BoxBody> {
+    pub fn into_response(self, request_id: Option<&str>) -> Response<BoxBody> {
         let status = self.status();
-        let body = Bytes::from(self.to_json().to_string());
+        let body = Bytes::from(self.to_json(request_id).to_string());
         let mut response = Response::new(body::full(body));
         *response.status_mut() = status;
         let headers = response.headers_mut();
@@ -270,6 +330,9 @@ impl GatewayError {
             GatewayError::RateLimited { headers: extra, .. } => headers.extend(*extra),
             GatewayError::Unauthenticated => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            GatewayError::Overloaded { .. } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             _ => {}
         }
@@ -320,11 +383,43 @@ mod tests {
 
     #[test]
     fn error_body_has_the_openai_shape() {
-        let v = GatewayError::ModelNotFound { model: "x".into() }.to_json();
+        let v = GatewayError::ModelNotFound { model: "x".into() }.to_json(Some("id-1"));
+        assert_eq!(v["error"]["request_id"], "id-1");
         assert_eq!(v["error"]["code"], "model_not_found");
         assert_eq!(v["error"]["param"], "model");
         assert_eq!(v["error"]["type"], "invalid_request_error");
         assert!(v["error"]["message"].as_str().is_some());
+    }
+
+    #[test]
+    fn engine_side_errors_tell_clients_no_addresses_or_causes() {
+        let unreachable = GatewayError::UpstreamUnavailable {
+            pool: "p".into(),
+            role: "decode",
+            worker: "10.0.0.7:30000".into(),
+            detail: "client error (Connect): tcp connect error: Connection refused".into(),
+            connect: true,
+        };
+        assert!(
+            unreachable.to_string().contains("10.0.0.7"),
+            "the log keeps it"
+        );
+        let body = unreachable.to_json(None).to_string();
+        assert!(
+            !body.contains("10.0.0.7") && !body.contains("Connect"),
+            "{body}"
+        );
+        let status = GatewayError::UpstreamStatus {
+            pool: "p".into(),
+            role: "prefill",
+            status: StatusCode::BAD_REQUEST,
+            message: "internal path /srv/model".into(),
+        };
+        assert!(!status.to_json(None).to_string().contains("/srv"));
+        assert!(!GatewayError::Internal("secret".into())
+            .to_json(None)
+            .to_string()
+            .contains("secret"));
     }
 
     #[test]

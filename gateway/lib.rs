@@ -5,23 +5,28 @@
 //!
 //! ```text
 //! sensitive headers   keys never reach logs                      (tower-http)
-//! request id / trace  one id and one span per request            (tower-http)
+//! stack::request_id   the gateway's own id; the client's is echoed, never forwarded
+//! trace               one span per request                       (tower-http)
 //! catch panic         a bug answers 500, never a dropped socket  (tower-http, I6)
 //! stack::rescue       errors → OpenAI JSON, one outcome per request (I6)
+//! stack::load_shed    global in-flight ceiling: 503 at once, no queue
+//! stack::header_limits header values and block over their limits: 431
 //! stack::auth         API key → tenant and its policy; 401 before the body is read
-//! stack::api          catalog (/v1/models, 404/405), read_body (413), parse → InferenceRequest
-//! stack::tenant_rules models the tenant may use (403)
+//! stack::api          catalog (/v1/models, 404/405), read_body (413, 408, budget), parse →
+//!                     InferenceRequest (the field allowlist: 400 unsupported_parameter)
+//! stack::tenant_rules models and LoRA adapters the tenant may use (403)
 //! stack::admission    exact token count vs. every pool's smallest KV bound: 400 before dispatch (I2)
 //! stack::rate_limit   tenant RPM/TPM/concurrency; the permit lives in the response body (429)
 //! stack::routing      pool by weight among the admitted, least-loaded eligible workers (I3)
 //! stack::isolate      the tenant's cache salt, prompt fingerprints for the leak detector (I5)
 //! stack::guard        aborts, placeholders, count mismatch, foreign data: never a false 2xx (I1)
-//! stack::dispatch     builds the engine body once; unified or prefill/decode legs
+//! stack::dispatch     builds the engine body once; unified or prefill/decode legs, deadlines
 //! ```
 //!
 //! Shared building blocks sit beside the stack: `config` (typed, validated TOML), `error`
 //! (the one error type and its HTTP mapping), `body`, `metrics`, `audit`, `tenant` (a
-//! tenant's policy and limits) and `upstream` (the one engine client). The runtime around
+//! tenant's policy and limits), `load` (in-flight caps and the buffer budget),
+//! `secure_random` and `upstream` (the one engine client). The runtime around
 //! it is `runtime/` (app, server, admin, reload, check, demo). The tokenizer and the
 //! simulated engine are crates of their own (`crates/tokenize`, `crates/sim`).
 #![forbid(unsafe_code)]
@@ -31,8 +36,10 @@ pub mod audit;
 pub mod body;
 pub mod config;
 pub mod error;
+pub mod load;
 pub mod metrics;
 pub mod runtime;
+pub mod secure_random;
 pub mod stack;
 pub mod tenant;
 pub mod upstream;
@@ -45,22 +52,25 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use tower::{Service, ServiceBuilder};
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::audit::AuditLog;
 use crate::body::{BoxBody, BoxError};
 use crate::error::GatewayError;
+use crate::load::InFlightLimit;
 use crate::stack::admission::{AdmissionState, Admit};
 use crate::stack::api::catalog::CatalogLayer;
-use crate::stack::api::read_body::ReadBody;
+use crate::stack::api::read_body::{BodyLimits, ReadBody};
 use crate::stack::api::{ModelCatalog, Parse};
 use crate::stack::auth::{ApiKeys, Authenticate};
 use crate::stack::dispatch::{Dispatch, DispatchLimits};
 use crate::stack::guard::{Guard, GuardState};
+use crate::stack::header_limits::HeaderLimits;
 use crate::stack::isolate::{Isolate, IsolationState};
+use crate::stack::load_shed::LoadShedLayer;
 use crate::stack::rate_limit::RateLimit;
+use crate::stack::request_id::RequestIdLayer;
 use crate::stack::rescue::RescueLayer;
 use crate::stack::routing::{Route, Router};
 use crate::stack::tenant_rules::TenantRules;
@@ -78,8 +88,14 @@ pub struct StackParts {
     pub limiter: crate::stack::rate_limit::limiter::Limiter,
     pub audit: AuditLog,
     pub upstream: Upstream,
-    pub max_body_bytes: usize,
+    /// Body size, deadlines and the buffer budget.
+    pub body: BodyLimits,
     pub limits: DispatchLimits,
+    /// The global in-flight ceiling.
+    pub in_flight: InFlightLimit,
+    /// Largest header value and header block, in bytes.
+    pub max_header_value_bytes: usize,
+    pub max_header_bytes: usize,
 }
 
 /// The data-port request path, outermost layer first.
@@ -103,21 +119,29 @@ where
             http::header::AUTHORIZATION,
             http::HeaderName::from_static("x-api-key"),
         ]))
-        // Every request gets an id first, so logs, engine requests and errors share it.
-        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
-        .layer(PropagateRequestIdLayer::x_request_id())
+        // Every request gets the gateway's own id first, so logs, engine requests and errors
+        // share it; the client's id is echoed as x-client-request-id, never forwarded.
+        .layer(RequestIdLayer)
         // One span per request covering everything below.
         .layer(TraceLayer::new_for_http())
         // A bug below answers 500 instead of dropping the connection without a status (I6).
         .layer(CatchPanicLayer::custom(panic_response))
         // Errors become OpenAI-style JSON here and only here; every outcome is counted once.
         .layer(RescueLayer::new(parts.audit))
+        // Over the global in-flight ceiling: 503 at once, before any work.
+        .layer(LoadShedLayer::new(parts.in_flight))
+        // 431 for a header value or block over its limit.
+        .layer(HeaderLimits::layer(
+            parts.max_header_value_bytes,
+            parts.max_header_bytes,
+        ))
         // 401 before the body is read: strangers cannot make us buffer 64 MiB.
         .layer(Authenticate::layer(parts.keys))
         // `/v1/models` and 404/405 need no body.
         .layer(CatalogLayer::new(parts.catalog.clone()))
-        // Counting tokens needs the whole JSON; bounded (413).
-        .layer(ReadBody::layer(parts.max_body_bytes))
+        // Counting tokens needs the whole JSON; bounded (413), with deadlines (408), inside
+        // the shared buffer budget (503).
+        .layer(ReadBody::layer(parts.body))
         // One request model for chat, completions and /generate.
         .layer(Parse::layer(parts.catalog))
         // 403 for models the tenant may not use, before any tokenizing.
@@ -146,5 +170,5 @@ fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response<BoxBody> {
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "panic".to_owned());
     tracing::error!(%detail, "request handler panicked");
-    GatewayError::Internal("the gateway hit an internal error".into()).into_response()
+    GatewayError::Internal("the gateway hit an internal error".into()).into_response(None)
 }

@@ -31,6 +31,10 @@ pub const REQUEST_OUTCOMES_TOTAL: &str = "kvgate_request_outcomes_total";
 pub const LEAK_SUSPECTED_TOTAL: &str = "kvgate_leak_suspected_total";
 /// Data-port connections currently open.
 pub const CONNECTIONS_OPEN: &str = "kvgate_connections_open";
+/// Requests refused at a load ceiling, by ceiling (in_flight, pool_in_flight, buffered_bytes).
+pub const LOAD_SHED_TOTAL: &str = "kvgate_load_shed_total";
+/// Retries on another worker after a connect failure, by pool.
+pub const UPSTREAM_RETRIES_TOTAL: &str = "kvgate_upstream_retries_total";
 
 const DURATION_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -67,7 +71,10 @@ fn describe_all() {
         "Time until response headers"
     );
     describe_counter!(ERRORS_TOTAL, "Gateway errors by code");
-    describe_counter!(UPSTREAM_REQUESTS_TOTAL, "Requests sent to engines");
+    describe_counter!(
+        UPSTREAM_REQUESTS_TOTAL,
+        "Requests sent to engines: one outcome per leg"
+    );
     describe_gauge!(WORKER_OUTSTANDING, "Outstanding requests per worker");
     describe_gauge!(WORKER_ELIGIBLE, "1 if a worker may serve traffic");
     describe_gauge!(WORKER_KV_TOKENS, "Worker KV pool size in tokens");
@@ -76,6 +83,11 @@ fn describe_all() {
         "1 if configured and discovered KV capacity disagree"
     );
     describe_gauge!(CONNECTIONS_OPEN, "Open data-port connections");
+    describe_counter!(LOAD_SHED_TOTAL, "Requests refused at a load ceiling");
+    describe_counter!(
+        UPSTREAM_RETRIES_TOTAL,
+        "Retries on another worker after a connect failure"
+    );
     describe_counter!(GUARD_TRIPS_TOTAL, "Responses stopped by the guard");
     describe_counter!(
         LEAK_SUSPECTED_TOTAL,

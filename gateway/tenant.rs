@@ -43,6 +43,8 @@ pub struct TenantPolicy {
     pub pools: Option<HashSet<String>>,
     /// Rate and concurrency limits.
     pub limits: TenantLimits,
+    /// LoRA adapter names it may use (empty: none).
+    pub lora_adapters: HashSet<String>,
 }
 
 impl TenantPolicy {
@@ -59,6 +61,7 @@ impl TenantPolicy {
                 tokens_per_minute: t.tokens_per_minute,
                 max_concurrent: t.max_concurrent,
             },
+            lora_adapters: t.lora_adapters.iter().cloned().collect(),
         }
     }
 
@@ -70,7 +73,13 @@ impl TenantPolicy {
             models: None,
             pools: None,
             limits: TenantLimits::UNLIMITED,
+            lora_adapters: HashSet::new(),
         }
+    }
+
+    /// Whether the tenant may use the LoRA adapter `name`.
+    pub fn allows_lora(&self, name: &str) -> bool {
+        self.lora_adapters.contains(name)
     }
 
     /// Whether the tenant may use `model`.

@@ -3,9 +3,9 @@
 //! Connection errors become 502 `upstream_unavailable`, missed deadlines 504
 //! `upstream_timeout`; what the engine said is interpreted by dispatch, not here.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{header, HeaderValue, Method, Request, Response};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -15,12 +15,27 @@ use tokio::time::Instant;
 
 use crate::config::UpstreamConfig;
 use crate::error::GatewayError;
+use crate::load::{BufferBudget, BufferPermit};
 
 /// The shared upstream client.
 #[derive(Clone, Debug)]
 pub struct Upstream {
     client: Client<HttpConnector, Full<Bytes>>,
     request_timeout: Duration,
+    response_header_timeout: Duration,
+    stream_idle_timeout: Duration,
+}
+
+/// The deadlines of one exchange with an engine.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadlines {
+    /// The whole exchange, streams included (`upstream.request_timeout`).
+    pub whole: Instant,
+    /// Until the response headers: for streams `upstream.response_header_timeout`; a
+    /// non-streamed answer's headers come with its body, so `whole` bounds them.
+    pub headers: Instant,
+    /// Longest silence between two stream chunks (`upstream.stream_idle_timeout`).
+    pub stream_idle: Duration,
 }
 
 impl Upstream {
@@ -37,12 +52,29 @@ impl Upstream {
         Self {
             client,
             request_timeout: config.request_timeout,
+            response_header_timeout: config.response_header_timeout,
+            stream_idle_timeout: config.stream_idle_timeout,
         }
     }
 
     /// The deadline for one exchange starting now.
     pub fn deadline(&self) -> Instant {
         Instant::now() + self.request_timeout
+    }
+
+    /// The deadlines of an exchange starting now.
+    pub fn deadlines(&self, stream: bool) -> Deadlines {
+        let now = Instant::now();
+        let whole = now + self.request_timeout;
+        Deadlines {
+            whole,
+            headers: if stream {
+                whole.min(now + self.response_header_timeout)
+            } else {
+                whole
+            },
+            stream_idle: self.stream_idle_timeout,
+        }
     }
 
     /// POST a JSON body to `worker` and wait (until `deadline`) for the response headers.
@@ -89,6 +121,7 @@ impl Upstream {
         request: Request<Full<Bytes>>,
         deadline: Instant,
     ) -> Result<Response<Incoming>, GatewayError> {
+        let started = Instant::now();
         match tokio::time::timeout_at(deadline, self.client.request(request)).await {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(e)) => Err(GatewayError::UpstreamUnavailable {
@@ -96,8 +129,9 @@ impl Upstream {
                 role: worker.role(),
                 worker: worker.authority().to_owned(),
                 detail: error_chain(&e),
+                connect: e.is_connect(),
             }),
-            Err(_) => Err(timeout(worker, self.request_timeout)),
+            Err(_) => Err(timeout(worker, deadline.saturating_duration_since(started))),
         }
     }
 }
@@ -130,27 +164,96 @@ impl<T: Peer + ?Sized> Peer for std::sync::Arc<T> {
     }
 }
 
-/// Read a whole upstream body, at most `limit` bytes, before `deadline`.
+/// A peer's labels, owned: for errors raised after the borrow of the peer ended (a
+/// stream's deadline fires long after dispatch returned).
+#[derive(Debug, Clone)]
+pub struct PeerLabels {
+    base_url: String,
+    pool: String,
+    role: &'static str,
+    authority: String,
+}
+
+impl PeerLabels {
+    /// The labels of `peer`.
+    pub fn of(peer: &dyn Peer) -> Self {
+        Self {
+            base_url: peer.base_url().to_owned(),
+            pool: peer.pool().to_owned(),
+            role: peer.role(),
+            authority: peer.authority().to_owned(),
+        }
+    }
+}
+
+impl Peer for PeerLabels {
+    fn base_url(&self) -> &str {
+        &self.base_url
+    }
+    fn pool(&self) -> &str {
+        &self.pool
+    }
+    fn role(&self) -> &'static str {
+        self.role
+    }
+    fn authority(&self) -> &str {
+        &self.authority
+    }
+}
+
+/// Read a whole upstream body, at most `limit` bytes, before `deadline`; every chunk is
+/// reserved in `permit` from `budget` first (503 `overloaded` when the budget is full).
 pub async fn read_body(
     worker: &dyn Peer,
     body: Incoming,
     limit: usize,
     deadline: Instant,
-    timeout_for_errors: Duration,
+    budget: Option<(&BufferBudget, &mut BufferPermit)>,
 ) -> Result<Bytes, GatewayError> {
-    let collected = tokio::time::timeout_at(deadline, Limited::new(body, limit).collect()).await;
-    match collected {
-        Ok(Ok(c)) => Ok(c.to_bytes()),
-        Ok(Err(e)) => Err(GatewayError::UpstreamProtocol {
-            pool: worker.pool().to_string(),
-            role: worker.role(),
-            detail: format!("reading the response body failed: {e}"),
-        }),
-        Err(_) => Err(timeout(worker, timeout_for_errors)),
+    let started = Instant::now();
+    let mut body = std::pin::pin!(body);
+    let mut buf = BytesMut::new();
+    let mut budget = budget;
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(Some(Ok(frame))) => frame,
+            Ok(None) => return Ok(buf.freeze()),
+            Ok(Some(Err(e))) => {
+                return Err(GatewayError::UpstreamProtocol {
+                    pool: worker.pool().to_string(),
+                    role: worker.role(),
+                    detail: format!("reading the response body failed: {}", error_chain(&e)),
+                })
+            }
+            Err(_) => return Err(timeout(worker, deadline.saturating_duration_since(started))),
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let len = buf.len() + data.len();
+        if len > limit {
+            return Err(GatewayError::UpstreamProtocol {
+                pool: worker.pool().to_string(),
+                role: worker.role(),
+                detail: format!(
+                    "the answer is larger than upstream.max_response_bytes ({limit} bytes)"
+                ),
+            });
+        }
+        if let Some((budget, permit)) = budget.as_mut() {
+            if !budget.reserve(permit, len as u64) {
+                ::metrics::counter!(crate::metrics::LOAD_SHED_TOTAL, "ceiling" => "buffered_bytes")
+                    .increment(1);
+                return Err(GatewayError::Overloaded {
+                    ceiling: "buffered answer bytes",
+                });
+            }
+        }
+        buf.extend_from_slice(&data);
     }
 }
 
-fn timeout(worker: &dyn Peer, timeout: Duration) -> GatewayError {
+pub(crate) fn timeout(worker: &dyn Peer, timeout: Duration) -> GatewayError {
     GatewayError::UpstreamTimeout {
         pool: worker.pool().to_string(),
         role: worker.role(),

@@ -249,7 +249,7 @@ async fn expect_refused(
 }
 
 #[tokio::test]
-async fn an_abort_with_a_status_keeps_it_and_the_engines_message() {
+async fn an_abort_with_a_status_keeps_it_and_tells_the_client_no_engine_internals() {
     // A fixed engine refusing an over-long prompt that the gateway was told fits.
     let engine = engine_with(sim(SimRole::Unified, SimFault::None, 256, false)).await;
     let gw = gateway(&config_with_pools(
@@ -262,11 +262,14 @@ async fn an_abort_with_a_status_keeps_it_and_the_engines_message() {
         let (path, body) = ask(false, &words(400), stream, 8);
         let reply = post(&format!("{base}{path}"), Some(KEY), &body).await;
         assert_eq!(reply.status, 400, "stream={stream}: {}", reply.text());
-        let message = error_message(&reply);
+        // The engine's own words go to the log; the client gets the code and the id.
         assert!(
-            message.contains("exceeds the maximum allowed length"),
-            "{message}"
+            !reply.text().contains("exceeds the maximum allowed length")
+                && !reply.text().contains(&engine.http_addr.to_string()),
+            "{}",
+            reply.text()
         );
+        assert!(reply.json()["error"]["request_id"].is_string());
     }
     gw.shutdown().await;
 }

@@ -13,6 +13,8 @@ const WINDOW: u64 = 32768;
 fn config(pools: &str, tenants: &str) -> String {
     format!(
         r#"
+[server]
+admin_token_env = "KVGATE_TEST_ADMIN_TOKEN"
 [audit]
 sink = "none"
 [upstream]
@@ -142,6 +144,7 @@ async fn keys_come_from_hashes_env_and_file_and_reload_revokes_without_restart()
     std::fs::write(&keys_file, "# team keys\nsk-file-1\n\nsk-file-2\n").unwrap();
     // Each test binary is its own process: this variable is ours alone.
     std::env::set_var("KVGATE_TEST_KEYS", "sk-env-1, sk-env-2");
+    std::env::set_var("KVGATE_TEST_ADMIN_TOKEN", "admin-secret");
     let pools =
         pool("a", "qwen3", engine.http_addr, "") + &pool("l", "qwen3-large", engine.http_addr, "");
     let tenants_with = |revoked: bool| {
@@ -193,11 +196,30 @@ async fn keys_come_from_hashes_env_and_file_and_reload_revokes_without_restart()
     assert_eq!(in_flight.status(), 200);
 
     write(true);
+    // Reload is a mutating admin route: without the admin token it is refused.
+    for key in [None, Some("sk-file-1")] {
+        let refused = read(
+            send(request(
+                http::Method::POST,
+                &format!("http://{}/reload", gw.admin_addr()),
+                key,
+                "",
+            ))
+            .await,
+        )
+        .await;
+        assert_eq!(refused.status, 401, "{}", refused.text());
+    }
+    assert_eq!(
+        post(&url, Some("sk-hash"), &gen("qwen3")).await.status,
+        200,
+        "a refused reload changed nothing"
+    );
     let reload = read(
         send(request(
             http::Method::POST,
             &format!("http://{}/reload", gw.admin_addr()),
-            None,
+            Some("admin-secret"),
             "",
         ))
         .await,
@@ -227,7 +249,7 @@ async fn keys_come_from_hashes_env_and_file_and_reload_revokes_without_restart()
         send(request(
             http::Method::POST,
             &format!("http://{}/reload", gw.admin_addr()),
-            None,
+            Some("admin-secret"),
             "",
         ))
         .await,

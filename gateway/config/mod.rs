@@ -80,8 +80,12 @@ pub struct Config {
 pub struct ServerConfig {
     /// Data port (clients).
     pub listen: SocketAddr,
-    /// Admin port: /health, /ready, /metrics. Keep it on a private interface.
+    /// Admin port: /health, /ready, /metrics, /reload. Keep it on a private interface.
     pub admin_listen: SocketAddr,
+    /// Environment variable holding the admin token that `POST /reload` (and every other
+    /// mutating admin route) requires as `Authorization: Bearer <token>`. Unset: mutating
+    /// admin routes answer 403.
+    pub admin_token_env: Option<String>,
     /// Largest accepted request body, e.g. "64MiB".
     pub max_body_bytes: bytesize::ByteSize,
     /// How long in-flight requests and streams may run after SIGTERM/SIGINT.
@@ -91,6 +95,35 @@ pub struct ServerConfig {
     pub allow_anonymous: bool,
     /// TLS termination on the data port.
     pub tls: Option<TlsConfig>,
+    /// Until a request's headers are complete; also how long an idle HTTP/1 keep-alive
+    /// connection waits for its next request (hyper arms one timer for both). Then closed.
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// Longest pause between two chunks of a request body (408).
+    #[serde(with = "humantime_serde")]
+    pub body_idle_timeout: Duration,
+    /// Until a request body is complete (408).
+    #[serde(with = "humantime_serde")]
+    pub body_timeout: Duration,
+    /// HTTP/2 keep-alive ping interval; a client that does not answer within
+    /// `http2_keep_alive_timeout` is disconnected.
+    #[serde(with = "humantime_serde")]
+    pub http2_keep_alive_interval: Duration,
+    #[serde(with = "humantime_serde")]
+    pub http2_keep_alive_timeout: Duration,
+    /// Streams at once on one HTTP/2 connection.
+    pub http2_max_concurrent_streams: u32,
+    /// All request headers together (431 above it).
+    pub max_header_bytes: bytesize::ByteSize,
+    /// One header value (431 above it).
+    pub max_header_value_bytes: bytesize::ByteSize,
+    /// Client connections open at once; more wait in the kernel's accept queue.
+    pub max_connections: usize,
+    /// Requests in flight at once across all tenants (503 + Retry-After above it).
+    pub max_in_flight: usize,
+    /// Memory budget for buffered request bodies and non-streamed engine answers together
+    /// (503 + Retry-After when a request would exceed it).
+    pub max_buffered_bytes: bytesize::ByteSize,
 }
 
 impl Default for ServerConfig {
@@ -98,10 +131,22 @@ impl Default for ServerConfig {
         Self {
             listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
+            admin_token_env: None,
             max_body_bytes: bytesize::ByteSize::mib(64),
             drain_timeout: Duration::from_secs(30),
             allow_anonymous: false,
             tls: None,
+            header_read_timeout: Duration::from_secs(10),
+            body_idle_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(60),
+            http2_keep_alive_interval: Duration::from_secs(20),
+            http2_keep_alive_timeout: Duration::from_secs(20),
+            http2_max_concurrent_streams: 128,
+            max_header_bytes: bytesize::ByteSize::kib(64),
+            max_header_value_bytes: bytesize::ByteSize::kib(16),
+            max_connections: 4096,
+            max_in_flight: 1024,
+            max_buffered_bytes: bytesize::ByteSize::gib(1),
         }
     }
 }
@@ -193,9 +238,22 @@ pub struct UpstreamConfig {
     /// TCP connect timeout to an engine.
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
-    /// Until the engine's response headers arrive (streams) or its whole body (non-streaming).
+    /// Streaming requests: until the engine's response headers arrive. (A non-streaming
+    /// answer's headers come with the whole answer, so `request_timeout` bounds those.)
+    #[serde(with = "humantime_serde")]
+    pub response_header_timeout: Duration,
+    /// Streaming requests: longest silence between two chunks once the stream started; a
+    /// stalled stream ends with an SSE error event (no `[DONE]`).
+    #[serde(with = "humantime_serde")]
+    pub stream_idle_timeout: Duration,
+    /// The whole exchange with the engine, streams included.
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
+    /// Largest non-streamed engine answer read into memory (502 above it).
+    pub max_response_bytes: bytesize::ByteSize,
+    /// Share of requests that may be retried on another worker after a connect failure
+    /// (nothing was sent yet); at least one retry per second is always allowed.
+    pub retry_budget_ratio: f64,
     /// How often worker capacity is re-discovered from `/get_server_info`.
     #[serde(with = "humantime_serde")]
     pub discovery_interval: Duration,
@@ -210,7 +268,11 @@ impl Default for UpstreamConfig {
     fn default() -> Self {
         Self {
             connect_timeout: Duration::from_secs(2),
+            response_header_timeout: Duration::from_secs(60),
+            stream_idle_timeout: Duration::from_secs(60),
             request_timeout: Duration::from_secs(600),
+            max_response_bytes: bytesize::ByteSize::mib(64),
+            retry_budget_ratio: 0.1,
             discovery_interval: Duration::from_secs(30),
             max_idle_per_host: 64,
             idle_timeout: Duration::from_secs(90),
@@ -286,6 +348,9 @@ pub struct PoolConfig {
     /// Only these tenants may use the pool (empty: every tenant).
     #[serde(default)]
     pub tenants: Vec<String>,
+    /// Requests in flight at once on this pool (503 + Retry-After above it; unset: none).
+    #[serde(default)]
+    pub max_in_flight: Option<usize>,
     /// Send each tenant's `cache_salt` (SGLang and vLLM keep prefix-cache entries of
     /// different salts apart). Client-sent cache keys are stripped either way.
     #[serde(default = "default_true")]
@@ -427,6 +492,10 @@ pub struct TenantConfig {
     /// Pools this tenant is pinned to (empty: any pool of the model).
     #[serde(default)]
     pub pools: Vec<String>,
+    /// LoRA adapters this tenant may name in `lora_path` (adapter names as the engines
+    /// registered them, never paths; empty: none).
+    #[serde(default)]
+    pub lora_adapters: Vec<String>,
     /// Requests per minute (burst: the whole minute at once).
     #[serde(default)]
     pub requests_per_minute: Option<u32>,

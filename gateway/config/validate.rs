@@ -23,6 +23,7 @@ pub fn validate(mut config: Config) -> Result<Config, ConfigError> {
             "must be positive, e.g. \"64MiB\"".into(),
         ));
     }
+    check_limits(&config).map_err(|(key, reason)| invalid(key, reason))?;
     if let Some(tls) = config.server.tls.as_mut() {
         tls.cert =
             existing_file(&base, &tls.cert).map_err(|r| invalid("server.tls.cert".into(), r))?;
@@ -361,6 +362,102 @@ fn check_worker(worker: &WorkerConfig, is_prefill: bool) -> Result<(), (&'static
             "bootstrap_port",
             "only prefill workers have a KV bootstrap server; remove it here".into(),
         ));
+    }
+    Ok(())
+}
+
+/// Deadlines and ceilings: zero would turn a guard off or refuse everything, and the
+/// buffer budget must hold at least one largest request.
+fn check_limits(config: &Config) -> Result<(), (String, String)> {
+    let (server, upstream) = (&config.server, &config.upstream);
+    let durations = [
+        ("server.header_read_timeout", server.header_read_timeout),
+        ("server.body_idle_timeout", server.body_idle_timeout),
+        ("server.body_timeout", server.body_timeout),
+        (
+            "server.http2_keep_alive_interval",
+            server.http2_keep_alive_interval,
+        ),
+        (
+            "server.http2_keep_alive_timeout",
+            server.http2_keep_alive_timeout,
+        ),
+        ("upstream.connect_timeout", upstream.connect_timeout),
+        (
+            "upstream.response_header_timeout",
+            upstream.response_header_timeout,
+        ),
+        ("upstream.stream_idle_timeout", upstream.stream_idle_timeout),
+        ("upstream.request_timeout", upstream.request_timeout),
+    ];
+    for (key, value) in durations {
+        if value.is_zero() {
+            return Err((key.to_owned(), "must be positive, e.g. \"10s\"".into()));
+        }
+    }
+    let counts = [
+        ("server.max_connections", server.max_connections),
+        ("server.max_in_flight", server.max_in_flight),
+        (
+            "server.http2_max_concurrent_streams",
+            server.http2_max_concurrent_streams as usize,
+        ),
+    ];
+    for (key, value) in counts {
+        if value == 0 {
+            return Err((key.to_owned(), "must be at least 1".into()));
+        }
+    }
+    if server.max_header_bytes.as_u64() < 1024 {
+        return Err((
+            String::from("server.max_header_bytes"),
+            "must be at least \"1KiB\"".into(),
+        ));
+    }
+    if server.max_header_value_bytes.as_u64() == 0
+        || server.max_header_value_bytes > server.max_header_bytes
+    {
+        return Err((
+            "server.max_header_value_bytes".to_owned(),
+            "must be positive and at most server.max_header_bytes".into(),
+        ));
+    }
+    let largest = server.max_body_bytes.max(upstream.max_response_bytes);
+    if server.max_buffered_bytes < largest {
+        return Err((
+            "server.max_buffered_bytes".to_owned(),
+            format!("must hold at least one largest request body or answer ({largest}); raise it or lower server.max_body_bytes / upstream.max_response_bytes"),
+        ));
+    }
+    if upstream.max_response_bytes.as_u64() == 0 {
+        return Err((
+            String::from("upstream.max_response_bytes"),
+            "must be positive, e.g. \"64MiB\"".into(),
+        ));
+    }
+    if !(0.0..=1.0).contains(&upstream.retry_budget_ratio) {
+        return Err((
+            "upstream.retry_budget_ratio".to_owned(),
+            "must be between 0 and 1 (0.1: one retry per ten requests)".into(),
+        ));
+    }
+    for (i, pool) in config.pools.iter().enumerate() {
+        if pool.max_in_flight == Some(0) {
+            return Err((
+                format!("pools[{i}].max_in_flight"),
+                "must be at least 1, or left out for no pool cap".into(),
+            ));
+        }
+    }
+    for (i, tenant) in config.tenants.iter().enumerate() {
+        for name in &tenant.lora_adapters {
+            if !crate::stack::api::fields::is_adapter_name(name) {
+                return Err((
+                    format!("tenants[{i}].lora_adapters"),
+                    format!("`{name}` is not an adapter name: use letters, digits, `.`, `_` and `-` (the name the engine registered, never a path)"),
+                ));
+            }
+        }
     }
     Ok(())
 }

@@ -1,6 +1,8 @@
 //! The admin port: `GET /health` (the process is up; 503 while draining), `GET /ready`
 //! (every model has an eligible worker; says why not), `GET /metrics` (Prometheus text) and
-//! `POST /reload` (re-read tenants and API keys from the config file).
+//! `POST /reload` (re-read tenants and API keys from the config file). Every mutating route
+//! needs the admin token (`server.admin_token_env`) as `Authorization: Bearer <token>`:
+//! 401 without it, 403 when no token is configured.
 
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
@@ -21,6 +23,8 @@ pub struct Admin {
     router: Arc<Router>,
     shutdown: Shutdown,
     reloader: Option<Reloader>,
+    /// SHA-256 of the admin token (compared digest to digest, in constant time).
+    token_sha256: Option<[u8; 32]>,
 }
 
 impl Admin {
@@ -31,8 +35,59 @@ impl Admin {
             router,
             shutdown,
             reloader,
+            token_sha256: None,
         }
     }
+
+    /// Require `token` for mutating routes (None: they are refused).
+    pub fn with_token(mut self, token: Option<String>) -> Self {
+        self.token_sha256 = token.map(|t| digest(&t));
+        self
+    }
+
+    /// Whether `request` may mutate: 401/403 response when not.
+    fn authorize<B>(&self, request: &Request<B>) -> Result<(), Box<Response<BoxBody>>> {
+        let Some(expected) = &self.token_sha256 else {
+            return Err(Box::new(admin_error(
+                StatusCode::FORBIDDEN,
+                "no admin token is configured (server.admin_token_env), so mutating admin routes are off",
+                "admin_token_not_configured",
+            )));
+        };
+        let given = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(|t| digest(t.trim()));
+        let matches = given.is_some_and(|g| {
+            g.iter()
+                .zip(expected.iter())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+        });
+        if matches {
+            Ok(())
+        } else {
+            Err(Box::new(admin_error(
+                StatusCode::UNAUTHORIZED,
+                "this admin route needs `Authorization: Bearer <admin token>`",
+                "invalid_admin_token",
+            )))
+        }
+    }
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(token.as_bytes()).into()
+}
+
+fn admin_error(status: StatusCode, message: &str, code: &str) -> Response<BoxBody> {
+    json_response(
+        status,
+        json!({"error": {"message": message, "type": "invalid_request_error", "param": null, "code": code}}),
+    )
 }
 
 /// Readiness of every model, as `/ready` reports it.
@@ -116,16 +171,19 @@ impl<B> Service<Request<B>> for Admin {
                 };
                 json_response(status, report)
             }
-            (&Method::POST, "/reload") => match self.reloader.as_ref().map(Reloader::reload) {
-                Some(Ok(report)) => json_response(StatusCode::OK, report),
-                Some(Err(e)) => json_response(
-                    StatusCode::BAD_REQUEST,
-                    json!({"error": {"message": format!("reload refused, running config kept: {e}"), "type": "invalid_request_error", "param": null, "code": "invalid_config"}}),
-                ),
-                None => json_response(
-                    StatusCode::NOT_FOUND,
-                    json!({"error": {"message": "reload is not available", "type": "invalid_request_error", "param": null, "code": "not_found"}}),
-                ),
+            (&Method::POST, "/reload") => match self.authorize(&request) {
+                Err(refused) => *refused,
+                Ok(()) => match self.reloader.as_ref().map(Reloader::reload) {
+                    Some(Ok(report)) => json_response(StatusCode::OK, report),
+                    Some(Err(e)) => json_response(
+                        StatusCode::BAD_REQUEST,
+                        json!({"error": {"message": format!("reload refused, running config kept: {e}"), "type": "invalid_request_error", "param": null, "code": "invalid_config"}}),
+                    ),
+                    None => json_response(
+                        StatusCode::NOT_FOUND,
+                        json!({"error": {"message": "reload is not available", "type": "invalid_request_error", "param": null, "code": "not_found"}}),
+                    ),
+                },
             },
             (&Method::GET, "/metrics") => {
                 let mut r = Response::new(body::full(crate::metrics::handle().render()));

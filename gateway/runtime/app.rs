@@ -9,11 +9,13 @@ use tokio::task::JoinHandle;
 use crate::audit::AuditLog;
 use crate::config::Config;
 use crate::config::{LimitsBackend, LimitsFailurePolicy};
+use crate::load::{BufferBudget, InFlightLimit};
 use crate::runtime::admin::Admin;
 use crate::runtime::check::CapacityReport;
 use crate::runtime::reload::Reloader;
-use crate::runtime::server::{self, Shutdown, ShutdownTrigger, TlsError};
+use crate::runtime::server::{self, ConnectionLimits, Shutdown, ShutdownTrigger, TlsError};
 use crate::stack::admission::{AdmissionState, ModelAdmission};
+use crate::stack::api::read_body::BodyLimits;
 use crate::stack::api::ModelCatalog;
 use crate::stack::auth::ApiKeys;
 use crate::stack::dispatch::DispatchLimits;
@@ -29,9 +31,6 @@ use kvgate_tokenize::{ModelTokenizer, TokenizeError};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
-
-/// Largest non-streaming engine response read into memory.
-const MAX_RESPONSE_BYTES: usize = 256 * 1024 * 1024;
 
 /// Why a gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +92,9 @@ pub struct Gateway {
     audit: AuditLog,
     keys: ApiKeys,
     limiter: Limiter,
+    /// Shared by every stack built from this gateway: the ceilings are per process.
+    budget: BufferBudget,
+    in_flight: InFlightLimit,
 }
 
 impl Gateway {
@@ -138,6 +140,8 @@ impl Gateway {
             isolation.clone(),
         ));
         let keys = ApiKeys::from_config(&config);
+        let budget = BufferBudget::new(config.server.max_buffered_bytes.as_u64());
+        let in_flight = InFlightLimit::new(config.server.max_in_flight);
         Ok(Self {
             config: Arc::new(config),
             router,
@@ -149,6 +153,8 @@ impl Gateway {
             keys,
             // Redis, when configured, is connected in `start` (it needs the runtime).
             limiter: Limiter::new(MemoryStore::new()),
+            budget,
+            in_flight,
         })
     }
 
@@ -164,6 +170,7 @@ impl Gateway {
 
     /// What the data-port stack needs.
     pub fn stack_parts(&self) -> StackParts {
+        let server = &self.config.server;
         StackParts {
             keys: self.keys.clone(),
             catalog: ModelCatalog::from_config(&self.config),
@@ -174,11 +181,20 @@ impl Gateway {
             limiter: self.limiter.clone(),
             audit: self.audit.clone(),
             upstream: self.upstream.clone(),
-            max_body_bytes: usize::try_from(self.config.server.max_body_bytes.as_u64())
-                .unwrap_or(usize::MAX),
-            limits: DispatchLimits {
-                max_response_bytes: MAX_RESPONSE_BYTES,
+            body: BodyLimits {
+                max_bytes: bytes_usize(server.max_body_bytes),
+                idle_timeout: server.body_idle_timeout,
+                total_timeout: server.body_timeout,
+                budget: self.budget.clone(),
             },
+            limits: DispatchLimits {
+                max_response_bytes: bytes_usize(self.config.upstream.max_response_bytes),
+                budget: self.budget.clone(),
+                retry_ratio: self.config.upstream.retry_budget_ratio as f32,
+            },
+            in_flight: self.in_flight.clone(),
+            max_header_value_bytes: bytes_usize(server.max_header_value_bytes),
+            max_header_bytes: bytes_usize(server.max_header_bytes),
         }
     }
 
@@ -192,8 +208,11 @@ impl Gateway {
         let store = RedisStore::connect(&url, &limits.key_prefix)
             .await
             .map_err(|e| {
+                // Never print the URL's password.
                 StartError::Limits(format!(
-                    "cannot connect to Redis at {url} (limits.redis_url): {e}"
+                    "cannot connect to Redis at {} (limits.redis_url): {}",
+                    redact_url(&url),
+                    redact_in(&e.to_string(), &url)
                 ))
             })?;
         let policy = match limits.failure_policy {
@@ -256,29 +275,50 @@ impl Gateway {
             shutdown.clone(),
         )));
         let stack = build_stack::<hyper::body::Incoming>(self.stack_parts());
-        tasks.push(tokio::spawn(server::serve(
+        // The admin port outlives the data port's drain, so `/health` can answer 503 while
+        // draining (load balancers see it) instead of refusing connections.
+        let (admin_trigger, admin_shutdown) = Shutdown::new();
+        let data_server = server::serve(
             data,
             tls,
             stack,
             shutdown.clone(),
             drain,
-        )));
+            ConnectionLimits::from_config(&self.config.server),
+        );
+        tasks.push(tokio::spawn(async move {
+            data_server.await;
+            admin_trigger.trigger();
+        }));
         let reloader = Reloader {
             path: self.config.source.clone(),
             keys: self.keys.clone(),
         };
+        let admin_token = self
+            .config
+            .server
+            .admin_token_env
+            .as_deref()
+            .and_then(|v| std::env::var(v).ok())
+            .filter(|t| !t.is_empty());
+        if self.config.server.admin_token_env.is_some() && admin_token.is_none() {
+            tracing::warn!(
+                "server.admin_token_env names an unset or empty variable: POST /reload is refused"
+            );
+        }
         let admin_service = Admin::new(
             self.router.clone(),
             shutdown.clone(),
             Some(reloader.clone()),
-        );
-        // The admin port stops at once on shutdown; only data traffic drains.
+        )
+        .with_token(admin_token);
         tasks.push(tokio::spawn(server::serve(
             admin,
             None,
             admin_service,
-            shutdown.clone(),
+            admin_shutdown,
             Duration::from_millis(100),
+            ConnectionLimits::default(),
         )));
         tracing::info!(%data_addr, %admin_addr, tls = self.config.server.tls.is_some(), "kvgate listening");
         Ok(RunningGateway {
@@ -290,6 +330,45 @@ impl Gateway {
             audit: self.audit,
             reloader,
         })
+    }
+}
+
+fn bytes_usize(b: bytesize::ByteSize) -> usize {
+    usize::try_from(b.as_u64()).unwrap_or(usize::MAX)
+}
+
+/// `redis://user:secret@host/0` → `redis://user:***@host/0`: for logs and errors.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, path) = rest
+        .split_once('/')
+        .map_or((rest, None), |(a, p)| (a, Some(p)));
+    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+    let mut out = format!("{scheme}://{user}:***@{host}");
+    if let Some(path) = path {
+        out.push('/');
+        out.push_str(path);
+    }
+    out
+}
+
+/// `text` with the password of `url` (if any) replaced (a client error may quote the URL).
+fn redact_in(text: &str, url: &str) -> String {
+    let password = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split('/').next())
+        .and_then(|authority| authority.rsplit_once('@'))
+        .and_then(|(userinfo, _)| userinfo.split_once(':'))
+        .map(|(_, p)| p)
+        .filter(|p| !p.is_empty());
+    match password {
+        Some(p) => text.replace(p, "***"),
+        None => text.to_owned(),
     }
 }
 
@@ -328,6 +407,28 @@ async fn discovery_loop(
 }
 
 /// A serving gateway.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_passwords_never_reach_logs() {
+        assert_eq!(
+            redact_url("redis://default:s3cret@10.0.0.9:6379/0"),
+            "redis://default:***@10.0.0.9:6379/0"
+        );
+        assert_eq!(redact_url("redis://:s3cret@h"), "redis://:***@h");
+        assert_eq!(
+            redact_url("unix:///run/redis.sock"),
+            "unix:///run/redis.sock"
+        );
+        assert_eq!(
+            redact_in("failed: redis://:s3cret@h refused", "redis://:s3cret@h"),
+            "failed: redis://:***@h refused"
+        );
+    }
+}
+
 #[derive(Debug)]
 pub struct RunningGateway {
     data_addr: SocketAddr,

@@ -8,7 +8,7 @@
 use http::{Request, Response};
 use http_body::Body;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
@@ -106,6 +106,62 @@ pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, TlsError> {
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
+/// The connection-level deadlines and ceilings of one listener (from `[server]`).
+#[derive(Debug, Clone)]
+pub struct ConnectionLimits {
+    /// Until a request's headers are complete, and the idle time of an HTTP/1 keep-alive
+    /// connection before its next request (hyper arms one timer for both).
+    pub header_read_timeout: Duration,
+    /// All request headers together: HTTP/1 stops reading (431) and HTTP/2 refuses the
+    /// header list past it.
+    pub max_header_bytes: usize,
+    pub http2_keep_alive_interval: Duration,
+    pub http2_keep_alive_timeout: Duration,
+    pub http2_max_concurrent_streams: u32,
+    /// Connections open at once; more wait in the kernel's accept queue.
+    pub max_connections: usize,
+}
+
+impl ConnectionLimits {
+    /// The limits `[server]` configures.
+    pub fn from_config(server: &crate::config::ServerConfig) -> Self {
+        Self {
+            header_read_timeout: server.header_read_timeout,
+            max_header_bytes: usize::try_from(server.max_header_bytes.as_u64())
+                .unwrap_or(usize::MAX),
+            http2_keep_alive_interval: server.http2_keep_alive_interval,
+            http2_keep_alive_timeout: server.http2_keep_alive_timeout,
+            http2_max_concurrent_streams: server.http2_max_concurrent_streams,
+            max_connections: server.max_connections,
+        }
+    }
+
+    fn builder(&self) -> auto::Builder<TokioExecutor> {
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.header_read_timeout)
+            // hyper answers 431 once an unfinished head fills its read buffer, so the buffer
+            // cap is the header-block limit: a giant header costs at most this much.
+            .max_buf_size(self.max_header_bytes.max(8192));
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .keep_alive_interval(self.http2_keep_alive_interval)
+            .keep_alive_timeout(self.http2_keep_alive_timeout)
+            .max_concurrent_streams(self.http2_max_concurrent_streams)
+            .max_header_list_size(u32::try_from(self.max_header_bytes).unwrap_or(u32::MAX));
+        builder
+    }
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self::from_config(&crate::config::ServerConfig::default())
+    }
+}
+
 /// Serve `service` on `listener` until `shutdown`, then drain for up to `drain_timeout`.
 pub async fn serve<S, B>(
     listener: TcpListener,
@@ -113,6 +169,7 @@ pub async fn serve<S, B>(
     service: S,
     mut shutdown: Shutdown,
     drain_timeout: Duration,
+    limits: ConnectionLimits,
 ) where
     S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
         + Clone
@@ -124,8 +181,16 @@ pub async fn serve<S, B>(
     B::Error: Into<BoxError>,
 {
     let graceful = GracefulShutdown::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let builder = limits.builder();
+    let connections = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
     loop {
+        // At the connection cap, stop accepting until one closes: new connections wait in
+        // the kernel's (bounded) accept queue instead of costing memory here.
+        let slot = tokio::select! {
+            slot = Arc::clone(&connections).acquire_owned() => slot,
+            _ = shutdown.wait() => break,
+        };
+        let Ok(slot) = slot else { break };
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = shutdown.wait() => break,
@@ -145,6 +210,7 @@ pub async fn serve<S, B>(
         let tls = tls.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
+            let _slot = slot;
             let open = ::metrics::gauge!(metrics::CONNECTIONS_OPEN);
             open.increment(1.0);
             let result = match tls {

@@ -84,12 +84,15 @@ where
                     let error = GatewayError::from_boxed(error);
                     code = Some(error.code());
                     ::metrics::counter!(metrics::ERRORS_TOTAL, "code" => error.code()).increment(1);
+                    // The full story (workers, causes) is logged; the client gets the
+                    // short message and the id to quote.
+                    let id = request_id.as_deref().unwrap_or("-");
                     if error.status().is_server_error() {
-                        tracing::warn!(%error, code = error.code(), "request failed");
+                        tracing::warn!(%error, code = error.code(), request_id = id, "request failed");
                     } else {
-                        tracing::debug!(%error, code = error.code(), "request refused");
+                        tracing::debug!(%error, code = error.code(), request_id = id, "request refused");
                     }
-                    error.into_response()
+                    error.into_response(request_id.as_deref())
                 }
             };
             ::metrics::counter!(

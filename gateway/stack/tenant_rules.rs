@@ -1,5 +1,5 @@
 //! Tenant rules that need only the parsed request: the models a tenant may use (403
-//! `model_not_allowed`). Caps on prompt and new tokens and pool pinning are admission's
+//! `model_not_allowed`) and the LoRA adapters it may name (403 `lora_not_allowed`). Caps on prompt and new tokens and pool pinning are admission's
 //! (they shape which pools fit); rate limits follow admission (they reserve its count).
 //!
 //! Reads: `AuthContext`, `InferenceRequest`.
@@ -10,7 +10,7 @@ use tower::filter::{FilterLayer, Predicate};
 
 use crate::body::BoxError;
 use crate::error::GatewayError;
-use crate::stack::api::InferenceRequest;
+use crate::stack::api::{fields, InferenceRequest};
 use crate::stack::auth::AuthContext;
 
 /// The tower predicate of the tenant-rules stage.
@@ -44,6 +44,17 @@ impl Predicate<Request<Bytes>> for TenantRules {
             return Err(GatewayError::ModelNotAllowed {
                 tenant: auth.tenant.to_string(),
                 model: parsed.model.clone(),
+            }
+            .into());
+        }
+        // Adapters by name only, from the tenant's list (names were checked at parsing).
+        if let Some(adapter) = fields::lora_adapters(&parsed.fields)?
+            .into_iter()
+            .find(|a| !auth.policy.allows_lora(a))
+        {
+            return Err(GatewayError::LoraNotAllowed {
+                tenant: auth.tenant.to_string(),
+                adapter: adapter.to_owned(),
             }
             .into());
         }

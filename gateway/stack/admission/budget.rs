@@ -3,7 +3,8 @@
 //! SGLang refuses an input of `max_req_input_len` tokens or more, with
 //! `max_req_input_len = min(context_length - 1, pool - 1) - 5`; a prompt of exactly that
 //! length reaches the engine's broken abort path, so it is refused here. For a pool:
-//! - prompt < the smallest input limit of its prefill-side workers,
+//! - prompt < the smallest input limit of its prefill-side workers, and of its decode-side
+//!   workers (a decode worker applies its own `max_req_input_len` to the same prompt),
 //! - prompt + max new tokens ≤ the smallest KV pool of its decode-side workers,
 //! - prompt < the model's context window and prompt + max new tokens ≤ the window.
 //!
@@ -56,6 +57,9 @@ pub struct PoolBudget {
     pub prefill_pool: Option<WorkerBound>,
     /// Smallest KV pool of the eligible decode-side workers.
     pub decode_pool: Option<WorkerBound>,
+    /// Smallest `max_req_input_len` of the eligible decode-side workers (for unified
+    /// pools, the same workers as the prefill side).
+    pub decode_input_limit: Option<WorkerBound>,
 }
 
 /// Which bound a refused prompt hit.
@@ -65,6 +69,12 @@ pub enum Bound {
     ContextWindow { window: u64 },
     /// A prefill-side worker's input limit.
     PrefillInput {
+        pool: Arc<str>,
+        worker: String,
+        max_req_input_len: u64,
+    },
+    /// A decode worker's own input limit.
+    DecodeInput {
         pool: Arc<str>,
         worker: String,
         max_req_input_len: u64,
@@ -79,17 +89,23 @@ pub enum Bound {
     TenantCap { tenant: Arc<str>, cap: u64 },
 }
 
+/// What the client reads: the bound and its pool, never a worker's address (that is in
+/// the struct, for logs and audit lines).
 impl fmt::Display for Bound {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Bound::ContextWindow { window } => write!(f, "the model's context window of {window} tokens"),
-            Bound::PrefillInput { pool, worker, max_req_input_len } => write!(
+            Bound::PrefillInput { pool, max_req_input_len, .. } => write!(
                 f,
-                "the input limit of prefill worker {worker} in pool `{pool}` (inputs of {max_req_input_len} tokens or more are refused)"
+                "the input limit of the prefill workers of pool `{pool}` (inputs of {max_req_input_len} tokens or more are refused)"
             ),
-            Bound::DecodePool { pool, worker, kv_tokens } => write!(
+            Bound::DecodeInput { pool, max_req_input_len, .. } => write!(
                 f,
-                "the KV pool of decode worker {worker} in pool `{pool}` ({kv_tokens} tokens for prompt + max new tokens)"
+                "the input limit of the decode workers of pool `{pool}` (inputs of {max_req_input_len} tokens or more are refused)"
+            ),
+            Bound::DecodePool { pool, kv_tokens, .. } => write!(
+                f,
+                "the KV pool of the decode workers of pool `{pool}` ({kv_tokens} tokens for prompt + max new tokens)"
             ),
             Bound::TenantCap { tenant, cap } => write!(f, "tenant `{tenant}`'s cap of {cap} prompt tokens"),
         }
@@ -130,14 +146,31 @@ impl PoolBudget {
             prefill_input_limit: smallest(prefill_side, &|w| worker_input_limit(w, window)),
             prefill_pool: smallest(prefill_side, &|w| w.kv_tokens()),
             decode_pool: smallest(decode_side, &|w| w.kv_tokens()),
+            decode_input_limit: smallest(decode_side, &|w| worker_input_limit(w, window)),
         }
     }
 
     /// The largest prompt this pool admits (with no new tokens), if it can admit any.
     pub fn max_prompt_tokens(&self) -> Option<u64> {
         let input = self.prefill_input_limit.as_ref()?.tokens.saturating_sub(1);
+        let decode_input = self
+            .decode_input_limit
+            .as_ref()
+            .map_or(u64::MAX, |b| b.tokens.saturating_sub(1));
         let decode = self.decode_pool.as_ref()?.tokens;
-        Some(input.min(decode).min(self.context_window.saturating_sub(1)))
+        Some(
+            input
+                .min(decode_input)
+                .min(decode)
+                .min(self.context_window.saturating_sub(1)),
+        )
+    }
+
+    /// New tokens left for a prompt of `prompt` tokens: what the window and the decode KV
+    /// pool hold beyond it (a chat without `max_tokens` is clamped to this, as SGLang does).
+    pub fn room_for_new_tokens(&self, prompt: u64) -> u64 {
+        let decode = self.decode_pool.as_ref().map_or(u64::MAX, |b| b.tokens);
+        self.context_window.min(decode).saturating_sub(prompt)
     }
 
     /// Check one prompt of `prompt` tokens that may generate `max_new` tokens.
@@ -165,6 +198,22 @@ impl PoolBudget {
                     pool: self.pool.clone(),
                     worker: input.worker.clone(),
                     max_req_input_len: input.tokens,
+                },
+            });
+        }
+        if let Some(limit) = self
+            .decode_input_limit
+            .as_ref()
+            .filter(|l| prompt >= l.tokens)
+        {
+            return Err(Violation {
+                includes_new_tokens: false,
+                counted: prompt,
+                limit: limit.tokens.saturating_sub(1),
+                bound: Bound::DecodeInput {
+                    pool: self.pool.clone(),
+                    worker: limit.worker.clone(),
+                    max_req_input_len: limit.tokens,
                 },
             });
         }
@@ -209,7 +258,40 @@ mod tests {
                 tokens: decode,
                 worker: "decode:1".into(),
             }),
+            decode_input_limit: None,
         }
+    }
+
+    #[test]
+    fn the_decode_workers_input_limit_bounds_the_prompt_too() {
+        // Prefill 8,192 and decode 4,096: a 4,090-token prompt must not reach either leg.
+        let mut b = budget(100_000, sglang_max_req_input_len(100_000, 8192), 100_000);
+        b.decode_input_limit = Some(WorkerBound {
+            tokens: sglang_max_req_input_len(100_000, 4096),
+            worker: "decode:1".into(),
+        });
+        assert_eq!(b.max_prompt_tokens(), Some(4089));
+        let v = b.check(4090, 1).unwrap_err();
+        assert!(matches!(
+            v.bound,
+            Bound::DecodeInput {
+                max_req_input_len: 4090,
+                ..
+            }
+        ));
+        assert!(b.check(4089, 1).is_ok());
+        assert!(
+            !v.bound.to_string().contains("decode:1"),
+            "no address for clients"
+        );
+    }
+
+    #[test]
+    fn room_for_new_tokens_is_what_window_and_decode_pool_leave() {
+        let b = budget(10_000, 9_000, 5_000);
+        assert_eq!(b.room_for_new_tokens(1_000), 4_000);
+        let b = budget(3_000, 9_000, 5_000);
+        assert_eq!(b.room_for_new_tokens(1_000), 2_000);
     }
 
     #[test]

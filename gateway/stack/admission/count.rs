@@ -16,7 +16,7 @@ use tokio::sync::Semaphore;
 use super::prompt::{MaxNew, Sample};
 use crate::error::GatewayError;
 use crate::stack::api::PromptInput;
-use kvgate_tokenize::{Count, ModelTokenizer, TokenizeError};
+use kvgate_tokenize::{ModelTokenizer, TokenizeError};
 
 /// A sample's prompt size as admission knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,15 +25,13 @@ pub enum PromptTokens {
     Exact(u64),
     /// Not counted yet: at most this many.
     AtMost(u64),
-    /// Counting stopped early: at least this many (over every limit).
-    AtLeast(u64),
 }
 
 impl PromptTokens {
     /// The exact count, or the bound.
     pub fn value(self) -> u64 {
         match self {
-            PromptTokens::Exact(n) | PromptTokens::AtMost(n) | PromptTokens::AtLeast(n) => n,
+            PromptTokens::Exact(n) | PromptTokens::AtMost(n) => n,
         }
     }
 }
@@ -111,13 +109,12 @@ pub(super) fn measure(
         .collect()
 }
 
-/// Count every pending sample exactly, on the blocking pool; a text prompt stops early once
-/// it is over `stop_above` (then it is refused everywhere, so the rest does not matter).
+/// Count every pending sample exactly, on the blocking pool (a refusal reports the exact
+/// count, so over-long prompts are counted to their end; the body limit bounds the work).
 pub(super) async fn count_exactly(
     measured: &mut [Measured],
     tokenizer: &Arc<ModelTokenizer>,
     permits: &Arc<Semaphore>,
-    stop_above: u64,
 ) -> Result<(), GatewayError> {
     let pending: Vec<(usize, Pending)> = measured
         .iter()
@@ -127,54 +124,29 @@ pub(super) async fn count_exactly(
     if pending.is_empty() {
         return Ok(());
     }
-    let counts = run_blocking(
-        pending,
-        tokenizer.clone(),
-        permits.clone(),
-        Some(stop_above),
-    )
-    .await?;
+    let counts = run_blocking(pending, tokenizer.clone(), permits.clone()).await?;
     for (i, n) in counts {
-        measured[i].tokens = n;
+        measured[i].tokens = PromptTokens::Exact(n);
         measured[i].pending = None;
     }
     Ok(())
 }
 
-fn count_one(
-    tokenizer: &ModelTokenizer,
-    p: &Pending,
-    stop_above: Option<u64>,
-) -> Result<PromptTokens, TokenizeError> {
-    if p.chat {
+fn count_one(tokenizer: &ModelTokenizer, p: &Pending) -> Result<u64, TokenizeError> {
+    let n = if p.chat {
         // Chats re-send their history: the segment cache makes the repeat cheap.
-        return Ok(PromptTokens::Exact(
-            tokenizer.count_rendered_chat(&p.text)? as u64
-        ));
-    }
-    match stop_above {
-        Some(limit) => Ok(
-            match tokenizer.count_up_to(
-                &p.text,
-                true,
-                usize::try_from(limit).unwrap_or(usize::MAX),
-            )? {
-                Count::Exact(n) => PromptTokens::Exact(n as u64),
-                Count::Over { at_least } => PromptTokens::AtLeast(at_least as u64),
-            },
-        ),
-        None => Ok(PromptTokens::Exact(
-            tokenizer.count_fast(&p.text, true)? as u64
-        )),
-    }
+        tokenizer.count_rendered_chat(&p.text)?
+    } else {
+        tokenizer.count_fast(&p.text, true)?
+    };
+    Ok(n as u64)
 }
 
 async fn run_blocking(
     pending: Vec<(usize, Pending)>,
     tokenizer: Arc<ModelTokenizer>,
     permits: Arc<Semaphore>,
-    stop_above: Option<u64>,
-) -> Result<Vec<(usize, PromptTokens)>, GatewayError> {
+) -> Result<Vec<(usize, u64)>, GatewayError> {
     let _permit = permits
         .acquire_owned()
         .await
@@ -183,7 +155,7 @@ async fn run_blocking(
         pending
             .into_iter()
             .map(|(i, p)| {
-                count_one(&tokenizer, &p, stop_above)
+                count_one(&tokenizer, &p)
                     .map(|n| (i, n))
                     .map_err(|e| GatewayError::Internal(format!("counting tokens: {e}")))
             })
@@ -203,6 +175,8 @@ pub struct TokenCount {
     pub prompt_tokens: Vec<PromptTokens>,
     /// Per sample: the new tokens admission allowed for.
     pub max_new_tokens: Vec<u64>,
+    /// The `max_tokens` admission chose for a chat that gave none (also sent to the engine).
+    pub clamped_max_new: Option<u64>,
     exact: Option<ExactFuture>,
 }
 
@@ -221,17 +195,12 @@ impl TokenCount {
             .collect();
         let exact = (!pending.is_empty()).then(|| {
             let known = prompt_tokens.clone();
-            let task = tokio::spawn(run_blocking(
-                pending,
-                tokenizer.clone(),
-                permits.clone(),
-                None,
-            ));
+            let task = tokio::spawn(run_blocking(pending, tokenizer.clone(), permits.clone()));
             async move {
                 let counts = task.await.ok()?.ok()?;
                 let mut all: Vec<u64> = known.iter().map(|t| t.value()).collect();
                 for (i, n) in counts {
-                    all[i] = n.value();
+                    all[i] = n;
                 }
                 Some(Arc::from(all))
             }
@@ -241,6 +210,7 @@ impl TokenCount {
         Self {
             prompt_tokens,
             max_new_tokens,
+            clamped_max_new: None,
             exact,
         }
     }
@@ -257,5 +227,16 @@ impl TokenCount {
     /// Sum of the prompt sizes admission knows (exact or bound).
     pub fn prompt_total(&self) -> u64 {
         self.prompt_tokens.iter().map(|t| t.value()).sum()
+    }
+
+    /// Exact prompt tokens plus the new tokens allowed, over every sample: what a
+    /// tokens-per-minute limit reserves (waits for the background count; the bound only if
+    /// counting failed).
+    pub async fn exact_total(&self) -> u64 {
+        let prompts = match self.exact().await {
+            Some(exact) => exact.iter().sum(),
+            None => self.prompt_total(),
+        };
+        prompts + self.max_new_tokens.iter().sum::<u64>()
     }
 }

@@ -36,6 +36,9 @@ use crate::stack::stage::{Next, Stage, StageFuture, StageLayer};
 use count::Measured;
 use kvgate_tokenize::ModelTokenizer;
 
+/// Response header naming the `max_tokens` admission chose for a chat that gave none.
+pub const CLAMPED_MAX_TOKENS_HEADER: &str = "x-kvgate-max-tokens";
+
 /// A refused prompt: what was counted, the limit, and which bound it hit.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{}", self.message())]
@@ -45,8 +48,6 @@ pub struct PromptTooLong {
     pub prompt_tokens: u64,
     pub max_new_tokens: u64,
     pub violation: Violation,
-    /// Counting stopped early: the prompt has at least `violation.counted` tokens.
-    pub counted_at_least: bool,
     /// The request field holding the prompt.
     pub param: &'static str,
 }
@@ -74,8 +75,7 @@ impl PromptTooLong {
             )
         } else {
             format!(
-                "The prompt{which} has {}{} tokens, over the limit of {} tokens set by {}. Shorten the prompt.",
-                if self.counted_at_least { "at least " } else { "" },
+                "The prompt{which} has {} tokens, over the limit of {} tokens set by {}. Shorten the prompt.",
                 v.counted, v.limit, v.bound
             )
         }
@@ -127,9 +127,17 @@ impl Stage for Admit {
                 .get_mut::<InferenceRequest>()
                 .ok_or_else(|| GatewayError::Internal("admission ran before parsing".into()))?;
             let (count, pools) = admit(&state, parsed, auth.as_ref().map(|a| &*a.policy)).await?;
+            let clamped = count.clamped_max_new;
             request.extensions_mut().insert(count);
             request.extensions_mut().insert(pools);
-            next.oneshot(request).await
+            let mut response = next.oneshot(request).await?;
+            if let Some(n) = clamped {
+                // A chat without max_tokens was given what fits; the client can see how much.
+                response
+                    .headers_mut()
+                    .insert(CLAMPED_MAX_TOKENS_HEADER, http::HeaderValue::from(n));
+            }
+            Ok(response)
         })
     }
 }
@@ -170,18 +178,12 @@ pub async fn admit(
     let param = parsed.prompt_param();
     let cap = tenant.and_then(|t| t.max_prompt_tokens.map(|c| (t.name.clone(), c)));
 
-    let mut verdicts = judge(&budgets, &measured, window, cap.as_ref());
+    let mut verdicts = judge(&budgets, &measured, cap.as_ref());
     if verdicts.iter().any(Result::is_err) && measured.iter().any(|m| m.pending.is_some()) {
-        // The bound did not settle it: count exactly, then judge again.
-        // Nothing above the most lenient limit can be admitted anywhere: stop counting there.
-        let stop_above = budgets
-            .iter()
-            .filter_map(PoolBudget::max_prompt_tokens)
-            .max()
-            .unwrap_or(0)
-            .min(cap.as_ref().map_or(u64::MAX, |(_, c)| *c));
-        count::count_exactly(&mut measured, &model.tokenizer, &state.permits, stop_above).await?;
-        verdicts = judge(&budgets, &measured, window, cap.as_ref());
+        // The bound did not settle it: count exactly (a refusal then reports the exact
+        // count), then judge again.
+        count::count_exactly(&mut measured, &model.tokenizer, &state.permits).await?;
+        verdicts = judge(&budgets, &measured, cap.as_ref());
     }
     let admitted: Vec<Arc<str>> = budgets
         .iter()
@@ -205,11 +207,33 @@ pub async fn admit(
             return Err(refusal.into());
         }
     }
+    let admitted_budgets: Vec<&PoolBudget> = budgets
+        .iter()
+        .filter(|b| admitted.contains(&b.pool))
+        .collect();
+    // A sample with no allowance (chat without max_tokens) gets what fits in every pool it
+    // may land on, and the engine is told so: it never generates past the KV it has.
     let max_new: Vec<u64> = measured
         .iter()
-        .map(|m| resolve_max_new(m, window))
+        .map(|m| {
+            admitted_budgets
+                .iter()
+                .map(|b| new_tokens_for(m, b))
+                .min()
+                .unwrap_or(0)
+        })
         .collect();
-    let count = TokenCount::new(&measured, max_new, &model.tokenizer, &state.permits);
+    let clamped = measured
+        .iter()
+        .zip(&max_new)
+        .filter(|(m, _)| m.max_new == MaxNew::RestOfWindow)
+        .map(|(_, &n)| n)
+        .min();
+    if let Some(n) = clamped {
+        parsed.directives.default_max_new_tokens = Some(n);
+    }
+    let mut count = TokenCount::new(&measured, max_new, &model.tokenizer, &state.permits);
+    count.clamped_max_new = clamped;
     Ok((count, AdmittedPools(admitted.into())))
 }
 
@@ -257,10 +281,13 @@ fn candidate_budgets(
     Ok(budgets)
 }
 
-fn resolve_max_new(m: &Measured, window: u64) -> u64 {
+/// The new tokens a sample asks for in `budget`'s pool: its own number, or (none given)
+/// what the pool's window and decode KV leave beyond the prompt — at least one, so a prompt
+/// that leaves no room is refused rather than sent to generate nothing.
+fn new_tokens_for(m: &Measured, budget: &PoolBudget) -> u64 {
     match m.max_new {
         MaxNew::Tokens(n) => n,
-        MaxNew::RestOfWindow => window.saturating_sub(m.tokens.value()),
+        MaxNew::RestOfWindow => budget.room_for_new_tokens(m.tokens.value()).max(1),
     }
 }
 
@@ -268,7 +295,6 @@ fn resolve_max_new(m: &Measured, window: u64) -> u64 {
 fn judge(
     budgets: &[PoolBudget],
     measured: &[Measured],
-    window: u64,
     tenant_cap: Option<&(Arc<str>, u64)>,
 ) -> Vec<Result<(), Box<PromptTooLong>>> {
     budgets
@@ -276,7 +302,7 @@ fn judge(
         .map(|budget| {
             for (i, m) in measured.iter().enumerate() {
                 let prompt = m.tokens.value();
-                let max_new = resolve_max_new(m, window);
+                let max_new = new_tokens_for(m, budget);
                 let capped = match tenant_cap {
                     Some((tenant, cap)) if prompt > *cap => Err(Violation {
                         includes_new_tokens: false,
@@ -295,7 +321,6 @@ fn judge(
                         prompt_tokens: prompt,
                         max_new_tokens: max_new,
                         violation,
-                        counted_at_least: matches!(m.tokens, PromptTokens::AtLeast(_)),
                         param: "",
                     }));
                 }

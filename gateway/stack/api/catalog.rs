@@ -1,5 +1,5 @@
 //! Static endpoints and the split of the stack: `GET /v1/models` is answered from the
-//! config; inference routes continue down the pipeline; anything else is 404/405 before a
+//! config, listing only the models the caller's tenant may use; inference routes continue down the pipeline; anything else is 404/405 before a
 //! body byte is read.
 
 use futures_util::future::BoxFuture;
@@ -11,6 +11,8 @@ use tower::{Layer, Service};
 
 use crate::body::{self, BoxBody, BoxError};
 use crate::stack::api::{Endpoint, ModelCatalog};
+use crate::stack::auth::AuthContext;
+use crate::tenant::TenantPolicy;
 
 /// Layer constructor for [`Catalog`].
 #[derive(Debug, Clone)]
@@ -62,7 +64,8 @@ where
         match Endpoint::classify(request.method(), request.uri().path()) {
             Err(e) => Box::pin(async move { Err(e.into()) }),
             Ok(Endpoint::ListModels) => {
-                let response = list_models(&self.models);
+                let policy = request.extensions().get::<AuthContext>().map(|a| &a.policy);
+                let response = list_models(&self.models, policy.map(|p| &**p));
                 Box::pin(async move { Ok(response) })
             }
             Ok(_) => {
@@ -76,13 +79,14 @@ where
     }
 }
 
-fn list_models(models: &ModelCatalog) -> Response<BoxBody> {
+fn list_models(models: &ModelCatalog, tenant: Option<&TenantPolicy>) -> Response<BoxBody> {
     let created = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or_default();
     let data: Vec<_> = models
         .names()
+        .filter(|id| tenant.is_none_or(|t| t.allows_model(id)))
         .map(|id| json!({"id": id, "object": "model", "created": created, "owned_by": "kvgate"}))
         .collect();
     let mut response = Response::new(body::full(

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use tower::filter::{FilterLayer, Predicate};
 
-use super::{Endpoint, EngineDirectives, InferenceRequest};
+use super::{fields, Endpoint, EngineDirectives, InferenceRequest};
 use crate::body::BoxError;
 use crate::config::{Config, EngineKind};
 use crate::error::GatewayError;
@@ -107,6 +107,8 @@ pub fn parse_inference(
             ))
         }
     };
+    // The allowlist: engine-control and unknown fields are refused by name (api::fields).
+    fields::check(endpoint, &body)?;
     let batch = match endpoint {
         Endpoint::ChatCompletions => chat_batch(&body)?,
         Endpoint::Completions => prompt_batch(body.get("prompt"), "prompt")?,

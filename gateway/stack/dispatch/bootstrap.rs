@@ -2,30 +2,14 @@
 //! worker's bootstrap server under a room id that both sides receive.
 
 use serde_json::{Map, Value};
-use std::hash::{BuildHasher, RandomState};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
 
+use crate::secure_random;
 use crate::stack::routing::Worker;
 
-/// A fresh room id: random, non-negative as an i64 (SGLang's router uses `u64 & i64::MAX`).
+/// A fresh room id from the CSPRNG, non-negative as an i64 (SGLang's router uses
+/// `u64 & i64::MAX`): a guessable room would let a request read another's KV transfer.
 pub fn new_room() -> u64 {
-    static STATE: OnceLock<(AtomicU64, u64)> = OnceLock::new();
-    let (counter, seed) = STATE.get_or_init(|| {
-        (
-            AtomicU64::new(0),
-            RandomState::new().hash_one(std::process::id()),
-        )
-    });
-    // splitmix64 over a per-process random seed: unique per call, unpredictable across runs.
-    let mut z = seed.wrapping_add(
-        counter
-            .fetch_add(1, Ordering::Relaxed)
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15),
-    );
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    (z ^ (z >> 31)) & (i64::MAX as u64)
+    secure_random::u64() & (i64::MAX as u64)
 }
 
 /// Add `bootstrap_host`, `bootstrap_port` and `bootstrap_room` for `prefill` to `body`:

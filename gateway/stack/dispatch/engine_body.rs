@@ -6,16 +6,29 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use super::bootstrap;
+use crate::config::EngineKind;
 use crate::error::GatewayError;
 use crate::stack::api::{fields, Endpoint, EngineDirectives, InferenceRequest};
-use crate::stack::routing::Worker;
+use crate::stack::routing::{Pool, Worker};
 
-/// Build the body of `request` for a pool serving the model as `served_model`; `prefill`
-/// is the prefill worker of a disaggregated pair (adds the bootstrap fields).
+/// Build the body of `request` for `pool`; `prefill` is the prefill worker of a
+/// disaggregated pair (adds the bootstrap fields); `rid` is the gateway's request id,
+/// SGLang's `rid` (one per sample for a batch: `<id>-<i>`).
 pub fn build(
     request: InferenceRequest,
-    served_model: &str,
+    pool: &Pool,
     prefill: Option<&Worker>,
+    rid: &str,
+) -> Result<Bytes, GatewayError> {
+    build_for(request, &pool.served_model, pool.engine, prefill, rid)
+}
+
+fn build_for(
+    request: InferenceRequest,
+    served_model: &str,
+    engine: EngineKind,
+    prefill: Option<&Worker>,
+    rid: &str,
 ) -> Result<Bytes, GatewayError> {
     let InferenceRequest {
         endpoint,
@@ -30,6 +43,19 @@ pub fn build(
         body.insert("model".into(), Value::from(served_model));
     }
     apply_directives(endpoint, &mut body, &directives);
+    if engine == EngineKind::Sglang {
+        // Only the gateway names requests inside the engine (clients' `rid` is refused).
+        let rid = if batch > 1 {
+            Value::Array(
+                (0..batch)
+                    .map(|i| Value::from(format!("{rid}-{i}")))
+                    .collect(),
+            )
+        } else {
+            Value::from(rid)
+        };
+        body.insert("rid".into(), rid);
+    }
     if let Some(prefill) = prefill {
         bootstrap::inject(&mut body, prefill, batch);
     }
@@ -117,7 +143,29 @@ mod tests {
     }
 
     fn sent(request: InferenceRequest) -> Value {
-        serde_json::from_slice(&build(request, "served", None).unwrap()).unwrap()
+        let bytes = build_for(request, "served", EngineKind::Openai, None, "id").unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    #[test]
+    fn sglang_engines_get_the_gateways_rid_one_per_sample() {
+        let mut r = request(
+            Endpoint::Generate,
+            json!({"text": ["a", "b"]}),
+            EngineDirectives::default(),
+        );
+        r.batch = 2;
+        let bytes = build_for(r, "served", EngineKind::Sglang, None, "abc").unwrap();
+        let body: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(body["rid"], json!(["abc-0", "abc-1"]));
+        let r = request(
+            Endpoint::ChatCompletions,
+            json!({"messages": []}),
+            EngineDirectives::default(),
+        );
+        let bytes = build_for(r, "served", EngineKind::Sglang, None, "abc").unwrap();
+        let body: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(body["rid"], "abc");
     }
 
     #[test]
@@ -155,11 +203,10 @@ mod tests {
             cache_salt: Some("tenant-salt".into()),
             ..Default::default()
         };
-        let forged =
-            json!({"prompt": "x", "cache_salt": "victim", "extra_body": {"extra_key": "k"}});
+        let forged = json!({"prompt": "x", "cache_salt": "victim", "extra_key": "k"});
         let body = sent(request(Endpoint::Completions, forged.clone(), d));
         assert_eq!(body["cache_salt"], "tenant-salt");
-        assert_eq!(body["extra_body"], json!({}));
+        assert!(body.get("extra_key").is_none());
         let body = sent(request(
             Endpoint::Completions,
             forged,

@@ -3,14 +3,20 @@
 //! The innermost service of the stack. Unified pools get one POST; disaggregated pools get
 //! the same JSON, with bootstrap fields, sent to the prefill and the decode worker at once;
 //! the decode side's answer is relayed, and a failure on either side is an error, never a
-//! 200. Streams pass through frame by frame; when the client goes away the body is dropped,
-//! which closes the upstream connection and so cancels the engine's work.
+//! 200 — and the first failure ends the request at once, cancelling the other leg (dropping
+//! its exchange closes the connection). A unified request whose connection could not be
+//! made (nothing was sent) is retried once on another eligible worker of its pool, within
+//! the retry budget; nothing is retried once bytes went out, and PD pairs never are (their
+//! bootstrap fields name the prefill worker). Streams pass through frame by frame under the
+//! stream deadlines; when the client goes away the body is dropped, which closes the
+//! upstream connection and so cancels the engine's work.
 //!
-//! Reads: `InferenceRequest`, `RoutePlan`. The worker loads of the plan ride in the response
-//! body and end with it.
+//! Reads: `InferenceRequest`, `RoutePlan`, the request's buffer reservation. The worker
+//! loads of the plan ride in the response body and end with it.
 
 mod bootstrap;
 mod engine_body;
+mod leg;
 mod relay;
 
 pub use bootstrap::new_room;
@@ -20,33 +26,61 @@ use futures_util::future::BoxFuture;
 use http::{HeaderValue, Request, Response};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
+use tower::retry::budget::{Budget, TpsBudget};
 use tower::Service;
 
 use crate::body::{BoxBody, BoxError};
 use crate::error::GatewayError;
+use crate::load::{BufferBudget, BufferPermit, InFlightSlot};
+use crate::metrics;
 use crate::stack::api::InferenceRequest;
 use crate::stack::guard::{PrefillAnswer, ServedBy};
 use crate::stack::routing::{RoutePlan, Target};
 use crate::upstream::Upstream;
+use leg::Leg;
 
-/// Limits on what dispatch reads into memory.
-#[derive(Debug, Clone, Copy)]
+/// Limits on what dispatch reads into memory, and its retries.
+#[derive(Debug, Clone)]
 pub struct DispatchLimits {
     /// Largest non-streaming response body read from an engine.
     pub max_response_bytes: usize,
+    /// The shared budget non-streamed answers are reserved from.
+    pub budget: BufferBudget,
+    /// Retries after a connect failure, as a share of requests (`upstream.retry_budget_ratio`).
+    pub retry_ratio: f32,
 }
 
 /// The dispatch service.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Dispatch {
     upstream: Upstream,
     limits: DispatchLimits,
+    retries: Arc<TpsBudget>,
+}
+
+impl std::fmt::Debug for Dispatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatch")
+            .field("limits", &self.limits)
+            .finish()
+    }
 }
 
 impl Dispatch {
     /// Dispatch through `upstream`.
     pub fn new(upstream: Upstream, limits: DispatchLimits) -> Self {
-        Self { upstream, limits }
+        // Deposits live 10 s; one retry per second is always allowed.
+        let retries = Arc::new(TpsBudget::new(
+            Duration::from_secs(10),
+            1,
+            limits.retry_ratio,
+        ));
+        Self {
+            upstream,
+            limits,
+            retries,
+        }
     }
 }
 
@@ -64,98 +98,146 @@ impl Service<Request<Bytes>> for Dispatch {
     }
 
     fn call(&mut self, mut request: Request<Bytes>) -> Self::Future {
-        let upstream = self.upstream.clone();
-        let limits = self.limits;
+        let this = self.clone();
         let parsed = request.extensions_mut().remove::<InferenceRequest>();
         let plan = request.extensions_mut().remove::<RoutePlan>();
+        // The request body's reservation is held until the engine has its bytes.
+        let held = request.extensions_mut().remove::<Arc<BufferPermit>>();
         let request_id = request.headers().get("x-request-id").cloned();
+        drop(request);
         Box::pin(async move {
             let (Some(parsed), Some(plan)) = (parsed, plan) else {
                 return Err(
                     GatewayError::Internal("dispatch ran before parse/route".into()).into(),
                 );
             };
-            dispatch(&upstream, limits, parsed, plan, request_id)
-                .await
-                .map_err(BoxError::from)
+            let answer = this.dispatch(parsed, plan, request_id).await;
+            drop(held);
+            answer.map_err(BoxError::from)
         })
     }
 }
 
-async fn dispatch(
-    upstream: &Upstream,
-    limits: DispatchLimits,
-    parsed: InferenceRequest,
-    plan: RoutePlan,
-    request_id: Option<HeaderValue>,
-) -> Result<Response<BoxBody>, GatewayError> {
-    let deadline = upstream.deadline();
-    let path = parsed.endpoint.path();
-    let stream = parsed.stream;
-    let prefill_worker = match plan.target.as_ref() {
-        Target::Unified(_) => None,
-        Target::Disaggregated { prefill, .. } => Some(&**prefill.worker()),
-    };
-    // The engine's body, built once from the typed request (both PD legs get these bytes).
-    let bytes = engine_body::build(parsed, &plan.pool.served_model, prefill_worker)?;
-    let relay = relay::Relay {
-        stream,
-        limits,
-        deadline,
-        pool: plan.pool.clone(),
-        guard: plan.target.clone(),
-    };
-    match plan.target.as_ref() {
-        Target::Unified(load) => {
-            let response = upstream
-                .post_json(load.worker(), path, bytes, request_id.as_ref(), deadline)
-                .await;
-            let mut answer = relay.answer(load.worker(), response).await?;
-            answer.extensions_mut().insert(ServedBy {
-                worker: load.worker().authority.clone(),
-                prefill: None,
-            });
-            Ok(answer)
-        }
-        Target::Disaggregated { prefill, decode } => {
-            let prefill_leg = async {
-                let response = upstream
-                    .post_json(
-                        prefill.worker(),
-                        path,
-                        bytes.clone(),
-                        request_id.as_ref(),
-                        deadline,
-                    )
+impl Dispatch {
+    async fn dispatch(
+        &self,
+        parsed: InferenceRequest,
+        plan: RoutePlan,
+        request_id: Option<HeaderValue>,
+    ) -> Result<Response<BoxBody>, GatewayError> {
+        let upstream = &self.upstream;
+        let deadlines = upstream.deadlines(parsed.stream);
+        let path = parsed.endpoint.path();
+        let rid = request_id
+            .as_ref()
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .unwrap_or_else(crate::secure_random::hex_id);
+        let relay = relay::Relay {
+            stream: parsed.stream,
+            limits: self.limits.clone(),
+            deadlines,
+            pool: plan.pool.clone(),
+        };
+        let id = request_id.as_ref();
+        match plan.target.as_ref() {
+            Target::Unified(load) => {
+                // The engine's body, built once from the typed request.
+                let bytes = engine_body::build(parsed, &plan.pool, None, &rid)?;
+                self.retries.deposit();
+                let mut worker = load.worker().clone();
+                let mut guard = TargetGuard::new(plan.target.clone(), &plan);
+                let mut leg = Leg::start(&worker);
+                let mut response = upstream
+                    .post_json(&worker, path, bytes.clone(), id, deadlines.headers)
                     .await;
-                relay.drain_prefill(prefill.worker(), response).await
-            };
-            let decode_leg = upstream.post_json(
-                decode.worker(),
-                path,
-                bytes.clone(),
-                request_id.as_ref(),
-                deadline,
-            );
-            // Both at once: the decode worker waits for the KV that the prefill worker sends.
-            let (prefill_result, decode_response) = tokio::join!(prefill_leg, decode_leg);
-            // A failed prefill fails the request even when decode answered (dropping the
-            // decode response closes its connection and cancels it).
-            let prefill_answer = prefill_result?;
-            let mut answer = relay.answer(decode.worker(), decode_response).await?;
-            // The guard checks the prefill leg too: an abort there fails the request even
-            // when decode says 200.
-            answer
-                .extensions_mut()
-                .insert(PrefillAnswer(prefill_answer));
-            answer.extensions_mut().insert(ServedBy {
-                worker: decode.worker().authority.clone(),
-                prefill: Some(prefill.worker().authority.clone()),
-            });
-            Ok(answer)
+                if let Err(e @ GatewayError::UpstreamUnavailable { connect: true, .. }) = &response
+                {
+                    // Nothing was sent: another worker may take it, if the budget allows.
+                    if let Some(other) = plan
+                        .pool
+                        .pick_other_unified(&worker)
+                        .filter(|_| self.retries.withdraw())
+                    {
+                        tracing::warn!(error = %e, "connect failed; retrying on another worker");
+                        ::metrics::counter!(metrics::UPSTREAM_RETRIES_TOTAL, "pool" => plan.pool.name.to_string())
+                            .increment(1);
+                        leg.finish(e.code());
+                        let Target::Unified(load) = &other else {
+                            return Err(GatewayError::Internal(
+                                "a unified pool picked a PD pair".into(),
+                            ));
+                        };
+                        worker = load.worker().clone();
+                        guard = TargetGuard::new(Arc::new(other), &plan);
+                        leg = Leg::start(&worker);
+                        response = upstream
+                            .post_json(&worker, path, bytes, id, deadlines.headers)
+                            .await;
+                    }
+                }
+                let mut answer = relay.answer(&worker, leg, response, guard).await?;
+                answer.extensions_mut().insert(ServedBy {
+                    worker: worker.authority.clone(),
+                    prefill: None,
+                });
+                Ok(answer)
+            }
+            Target::Disaggregated { prefill, decode } => {
+                let bytes = engine_body::build(parsed, &plan.pool, Some(prefill.worker()), &rid)?;
+                let prefill_leg = async {
+                    let leg = Leg::start(prefill.worker());
+                    let response = upstream
+                        .post_json(prefill.worker(), path, bytes.clone(), id, deadlines.headers)
+                        .await;
+                    relay.drain_prefill(prefill.worker(), leg, response).await
+                };
+                let decode_leg = async {
+                    let leg = Leg::start(decode.worker());
+                    let response = upstream
+                        .post_json(decode.worker(), path, bytes.clone(), id, deadlines.headers)
+                        .await;
+                    relay
+                        .answer(
+                            decode.worker(),
+                            leg,
+                            response,
+                            TargetGuard::new(plan.target.clone(), &plan),
+                        )
+                        .await
+                };
+                // Both at once (the decode worker waits for the KV the prefill worker sends);
+                // the first failure wins and drops the other leg, which cancels it.
+                let (prefill_answer, mut answer) =
+                    futures_util::future::try_join(prefill_leg, decode_leg).await?;
+                // The guard checks the prefill leg too: an abort there fails the request even
+                // when decode says 200.
+                answer
+                    .extensions_mut()
+                    .insert(PrefillAnswer(prefill_answer));
+                answer.extensions_mut().insert(ServedBy {
+                    worker: decode.worker().authority.clone(),
+                    prefill: Some(prefill.worker().authority.clone()),
+                });
+                Ok(answer)
+            }
         }
     }
 }
 
-/// Keep the target alive in the body: the worker loads end when the stream ends.
-pub(crate) type TargetGuard = Arc<Target>;
+/// Kept alive in the body: the worker loads and the pool's in-flight slot end when the
+/// stream ends.
+#[derive(Debug, Clone)]
+pub(crate) struct TargetGuard {
+    _target: Arc<Target>,
+    _slot: Option<Arc<InFlightSlot>>,
+}
+
+impl TargetGuard {
+    fn new(target: Arc<Target>, plan: &RoutePlan) -> Self {
+        Self {
+            _target: target,
+            _slot: plan.slot.clone(),
+        }
+    }
+}

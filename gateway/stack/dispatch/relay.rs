@@ -1,51 +1,71 @@
 //! Turning an engine's answer into the client's: non-2xx becomes a typed error carrying the
-//! engine's message; a stream passes through; a whole body is read within the deadline.
+//! engine's message (for the log); a stream passes through under its deadlines; a whole body
+//! is read within the deadline and the buffer budget.
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::Value;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::time::Instant;
 
+use super::leg::Leg;
 use super::{DispatchLimits, TargetGuard};
-use crate::body::{self, BoxBody, GuardBody};
+use crate::body::{self, BoxBody, BoxError, GuardBody};
 use crate::error::GatewayError;
-use crate::metrics;
+use crate::load::BufferPermit;
+use crate::stack::guard::BufferedAnswer;
 use crate::stack::routing::{Pool, Worker};
-use crate::upstream::read_body;
+use crate::upstream::{self, read_body, Deadlines};
 
-/// How much of an engine's error body is read for its message.
+/// How much of an engine's error body is read for its message, and for how long.
 const MAX_ERROR_BYTES: usize = 64 * 1024;
+const ERROR_BODY_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub(super) struct Relay {
     pub stream: bool,
     pub limits: DispatchLimits,
-    pub deadline: Instant,
+    pub deadlines: Deadlines,
     pub pool: Arc<Pool>,
-    pub guard: TargetGuard,
 }
 
 impl Relay {
-    /// The client's response from the serving worker's answer.
+    /// The client's response from the serving worker's answer; `guard` (the worker loads)
+    /// lives as long as the body does.
     pub async fn answer(
         &self,
         worker: &Worker,
+        mut leg: Leg,
         response: Result<Response<Incoming>, GatewayError>,
+        guard: TargetGuard,
     ) -> Result<Response<BoxBody>, GatewayError> {
-        let response = self.check_status(worker, response).await?;
+        let response = self.check_status(worker, &mut leg, response).await?;
         let (parts, incoming) = response.into_parts();
+        let mut buffered = None;
         let body = if self.stream {
-            body::boxed(GuardBody::new(incoming, self.guard.clone()))
+            // The engine received it and answered 2xx: what the stream does later is the
+            // guard's to judge (one outcome per leg).
+            leg.finish("ok");
+            body::boxed(GuardBody::new(self.deadline_body(worker, incoming), guard))
         } else {
-            let bytes = self.read_whole(worker, incoming).await?;
+            let mut permit = BufferPermit::default();
+            let bytes = self
+                .read_whole(worker, &mut leg, incoming, &mut permit)
+                .await?;
+            buffered = Some(BufferedAnswer(bytes.clone()));
+            // The budget's reservation and the loads are held until the client has it.
             body::boxed(GuardBody::new(
                 http_body_util::Full::new(bytes),
-                self.guard.clone(),
+                (guard, permit),
             ))
         };
         let mut out = Response::new(body);
         *out.status_mut() = parts.status;
+        if let Some(b) = buffered {
+            out.extensions_mut().insert(b);
+        }
         let content_type = parts
             .headers
             .get(header::CONTENT_TYPE)
@@ -72,76 +92,122 @@ impl Relay {
     pub async fn drain_prefill(
         &self,
         worker: &Worker,
+        mut leg: Leg,
         response: Result<Response<Incoming>, GatewayError>,
     ) -> Result<Bytes, GatewayError> {
-        let response = self.check_status(worker, response).await?;
-        self.read_whole(worker, response.into_body()).await
-    }
-
-    async fn read_whole(&self, worker: &Worker, body: Incoming) -> Result<Bytes, GatewayError> {
-        let limit = self.limits.max_response_bytes;
-        read_body(worker, body, limit, self.deadline, self.timeout())
+        let response = self.check_status(worker, &mut leg, response).await?;
+        let mut permit = BufferPermit::default();
+        self.read_whole(worker, &mut leg, response.into_body(), &mut permit)
             .await
-            .inspect_err(|_| {
-                count(worker, "body_error");
-            })
     }
 
-    fn timeout(&self) -> std::time::Duration {
-        self.deadline.saturating_duration_since(Instant::now())
+    async fn read_whole(
+        &self,
+        worker: &Worker,
+        leg: &mut Leg,
+        body: Incoming,
+        permit: &mut BufferPermit,
+    ) -> Result<Bytes, GatewayError> {
+        let limit = self.limits.max_response_bytes;
+        let budget = Some((&self.limits.budget, permit));
+        let read = read_body(worker, body, limit, self.deadlines.whole, budget).await;
+        leg.finish(match &read {
+            Ok(_) => "ok",
+            Err(e) => e.code(),
+        });
+        read
+    }
+
+    /// A streamed body under the stream deadlines: a silence longer than
+    /// `stream_idle` or a stream past the whole-request deadline ends it with an
+    /// `UpstreamTimeout` error (the guard turns it into an SSE error event, no `[DONE]`), and
+    /// dropping the engine's body closes its connection, which cancels its work.
+    fn deadline_body(&self, worker: &Worker, incoming: Incoming) -> BoxBody {
+        let idle = self.deadlines.stream_idle;
+        let whole = self.deadlines.whole;
+        let started = Instant::now();
+        let labels = worker_labels(worker);
+        let stream = futures_util::stream::unfold(Some(incoming), move |state| {
+            let labels = labels.clone();
+            async move {
+                let mut body = state?;
+                let wait_until = (Instant::now() + idle).min(whole);
+                match tokio::time::timeout_at(wait_until, body.frame()).await {
+                    Ok(Some(Ok(frame))) => Some((Ok(frame), Some(body))),
+                    Ok(Some(Err(e))) => Some((Err(BoxError::from(e)), None)),
+                    Ok(None) => None,
+                    Err(_) => {
+                        let waited = if wait_until >= whole {
+                            whole.saturating_duration_since(started)
+                        } else {
+                            idle
+                        };
+                        let error: BoxError = Box::new(upstream::timeout(labels.as_ref(), waited));
+                        Some((Err(error), None))
+                    }
+                }
+            }
+        });
+        body::boxed(http_body_util::StreamBody::new(stream))
     }
 
     async fn check_status(
         &self,
         worker: &Worker,
+        leg: &mut Leg,
         response: Result<Response<Incoming>, GatewayError>,
     ) -> Result<Response<Incoming>, GatewayError> {
         let response = match response {
             Ok(r) => r,
             Err(e) => {
-                count(worker, e.code());
+                leg.finish(e.code());
                 return Err(e);
             }
         };
         let status = response.status();
         if status.is_success() {
-            count(worker, "ok");
             return Ok(response);
         }
-        count(
-            worker,
-            if status.is_client_error() {
-                "status_4xx"
-            } else {
-                "status_5xx"
-            },
-        );
+        leg.finish(if status.is_client_error() {
+            "status_4xx"
+        } else {
+            "status_5xx"
+        });
+        let deadline = self
+            .deadlines
+            .whole
+            .min(Instant::now() + ERROR_BODY_TIMEOUT);
         let body = read_body(
             worker,
             response.into_body(),
             MAX_ERROR_BYTES,
-            self.deadline,
-            self.timeout(),
+            deadline,
+            None,
         )
         .await
         .unwrap_or_default();
+        let message = error_message(status, &body);
+        // The engine's own words are for the operator: logged here, never sent to clients.
+        tracing::warn!(
+            pool = %worker.pool,
+            role = worker.role.as_str(),
+            worker = %worker.authority,
+            %status,
+            engine_message = %message,
+            "engine answered an error status"
+        );
         Err(GatewayError::UpstreamStatus {
             pool: worker.pool.to_string(),
             role: worker.role.as_str(),
             status,
-            message: error_message(status, &body),
+            message,
         })
     }
 }
 
-fn count(worker: &Worker, outcome: &'static str) {
-    ::metrics::counter!(
-        metrics::UPSTREAM_REQUESTS_TOTAL,
-        "pool" => worker.pool.to_string(),
-        "role" => worker.role.as_str(),
-        "outcome" => outcome
-    )
-    .increment(1);
+/// The labels of `worker` for errors raised after the borrow of the worker ended.
+fn worker_labels(worker: &Worker) -> Arc<upstream::PeerLabels> {
+    Arc::new(upstream::PeerLabels::of(worker))
 }
 
 /// The engine's own message: OpenAI `{"error":{"message"}}`, SGLang `{"message"}` /

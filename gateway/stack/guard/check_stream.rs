@@ -144,12 +144,20 @@ impl StreamCheck {
             self.done = true;
             return Ok(Some(event.raw.clone()));
         }
-        let Some(mut value) = event.json() else {
-            // Not JSON: nothing the engines send; pass it, it carries no finish state.
-            return Ok(Some(event.raw.clone()));
+        // Engines send JSON objects or [DONE], nothing else: anything else is not their
+        // protocol (before the 200 this is a 502, like the non-streaming case).
+        let Some(mut value) = event.json().filter(Value::is_object) else {
+            return Err(Trip::Unparsable {
+                detail: "a stream event from the engine is not a JSON object",
+            });
         };
         if let Some(trip) = inspect::error_object(&value) {
             return Err(trip);
+        }
+        if self.data_events == 1 && !self.shape.is_event(&value) {
+            return Err(Trip::Unparsable {
+                detail: "the engine's first stream event is not a completion chunk",
+            });
         }
         match self.shape {
             Shape::Native => self.native(&value)?,

@@ -20,6 +20,18 @@ pub enum Shape {
     OpenAi,
 }
 
+impl Shape {
+    /// Whether `event` (a stream event's JSON object) is a chunk of this protocol: SGLang
+    /// native chunks carry `text` or `meta_info`; OpenAI chunks `choices` or `usage`.
+    pub fn is_event(self, event: &serde_json::Value) -> bool {
+        let has = |k: &str| event.get(k).is_some_and(|v| !v.is_null());
+        match self {
+            Shape::Native => has("text") || has("meta_info"),
+            Shape::OpenAi => has("choices") || has("usage"),
+        }
+    }
+}
+
 /// Why the guard stopped an answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Trip {
@@ -47,6 +59,11 @@ pub enum Trip {
     Truncated { detail: &'static str },
     /// The answer holds fragments of other tenants' recent prompts (leak detector, block).
     LeakSuspected { owners: usize },
+    /// A stream event is not the engine's protocol (not JSON, or the wrong shape).
+    Unparsable { detail: &'static str },
+    /// The engine's stream went silent past `upstream.stream_idle_timeout`, or ran past
+    /// `upstream.request_timeout`.
+    Stalled { timeout: std::time::Duration },
 }
 
 impl Trip {
@@ -60,6 +77,8 @@ impl Trip {
             Trip::PromptTokens { .. } => "prompt_tokens_mismatch",
             Trip::Truncated { .. } => "stream_truncated",
             Trip::LeakSuspected { .. } => "leak_suspected",
+            Trip::Unparsable { .. } => "unparsable_event",
+            Trip::Stalled { .. } => "stream_stalled",
         }
     }
 }

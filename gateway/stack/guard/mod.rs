@@ -46,6 +46,12 @@ use stream::GuardedStream;
 #[derive(Debug, Clone)]
 pub struct PrefillAnswer(pub bytes::Bytes);
 
+/// A non-streamed answer's bytes (a response extension set by dispatch): the guard checks
+/// these and passes the body on untouched, so what the body holds until the client has it
+/// (worker loads, the buffer budget's reservation) stays held.
+#[derive(Debug, Clone)]
+pub struct BufferedAnswer(pub bytes::Bytes);
+
 /// Which workers served (a response extension set by dispatch; audit fields).
 #[derive(Debug, Clone)]
 pub struct ServedBy {
@@ -102,6 +108,11 @@ pub struct TripReport {
 }
 
 impl TripReport {
+    /// The gateway's id of the request (error events carry it).
+    pub fn request_id(&self) -> Option<&str> {
+        self.fields.get("request_id").and_then(Value::as_str)
+    }
+
     /// Record `trip` once and return the error the client gets.
     pub fn record(&self, trip: &Trip) -> GatewayError {
         ::metrics::counter!(metrics::GUARD_TRIPS_TOTAL, "reason" => trip.reason(), "pool" => self.pool.clone())
@@ -174,6 +185,17 @@ pub fn trip_error(trip: &Trip, pool: &str) -> GatewayError {
         Trip::EmptyResult { detail } | Trip::Truncated { detail } => GatewayError::UpstreamIntegrity {
             pool,
             reason: (*detail).to_owned(),
+        },
+        Trip::Unparsable { detail } => GatewayError::UpstreamProtocol {
+            pool,
+            role: "serving",
+            detail: (*detail).to_owned(),
+        },
+        Trip::Stalled { timeout } => GatewayError::UpstreamTimeout {
+            pool,
+            role: "serving",
+            worker: String::new(),
+            timeout: *timeout,
         },
     }
 }
@@ -318,11 +340,19 @@ impl Stage for Guard {
             }
             let (mut parts, body) = response.into_parts();
             if !stream {
-                let bytes = body
-                    .collect()
-                    .await
-                    .map_err(|e| GatewayError::Internal(format!("reading a buffered answer: {e}")))?
-                    .to_bytes();
+                let (bytes, body) = match parts.extensions.remove::<BufferedAnswer>() {
+                    Some(BufferedAnswer(bytes)) => (bytes, body),
+                    None => {
+                        let bytes = body
+                            .collect()
+                            .await
+                            .map_err(|e| {
+                                GatewayError::Internal(format!("reading a buffered answer: {e}"))
+                            })?
+                            .to_bytes();
+                        (bytes.clone(), body::full(bytes))
+                    }
+                };
                 if checks {
                     if let Err(trip) =
                         inspect::check_answer(shape, &bytes, &pool_guard.markers, &expect)
@@ -340,7 +370,7 @@ impl Stage for Guard {
                 if let (Some(cell), Some(total)) = (&usage, inspect::answer_usage(shape, &bytes)) {
                     cell.set(total);
                 }
-                return Ok(Response::from_parts(parts, body::full(bytes)));
+                return Ok(Response::from_parts(parts, body));
             }
             let mut check =
                 StreamCheck::new(shape, pool_guard.markers.clone(), expect, batch, rewrite)

@@ -101,9 +101,15 @@ impl GuardedStream {
                 }
                 self.check_events()
             }
-            Some(Err(_)) => self.trip(Trip::Truncated {
-                detail: "the engine's stream broke off",
-            }),
+            Some(Err(e)) => match crate::error::GatewayError::from_boxed(e) {
+                // Dispatch's deadlines end a silent or over-long stream with this error.
+                crate::error::GatewayError::UpstreamTimeout { timeout, .. } => {
+                    self.trip(Trip::Stalled { timeout })
+                }
+                _ => self.trip(Trip::Truncated {
+                    detail: "the engine's stream broke off",
+                }),
+            },
             None => {
                 self.inner = None;
                 if let Some(tail) = self.reframer.finish() {
@@ -155,8 +161,9 @@ impl GuardedStream {
             return Err(trip);
         }
         let error = self.report.record(&trip);
-        self.out
-            .push_back(SseEvent::data_event(&error.to_json().to_string()));
+        self.out.push_back(SseEvent::data_event(
+            &error.to_json(self.report.request_id()).to_string(),
+        ));
         Ok(())
     }
 

@@ -115,10 +115,9 @@ impl IsolationState {
 }
 
 fn random_secret() -> Vec<u8> {
-    use std::hash::{BuildHasher, RandomState};
-    (0..4u64)
-        .flat_map(|i| RandomState::new().hash_one(i).to_le_bytes())
-        .collect()
+    let mut secret = vec![0u8; 32];
+    crate::secure_random::fill(&mut secret);
+    secret
 }
 
 /// The prompt texts (or ids) of a request, as owned data for the blocking pool.

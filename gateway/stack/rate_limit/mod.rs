@@ -133,9 +133,14 @@ impl Stage for RateLimit {
             if limits == TenantLimits::UNLIMITED {
                 return next.oneshot(request).await;
             }
-            let tokens = request.extensions().get::<TokenCount>().map_or(0, |c| {
-                c.prompt_total() + c.max_new_tokens.iter().sum::<u64>()
-            });
+            // Tokens per minute reserve the exact count (computing in the background since
+            // admission), never the byte bound admission may have settled on.
+            let count = request.extensions().get::<TokenCount>().cloned();
+            let tokens = match (&count, limits.tokens_per_minute) {
+                (Some(c), Some(_)) => c.exact_total().await,
+                (Some(c), None) => c.prompt_total() + c.max_new_tokens.iter().sum::<u64>(),
+                (None, _) => 0,
+            };
             let permit = match limiter.admit(auth.tenant.clone(), &limits, tokens).await {
                 Ok(Admission::Admitted(permit)) => permit,
                 Ok(Admission::Denied(decision)) => {

@@ -64,18 +64,11 @@ async fn probe(worker: &Worker, upstream: &Upstream) -> Discovery {
             Err(e) => return Discovery::Failed(e.to_string()),
         };
         let status = response.status();
-        let body = match read_body(
-            worker,
-            response.into_body(),
-            MAX_INFO_BYTES,
-            deadline,
-            std::time::Duration::from_secs(10),
-        )
-        .await
-        {
-            Ok(b) => b,
-            Err(e) => return Discovery::Failed(e.to_string()),
-        };
+        let body =
+            match read_body(worker, response.into_body(), MAX_INFO_BYTES, deadline, None).await {
+                Ok(b) => b,
+                Err(e) => return Discovery::Failed(e.to_string()),
+            };
         if status == StatusCode::NOT_FOUND {
             last_error = format!("{path} answered 404");
             continue;

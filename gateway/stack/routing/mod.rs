@@ -26,6 +26,7 @@ use tower::filter::{FilterLayer, Predicate};
 use crate::body::BoxError;
 use crate::config::Config;
 use crate::error::GatewayError;
+use crate::load::InFlightSlot;
 use crate::stack::api::InferenceRequest;
 
 /// The pools a request was admitted to (never empty; written by admission); routing
@@ -39,6 +40,8 @@ pub struct RoutePlan {
     pub pool: Arc<Pool>,
     /// The chosen workers; shared so the plan can be cloned into the response body guard.
     pub target: Arc<Target>,
+    /// The pool's in-flight slot (pools with `max_in_flight`), held until the body ends.
+    pub slot: Option<Arc<InFlightSlot>>,
 }
 
 /// All pools, grouped by model.
@@ -116,15 +119,45 @@ impl Router {
             })
             .collect();
         let weights: Vec<u32> = candidates.iter().map(|p| p.weight).collect();
-        let pool = pick::weighted(&weights, counter)
-            .and_then(|i| candidates.get(i))
-            .ok_or_else(|| no_worker(reasons.join("; ")))?;
+        let first =
+            pick::weighted(&weights, counter).ok_or_else(|| no_worker(reasons.join("; ")))?;
+        // The weighted choice first; a pool at its in-flight cap passes the request on to
+        // the next candidate, and all of them full is 503 `overloaded` (no queue).
+        let mut slot = None;
+        let mut chosen = None;
+        for i in (0..candidates.len()).map(|k| (first + k) % candidates.len()) {
+            let pool = candidates[i];
+            if pool.weight == 0 {
+                continue;
+            }
+            match &pool.in_flight {
+                None => {
+                    chosen = Some(pool);
+                    break;
+                }
+                Some(limit) => {
+                    if let Some(s) = limit.try_acquire() {
+                        slot = Some(Arc::new(s));
+                        chosen = Some(pool);
+                        break;
+                    }
+                }
+            }
+        }
+        let Some(pool) = chosen else {
+            ::metrics::counter!(crate::metrics::LOAD_SHED_TOTAL, "ceiling" => "pool_in_flight")
+                .increment(1);
+            return Err(GatewayError::Overloaded {
+                ceiling: "pool in-flight request",
+            });
+        };
         let target = pool
             .pick()
             .ok_or_else(|| no_worker(format!("pool `{}` lost its eligible workers", pool.name)))?;
         Ok(RoutePlan {
             pool: (*pool).clone(),
             target: Arc::new(target),
+            slot,
         })
     }
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::{pick, Role, Worker, WorkerLoad};
 use crate::config::{EngineKind, PoolConfig, PoolMode};
+use crate::load::InFlightLimit;
 use crate::stack::api::Endpoint;
 
 /// The workers of a pool, by mode.
@@ -32,6 +33,8 @@ pub struct Pool {
     pub workers: PoolWorkers,
     /// Only these tenants may use the pool (None: all).
     pub tenants: Option<std::collections::HashSet<String>>,
+    /// `max_in_flight`: requests at once on this pool.
+    pub in_flight: Option<InFlightLimit>,
     cursors: [AtomicUsize; 2],
 }
 
@@ -73,6 +76,7 @@ impl Pool {
                 .unwrap_or_else(|| config.model.clone()),
             workers,
             tenants: (!config.tenants.is_empty()).then(|| config.tenants.iter().cloned().collect()),
+            in_flight: config.max_in_flight.map(InFlightLimit::new),
             cursors: [AtomicUsize::new(0), AtomicUsize::new(0)],
         }
     }
@@ -132,6 +136,21 @@ impl Pool {
                 none_eligible(prefill, "prefill").or_else(|| none_eligible(decode, "decode"))
             }
         }
+    }
+
+    /// Another eligible worker of a unified pool than `failed` (a retry after a connect
+    /// failure), least outstanding first.
+    pub fn pick_other_unified(&self, failed: &Worker) -> Option<Target> {
+        let PoolWorkers::Unified(ws) = &self.workers else {
+            return None;
+        };
+        let others: Vec<Arc<Worker>> = ws
+            .iter()
+            .filter(|w| w.authority != failed.authority)
+            .cloned()
+            .collect();
+        let w = pick::least_outstanding(&others, &self.cursors[0])?;
+        Some(Target::Unified(w.start_request()))
     }
 
     /// Choose the workers for one request (least outstanding, round-robin on ties).
