@@ -182,6 +182,7 @@ pub async fn serve<S, B>(
 {
     let graceful = GracefulShutdown::new();
     let builder = limits.builder();
+    let first_byte_timeout = limits.header_read_timeout;
     let connections = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
     loop {
         // At the connection cap, stop accepting until one closes: new connections wait in
@@ -215,6 +216,18 @@ pub async fn serve<S, B>(
             open.increment(1.0);
             let result = match tls {
                 None => {
+                    // Telling HTTP/1 from h2c needs the first bytes, and hyper-util reads
+                    // them before hyper's header timer exists: a client that sends nothing
+                    // would otherwise hold the connection for ever.
+                    let mut first = [0u8; 1];
+                    if !matches!(
+                        tokio::time::timeout(first_byte_timeout, stream.peek(&mut first)).await,
+                        Ok(Ok(1))
+                    ) {
+                        tracing::debug!(%peer, "no request bytes within header_read_timeout");
+                        open.decrement(1.0);
+                        return;
+                    }
                     let conn =
                         builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
                     watcher.watch(conn.into_owned()).await
@@ -223,6 +236,14 @@ pub async fn serve<S, B>(
                     match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
                     {
                         Ok(Ok(tls_stream)) => {
+                            // ALPN already chose the protocol: no version sniffing (which
+                            // would wait without a deadline for the first bytes).
+                            let h2 = tls_stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                            let builder = if h2 {
+                                builder.http2_only()
+                            } else {
+                                builder.http1_only()
+                            };
                             let conn = builder
                                 .serve_connection_with_upgrades(TokioIo::new(tls_stream), service);
                             watcher.watch(conn.into_owned()).await

@@ -111,4 +111,10 @@ pub enum SimFault {
     /// Streams stop after a few token events: no final `finish_reason`, no `[DONE]`
     /// (a connection cut mid-stream, as the client sees it).
     CutStream,
+    /// Streams send two token events, then go silent with the connection open (a stuck
+    /// engine): only a deadline ends them.
+    StallStream,
+    /// The first stream event is not JSON (an HTML error page from a broken proxy in front
+    /// of the engine), then the normal stream.
+    GarbageEvent,
 }

@@ -378,6 +378,8 @@ fn output_fault(fault: SimFault, result: &mut SampleResult) {
         | SimFault::Hang
         | SimFault::Reset
         | SimFault::PrefillAbort
-        | SimFault::CutStream => {}
+        | SimFault::CutStream
+        | SimFault::StallStream
+        | SimFault::GarbageEvent => {}
     }
 }

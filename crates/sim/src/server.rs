@@ -182,13 +182,39 @@ async fn generation(
                     .unwrap_or(events.len().saturating_sub(2));
                 events.truncate(cut);
             }
+            let mut stall = false;
+            match engine.config.fault {
+                SimFault::StallStream => {
+                    let mut tokens = 0;
+                    let cut = events
+                        .iter()
+                        .position(|e| {
+                            tokens += usize::from(e.token);
+                            tokens > 2
+                        })
+                        .unwrap_or(events.len());
+                    events.truncate(cut);
+                    stall = true;
+                }
+                SimFault::GarbageEvent => events.insert(
+                    0,
+                    crate::reply::Event {
+                        token: false,
+                        data: bytes::Bytes::from_static(
+                            b"data: <html><body>502 Bad Gateway</body></html>\n\n",
+                        ),
+                    },
+                ),
+                _ => {}
+            }
             let body = SseBody::new(
                 events,
                 engine.config.token_latency,
                 pages,
                 Arc::clone(&engine.stats),
                 Arc::clone(&engine.changed),
-            );
+            )
+            .stalling(stall);
             let mut response = Response::new(body.boxed_unsync());
             response.headers_mut().insert(
                 hyper::header::CONTENT_TYPE,

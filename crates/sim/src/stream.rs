@@ -30,9 +30,17 @@ pub(crate) struct SseBody {
     pages: Vec<Allocation>,
     stats: Arc<SimStats>,
     changed: Arc<Notify>,
+    /// After the last event, stay silent with the connection open instead of ending.
+    stall: bool,
 }
 
 impl SseBody {
+    /// End in silence rather than with the end of the body ([`crate::SimFault::StallStream`]).
+    pub(crate) fn stalling(mut self, stall: bool) -> Self {
+        self.stall = stall;
+        self
+    }
+
     pub(crate) fn new(
         events: Vec<Event>,
         latency: Duration,
@@ -51,6 +59,7 @@ impl SseBody {
             pages,
             stats,
             changed,
+            stall: false,
         }
     }
 }
@@ -73,6 +82,10 @@ impl Body for SseBody {
                 this.slept = true;
             }
             let Some(front) = this.events.front() else {
+                if this.stall {
+                    // Never woken: the stream is silent until the client gives up.
+                    return Poll::Pending;
+                }
                 if !this.done {
                     this.done = true;
                     this.pages.clear();

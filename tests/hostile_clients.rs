@@ -1,0 +1,373 @@
+//! Hostile clients cannot get around the gateway: engine-control fields and request ids stay
+//! the gateway's, every client-side wait has a deadline, oversized headers are refused, load
+//! has a ceiling, and the admin and catalog routes say no more than they should.
+
+mod support;
+
+use serde_json::json;
+use std::time::Duration;
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use kvgate_sim::{SimFault, SimRole};
+
+const WINDOW: u64 = 32768;
+
+/// The standard config with extra `[server]` and `[upstream]` keys.
+fn config(pools: &str, server: &str, upstream: &str) -> String {
+    config_with_pools(WINDOW, pools)
+        .replace(
+            "drain_timeout = \"10s\"",
+            &format!("drain_timeout = \"10s\"\n{server}"),
+        )
+        .replace(
+            "request_timeout = \"20s\"",
+            &format!("request_timeout = \"20s\"\n{upstream}"),
+        )
+}
+
+/// Bytes the gateway sends back on a raw connection until it closes it (bounded wait: a
+/// gateway that never closes fails the test instead of hanging it).
+async fn until_closed(stream: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut out)).await;
+    assert!(read.is_ok(), "the gateway kept the connection open");
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn engine_control_fields_are_refused_and_the_engine_gets_the_gateways_ids() {
+    let engine = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
+    let gw = gateway(&config(
+        &unified_pool("u", &[worker(&engine, None)]),
+        "",
+        "",
+    ))
+    .await;
+    let url = format!("http://{}/generate", gw.data_addr());
+    for (field, value) in [
+        ("rid", json!("victim-request")),
+        ("session_params", json!({"id": "s"})),
+        ("custom_logit_processor", json!("x")),
+        ("return_hidden_states", json!(true)),
+        ("bootstrap_room", json!(7)),
+        ("data_parallel_rank", json!(0)),
+        ("input_embeds", json!([[0.1]])),
+    ] {
+        let mut body = json!({"text": "hello", "sampling_params": {"max_new_tokens": 2}});
+        body[field] = value;
+        let reply = post(&url, Some(KEY), &body).await;
+        assert_eq!(reply.status, 400, "{field}: {}", reply.text());
+        assert_eq!(error_code(&reply), "unsupported_parameter");
+        assert_eq!(reply.json()["error"]["param"], field);
+    }
+    let nested =
+        json!({"text": "hi", "sampling_params": {"max_new_tokens": 2, "custom_params": {}}});
+    let reply = post(&url, Some(KEY), &nested).await;
+    assert_eq!(
+        reply.json()["error"]["param"],
+        "sampling_params.custom_params"
+    );
+    assert!(
+        generations(&engine).is_empty(),
+        "nothing refused reached the engine"
+    );
+
+    // The client's x-request-id is echoed, never the engine's id.
+    let mut req = request(
+        http::Method::POST,
+        &url,
+        Some(KEY),
+        json!({"text": "hello", "sampling_params": {"max_new_tokens": 2}}).to_string(),
+    );
+    req.headers_mut()
+        .insert("x-request-id", "victim-request".parse().unwrap());
+    let reply = read(send(req).await).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.headers["x-client-request-id"], "victim-request");
+    let ours = reply.headers["x-request-id"].to_str().unwrap().to_owned();
+    assert_ne!(ours, "victim-request");
+    assert_eq!(reply.json()["meta_info"]["id"], ours.as_str());
+    let received = generations(&engine);
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].body["rid"], ours.as_str());
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn lora_adapters_only_by_name_from_the_tenants_list() {
+    let engine = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
+    let text = config(&unified_pool("u", &[worker(&engine, None)]), "", "").replace(
+        "name = \"t1\"",
+        "name = \"t1\"\nlora_adapters = [\"sql-v2\"]",
+    );
+    let gw = gateway(&text).await;
+    let url = format!("http://{}/v1/completions", gw.data_addr());
+    let ask = |lora: serde_json::Value| json!({"model": "qwen3", "prompt": "hi", "max_tokens": 2, "lora_path": lora});
+    let ok = post(&url, Some(KEY), &ask(json!("sql-v2"))).await;
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    let other = post(&url, Some(KEY), &ask(json!("someone-elses"))).await;
+    assert_eq!(
+        (other.status.as_u16(), error_code(&other).as_str()),
+        (403, "lora_not_allowed")
+    );
+    let path = post(&url, Some(KEY), &ask(json!("/models/evil-weights"))).await;
+    assert_eq!(path.status, 400, "{}", path.text());
+    let received = generations(&engine);
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].body["lora_path"], "sql-v2");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn slow_and_half_sent_requests_hit_deadlines() {
+    let engine = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
+    let gw = gateway(&config(
+        &unified_pool("u", &[worker(&engine, None)]),
+        "header_read_timeout = \"1s\"\nbody_idle_timeout = \"1s\"\nbody_timeout = \"3s\"",
+        "",
+    ))
+    .await;
+    let addr = gw.data_addr();
+
+    // Half a header: closed (hyper answers 408 or just closes).
+    let mut half = TcpStream::connect(addr).await.unwrap();
+    half.write_all(b"POST /generate HTTP/1.1\r\nHost: x\r\nAuthor")
+        .await
+        .unwrap();
+    let answer = until_closed(&mut half).await;
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 408"),
+        "{answer}"
+    );
+
+    // Nothing at all after connecting, and nothing after a response: both closed.
+    let mut idle = TcpStream::connect(addr).await.unwrap();
+    until_closed(&mut idle).await;
+
+    // Headers and 17 bytes of a 100 KB body: 408 with the JSON error.
+    let mut slow = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /generate HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{{\"text\": \"abcdef"
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    let answer = until_closed(&mut slow).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"code\":\"request_timeout\""), "{answer}");
+
+    // A body that trickles in (a byte before each idle deadline) still ends at the total.
+    let mut trickle = TcpStream::connect(addr).await.unwrap();
+    trickle.write_all(head.as_bytes()).await.unwrap();
+    let feeder = tokio::spawn(async move {
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            if trickle.write_all(b"a").await.is_err() {
+                break;
+            }
+        }
+        let mut out = Vec::new();
+        let _ = trickle.read_to_end(&mut out).await;
+        String::from_utf8_lossy(&out).into_owned()
+    });
+    let answer = tokio::time::timeout(Duration::from_secs(30), feeder)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(answer.contains("server.body_timeout"), "{answer}");
+    assert!(generations(&engine).is_empty());
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn oversized_headers_are_431() {
+    let engine = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
+    let gw = gateway(&config(
+        &unified_pool("u", &[worker(&engine, None)]),
+        "",
+        "",
+    ))
+    .await;
+    let url = format!("http://{}/generate", gw.data_addr());
+    let body = json!({"text": "hi", "sampling_params": {"max_new_tokens": 2}}).to_string();
+    // One 20 KiB value (over the 16 KiB per-value limit).
+    let mut req = request(http::Method::POST, &url, Some(KEY), body.clone());
+    req.headers_mut()
+        .insert("x-big", "a".repeat(20 * 1024).parse().unwrap());
+    let reply = read(send(req).await).await;
+    assert_eq!(reply.status, 431, "{}", reply.text());
+    assert_eq!(error_code(&reply), "request_header_too_large");
+    // 100 KB of headers in small values: refused while reading (over the 64 KiB block).
+    let mut raw = TcpStream::connect(gw.data_addr()).await.unwrap();
+    let mut head = String::from("POST /generate HTTP/1.1\r\nHost: x\r\n");
+    for i in 0..100 {
+        head.push_str(&format!("x-h{i}: {}\r\n", "b".repeat(1000)));
+    }
+    head.push_str("\r\n");
+    let _ = raw.write_all(head.as_bytes()).await;
+    let answer = until_closed(&mut raw).await;
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+    assert!(generations(&engine).is_empty());
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn in_flight_ceilings_answer_503_at_once_and_free_with_the_stream() {
+    let engine = slow_engine(WINDOW as usize, 100).await;
+    for (server, pool_extra, ceiling) in [
+        ("max_in_flight = 1", "", "in-flight request"),
+        ("", "max_in_flight = 1\n", "pool in-flight request"),
+    ] {
+        let pools = unified_pool("u", &[worker(&engine, None)]) + pool_extra;
+        let gw = gateway(&config(&pools, server, "")).await;
+        let url = format!("http://{}/generate", gw.data_addr());
+        // The simulated engine echoes the prompt: a long one keeps the stream open.
+        let long = json!({"text": "a long story ".repeat(50), "stream": true, "sampling_params": {"max_new_tokens": 50}});
+        let held = send(request(
+            http::Method::POST,
+            &url,
+            Some(KEY),
+            long.to_string(),
+        ))
+        .await;
+        assert_eq!(held.status(), 200);
+        let refused = post(&url, Some(KEY), &json!({"text": "hi"})).await;
+        assert_eq!(refused.status, 503, "{ceiling}: {}", refused.text());
+        assert_eq!(error_code(&refused), "overloaded");
+        assert_eq!(refused.headers["retry-after"], "1");
+        assert!(refused.text().contains(ceiling), "{}", refused.text());
+        drop(held); // the client goes away: its slot is free again
+        let mut ok = None;
+        for _ in 0..50 {
+            let r = post(
+                &url,
+                Some(KEY),
+                &json!({"text": "hi", "sampling_params": {"max_new_tokens": 1}}),
+            )
+            .await;
+            if r.status == 200 {
+                ok = Some(r);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(ok.is_some(), "the slot came back");
+        gw.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn buffered_bodies_share_one_memory_budget() {
+    let engine = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
+    let gw = gateway(&config(
+        &unified_pool("u", &[worker(&engine, None)]),
+        "max_body_bytes = \"4KiB\"\nmax_buffered_bytes = \"8KiB\"\nbody_idle_timeout = \"10s\"",
+        "max_response_bytes = \"4KiB\"",
+    ))
+    .await;
+    // Two unfinished 4 KiB bodies hold the whole budget.
+    let head = format!(
+        "POST /generate HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\nContent-Length: 4096\r\n\r\n{{"
+    );
+    let mut holders = Vec::new();
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(gw.data_addr()).await.unwrap();
+        s.write_all(head.as_bytes()).await.unwrap();
+        holders.push(s);
+    }
+    let url = format!("http://{}/generate", gw.data_addr());
+    let mut refused = None;
+    for _ in 0..50 {
+        // The holders' reservations land as their heads are read; retry until they have.
+        let r = post(&url, Some(KEY), &json!({"text": "hi"})).await;
+        if r.status == 503 {
+            refused = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let refused = refused.expect("the budget is full");
+    assert_eq!(error_code(&refused), "overloaded");
+    assert!(
+        refused.text().contains("buffered request bytes"),
+        "{}",
+        refused.text()
+    );
+    drop(holders);
+    let mut ok = false;
+    for _ in 0..50 {
+        let r = post(
+            &url,
+            Some(KEY),
+            &json!({"text": "hi", "sampling_params": {"max_new_tokens": 1}}),
+        )
+        .await;
+        if r.status == 200 {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(ok, "the budget came back when the clients left");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn models_are_listed_per_tenant_and_health_is_503_while_draining() {
+    let engine = slow_engine(WINDOW as usize, 50).await;
+    let text = config(&unified_pool("u", &[worker(&engine, None)]), "", "")
+        .replace(
+            "[[tenants]]",
+            &format!(
+                "[[models]]\nname = \"other\"\ntokenizer = \"tokenizers/qwen3/tokenizer.json\"\ncontext_window = 1000\n\n{}\n[[tenants]]",
+                unified_pool("o", &[worker(&engine, None)]).replace("model = \"qwen3\"", "model = \"other\"")
+            ),
+        )
+        .replace("name = \"t1\"", "name = \"t1\"\nmodels = [\"qwen3\"]");
+    let gw = gateway(&text).await;
+    let models = get(&format!("http://{}/v1/models", gw.data_addr()), Some(KEY)).await;
+    let ids: Vec<String> = models.json()["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids, ["qwen3"], "only the tenant's models");
+
+    // Mutating admin routes are off without a configured admin token.
+    let reload = read(
+        send(request(
+            http::Method::POST,
+            &format!("http://{}/reload", gw.admin_addr()),
+            None,
+            "",
+        ))
+        .await,
+    )
+    .await;
+    assert_eq!(reload.status, 403, "{}", reload.text());
+
+    // A stream in flight keeps the data port draining; /health says so.
+    let url = format!("http://{}/generate", gw.data_addr());
+    let held = send(request(
+        http::Method::POST,
+        &url,
+        Some(KEY),
+        json!({"model": "qwen3", "text": "a long story ".repeat(50), "stream": true,
+               "sampling_params": {"max_new_tokens": 20}})
+        .to_string(),
+    ))
+    .await;
+    assert_eq!(held.status(), 200);
+    gw.begin_shutdown();
+    let health = get(&format!("http://{}/health", gw.admin_addr()), None).await;
+    assert_eq!(health.status, 503, "{}", health.text());
+    assert_eq!(health.json()["status"], "draining");
+    let rest = read(held).await;
+    assert!(
+        rest.text().contains("[DONE]"),
+        "the stream finished: {}",
+        rest.text()
+    );
+    gw.wait().await;
+}
