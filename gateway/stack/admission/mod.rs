@@ -178,6 +178,14 @@ pub async fn admit(
     let param = parsed.prompt_param();
     let cap = tenant.and_then(|t| t.max_prompt_tokens.map(|c| (t.name.clone(), c)));
 
+    if measured
+        .iter()
+        .any(|m| m.max_new == MaxNew::RestOfWindow && m.pending.is_some())
+    {
+        // A chat without max_tokens is clamped to what fits beyond its prompt: that needs
+        // the exact count, not the bound (which would clamp it short).
+        count::count_exactly(&mut measured, &model.tokenizer, &state.permits).await?;
+    }
     let mut verdicts = judge(&budgets, &measured, cap.as_ref());
     if verdicts.iter().any(Result::is_err) && measured.iter().any(|m| m.pending.is_some()) {
         // The bound did not settle it: count exactly (a refusal then reports the exact
