@@ -319,6 +319,84 @@ mod tests {
         }
     }
 
+    /// JSON values built from the names the parser looks at, so that random bodies reach
+    /// its deeper branches (prompt shapes, batches, sampling_params, the allowlist).
+    fn json_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let key = prop::sample::select(vec![
+            "model",
+            "text",
+            "input_ids",
+            "prompt",
+            "messages",
+            "role",
+            "content",
+            "sampling_params",
+            "max_new_tokens",
+            "max_tokens",
+            "stream",
+            "stream_options",
+            "include_usage",
+            "rid",
+            "lora_path",
+            "cache_salt",
+            "n",
+            "x",
+        ]);
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            (0u64..50_000).prop_map(Value::from),
+            prop::sample::select(vec!["qwen3", "user", "hi", "", "gpt-9", "/x"])
+                .prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 48, 6, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                prop::collection::vec((key.clone(), inner), 0..6).prop_map(|kv| {
+                    Value::Object(kv.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+                }),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn arbitrary_bodies_never_panic_and_accepted_ones_are_consistent(
+            value in json_value(),
+            endpoint in proptest::sample::select(vec![
+                Endpoint::Generate, Endpoint::Completions, Endpoint::ChatCompletions,
+            ]),
+        ) {
+            let body = value.to_string();
+            match parse(endpoint, &body) {
+                Ok(r) => {
+                    // An accepted request names its prompts, one per sample, and passes the
+                    // allowlist; every budget it states is readable.
+                    proptest::prop_assert_eq!(r.prompts().map(|p| p.len()).ok(), Some(r.batch));
+                    proptest::prop_assert!(fields::check(endpoint, &r.fields).is_ok());
+                    proptest::prop_assert!(!r.fields.contains_key("rid"));
+                    for i in 0..r.batch {
+                        let _ = r.requested_max_new(i);
+                    }
+                }
+                Err(e) => {
+                    proptest::prop_assert!(e.status().is_client_error(), "{:?}", e);
+                }
+            }
+        }
+
+        #[test]
+        fn arbitrary_bytes_are_a_client_error(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            if let Err(e) = parse_inference(Endpoint::Generate, &bytes, &catalog()) {
+                proptest::prop_assert!(e.status().is_client_error());
+            }
+        }
+    }
+
     #[test]
     fn unknown_model_is_model_not_found() {
         let err = parse(Endpoint::Completions, r#"{"model":"gpt-9","prompt":"x"}"#).unwrap_err();

@@ -14,6 +14,9 @@ use super::inspect::{self, Expectation, Markers, Shape, Trip};
 use super::leak::LeakScan;
 use super::sse::SseEvent;
 
+#[cfg(test)]
+mod proptests;
+
 /// What the client asked for that the gateway changed to be able to check the stream.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct UsageRewrite {

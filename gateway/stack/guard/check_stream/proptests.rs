@@ -1,0 +1,144 @@
+//! Property tests of the guard's stream check over the re-framer: whatever the chunk
+//! boundaries, a valid stream passes byte for byte, and arbitrary bytes never panic and get
+//! the same verdict however they are cut.
+
+use bytes::Bytes;
+use proptest::prelude::*;
+use std::sync::Arc;
+
+use super::{StreamCheck, UsageRewrite};
+use crate::stack::guard::inspect::{Expectation, Markers, Shape, Trip};
+use crate::stack::guard::sse::SseReframer;
+
+/// Feed `chunks` through a re-framer and a fresh check: what would reach the client, and the
+/// trip that ended the stream, if any.
+fn run(chunks: &[&[u8]], prompt_tokens: u64) -> (Vec<u8>, Option<Trip>) {
+    let expect = Expectation {
+        prompt_tokens: Some(Arc::from(vec![prompt_tokens])),
+        tolerance: 0,
+    };
+    let mut check = StreamCheck::new(
+        Shape::Native,
+        Markers::default(),
+        expect,
+        1,
+        UsageRewrite::default(),
+    );
+    let mut reframer = SseReframer::new();
+    let mut out = Vec::new();
+    let mut events = Vec::new();
+    let mut emit = |check: &mut StreamCheck, bytes: Bytes, out: &mut Vec<u8>| {
+        for b in check.release(bytes) {
+            out.extend_from_slice(&b);
+        }
+    };
+    for chunk in chunks {
+        if reframer.push(chunk, &mut events).is_err() {
+            return (out, Some(Trip::Truncated { detail: "limit" }));
+        }
+        for event in events.drain(..) {
+            match check.event(&event) {
+                Ok(Some(bytes)) => emit(&mut check, bytes, &mut out),
+                Ok(None) => {}
+                Err(trip) => return (out, Some(trip)),
+            }
+        }
+    }
+    if let Some(tail) = reframer.finish() {
+        match check.event(&tail) {
+            Ok(Some(bytes)) => emit(&mut check, bytes, &mut out),
+            Ok(None) => {}
+            Err(trip) => return (out, Some(trip)),
+        }
+    }
+    match check.end() {
+        Ok(()) => {
+            for b in check.release_all() {
+                out.extend_from_slice(&b);
+            }
+            (out, None)
+        }
+        Err(trip) => (out, Some(trip)),
+    }
+}
+
+/// A valid SGLang native stream of `pieces` (cumulative text), ending with a length finish.
+fn native_stream(pieces: &[String], prompt_tokens: u64) -> Vec<u8> {
+    let mut text = String::new();
+    let mut out = String::new();
+    for (i, piece) in pieces.iter().enumerate() {
+        text.push_str(piece);
+        let last = i + 1 == pieces.len();
+        let finish = if last {
+            serde_json::json!({"type": "length", "length": pieces.len()})
+        } else {
+            serde_json::Value::Null
+        };
+        let event = serde_json::json!({
+            "text": text,
+            "meta_info": {"id": "r", "finish_reason": finish,
+                          "prompt_tokens": prompt_tokens, "completion_tokens": i + 1},
+        });
+        out.push_str(&format!("data: {event}\n\n"));
+    }
+    out.push_str("data: [DONE]\n\n");
+    out.into_bytes()
+}
+
+fn cut<'a>(input: &'a [u8], cuts: &[prop::sample::Index]) -> Vec<&'a [u8]> {
+    let mut at: Vec<usize> = cuts.iter().map(|i| i.index(input.len() + 1)).collect();
+    at.sort_unstable();
+    at.dedup();
+    let mut chunks = Vec::new();
+    let mut prev = 0;
+    for a in at {
+        chunks.push(&input[prev..a]);
+        prev = a;
+    }
+    chunks.push(&input[prev..]);
+    chunks
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn a_valid_stream_passes_unchanged_however_it_is_cut(
+        pieces in prop::collection::vec("[a-z \\n]{0,12}", 1..12),
+        prompt in 1u64..100_000,
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..30),
+    ) {
+        let input = native_stream(&pieces, prompt);
+        let (out, trip) = run(&cut(&input, &cuts), prompt);
+        prop_assert_eq!(trip, None);
+        prop_assert_eq!(out, input.clone());
+        // Byte by byte, too.
+        let bytes: Vec<&[u8]> = input.chunks(1).collect();
+        prop_assert_eq!(run(&bytes, prompt).1, None);
+        // The wrong prompt count always trips, wherever the cuts are.
+        let (_, trip) = run(&cut(&input, &cuts), prompt + 1);
+        prop_assert!(matches!(trip, Some(Trip::PromptTokens { .. })), "{:?}", trip);
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic_and_the_verdict_ignores_chunking(
+        input in prop::collection::vec(
+            prop_oneof![
+                4 => prop::sample::select(&b"data: \n\r{}[]\":,DONE"[..]),
+                2 => prop::sample::select(&b"textmeta_infofinish_reasonnulllength"[..]),
+                1 => any::<u8>(),
+            ],
+            0..300,
+        ),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..30),
+    ) {
+        let whole = run(&[&input], 3);
+        let chunked = run(&cut(&input, &cuts), 3);
+        prop_assert_eq!(&whole, &chunked);
+        // Nothing reaches the client past a trip's point, and no stream of junk passes.
+        prop_assert!(whole.0.len() <= input.len());
+        if whole.1.is_none() {
+            prop_assert!(input.windows(6).any(|w| w == b"[DONE]"), "passed without [DONE]");
+        }
+    }
+}
