@@ -27,7 +27,7 @@ fn run(chunks: &[&[u8]], prompt_tokens: u64) -> (Vec<u8>, Option<Trip>) {
     let mut reframer = SseReframer::new();
     let mut out = Vec::new();
     let mut events = Vec::new();
-    let mut emit = |check: &mut StreamCheck, bytes: Bytes, out: &mut Vec<u8>| {
+    let emit = |check: &mut StreamCheck, bytes: Bytes, out: &mut Vec<u8>| {
         for b in check.release(bytes) {
             out.extend_from_slice(&b);
         }
