@@ -107,6 +107,92 @@ async fn a_failed_prefill_fails_the_request_at_once_and_cancels_the_decode_leg()
 }
 
 #[tokio::test]
+async fn a_failed_decode_fails_the_request_at_once_and_cancels_the_prefill_leg() {
+    let prefill = engine(SimRole::Prefill, SimFault::Hang, 40960, WINDOW as usize).await;
+    let decode = engine(SimRole::Decode, SimFault::Reset, 40960, WINDOW as usize).await;
+    let pools = pd_pool(
+        "pdfast2",
+        &[worker(&prefill, None)],
+        &[worker(&decode, None)],
+    );
+    let gw = gateway(&config_with_pools(WINDOW, &pools)).await;
+    let url = format!("http://{}/generate", gw.data_addr());
+    for stream in [false, true] {
+        let reply = tokio::time::timeout(
+            Duration::from_secs(10),
+            post(&url, Some(KEY), &story(stream, 4)),
+        )
+        .await
+        .expect("the decode failure came back without waiting for prefill");
+        assert_eq!(reply.status, 502, "{}", reply.text());
+    }
+    assert!(gw.router().workers().all(|w| w.outstanding() == 0));
+    assert_eq!(
+        upstream_count("pdfast2", "prefill"),
+        2,
+        "cancelled legs count once"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn engines_that_never_answer_or_never_stop_hit_their_deadlines() {
+    // No response headers for a stream: 504 after response_header_timeout.
+    let hang = engine(SimRole::Unified, SimFault::Hang, 40960, WINDOW as usize).await;
+    let gw = gateway(&with_upstream(
+        config_with_pools(WINDOW, &unified_pool("hang", &[worker(&hang, None)])),
+        "response_header_timeout = \"1s\"",
+    ))
+    .await;
+    let url = format!("http://{}/generate", gw.data_addr());
+    let reply = post(&url, Some(KEY), &story(true, 4)).await;
+    assert_eq!(
+        (reply.status.as_u16(), error_code(&reply).as_str()),
+        (504, "upstream_timeout")
+    );
+    gw.shutdown().await;
+
+    // A stream that keeps going past the whole-request cap ends with the error event.
+    let slow = slow_engine(WINDOW as usize, 100).await;
+    let text = config_with_pools(WINDOW, &unified_pool("slowcap", &[worker(&slow, None)]))
+        .replace("request_timeout = \"20s\"", "request_timeout = \"1s\"");
+    let gw = gateway(&text).await;
+    let url = format!("http://{}/generate", gw.data_addr());
+    let reply = post(&url, Some(KEY), &story(true, 100)).await;
+    assert_eq!(reply.status, 200);
+    let events = reply.sse_data();
+    assert!(!events.iter().any(|e| e == "[DONE]"));
+    let last: Value = serde_json::from_str(events.last().unwrap()).unwrap();
+    assert_eq!(last["error"]["code"], "upstream_timeout", "{last}");
+    assert!(gw.router().workers().all(|w| w.outstanding() == 0));
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_answer_over_max_response_bytes_is_a_502() {
+    let engine = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
+    let gw = gateway(&with_upstream(
+        config_with_pools(WINDOW, &unified_pool("big", &[worker(&engine, None)])),
+        "max_response_bytes = \"1KiB\"",
+    ))
+    .await;
+    let url = format!("http://{}/generate", gw.data_addr());
+    // The engine echoes the prompt: 2.6 KB of text comes back.
+    let big =
+        json!({"text": "a long story ".repeat(200), "sampling_params": {"max_new_tokens": 600}});
+    let reply = post(&url, Some(KEY), &big).await;
+    assert_eq!(
+        (reply.status.as_u16(), error_code(&reply).as_str()),
+        (502, "upstream_protocol_error"),
+        "{}",
+        reply.text()
+    );
+    let small = post(&url, Some(KEY), &story(false, 2)).await;
+    assert_eq!(small.status, 200);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_connect_failure_is_retried_on_another_worker() {
     let live = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
     let dead = {
@@ -260,6 +346,24 @@ async fn limits_count_real_tokens() {
         .parse()
         .unwrap();
     assert_eq!(remaining, 20_000 - (exact + 16), "exact count {exact}");
+
+    // A text prompt reserves its exact count too.
+    let prompt = "The quick brown fox jumps over the lazy dog. ".repeat(40);
+    let exact_text = tk.count(&prompt, true).unwrap() as u64;
+    let completion = json!({"model": "qwen3", "max_tokens": 8, "prompt": prompt});
+    let reply = post(&format!("{base}/v1/completions"), Some(KEY), &completion).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let now: u64 = reply.headers["x-ratelimit-remaining-tokens"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        now <= remaining - (exact_text + 8) + 100
+            && now >= remaining.saturating_sub(exact_text + 8) - 100,
+        "reserved about {} (exact {exact_text} + 8): {remaining} → {now}",
+        remaining - now
+    );
 
     // A chat without max_tokens is clamped to what the decode pool leaves, and told so.
     let short = json!({"model": "qwen3", "messages": [{"role": "user", "content": "hello there"}]});

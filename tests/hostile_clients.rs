@@ -92,6 +92,14 @@ async fn engine_control_fields_are_refused_and_the_engine_gets_the_gateways_ids(
     let received = generations(&engine);
     assert_eq!(received.len(), 1);
     assert_eq!(received[0].body["rid"], ours.as_str());
+    // The client's id is kept for the logs: the request's audit line carries both.
+    let line = gw
+        .audit()
+        .recent()
+        .into_iter()
+        .find(|l| l["request_id"] == ours.as_str())
+        .expect("an audit line for the request");
+    assert_eq!(line["client_request_id"], "victim-request");
     gw.shutdown().await;
 }
 
@@ -146,6 +154,17 @@ async fn slow_and_half_sent_requests_hit_deadlines() {
     let mut idle = TcpStream::connect(addr).await.unwrap();
     until_closed(&mut idle).await;
 
+    // Nothing after a complete exchange: the keep-alive connection is closed too.
+    let mut kept = TcpStream::connect(addr).await.unwrap();
+    let body = r#"{"text": "hi", "sampling_params": {"max_new_tokens": 1}}"#;
+    let exchange = format!(
+        "POST /generate HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    kept.write_all(exchange.as_bytes()).await.unwrap();
+    let answer = until_closed(&mut kept).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
     // Headers and 17 bytes of a 100 KB body: 408 with the JSON error.
     let mut slow = TcpStream::connect(addr).await.unwrap();
     let head = format!(
@@ -175,7 +194,11 @@ async fn slow_and_half_sent_requests_hit_deadlines() {
         .unwrap()
         .unwrap();
     assert!(answer.contains("server.body_timeout"), "{answer}");
-    assert!(generations(&engine).is_empty());
+    assert_eq!(
+        generations(&engine).len(),
+        1,
+        "only the complete request reached the engine"
+    );
     gw.shutdown().await;
 }
 
@@ -370,4 +393,37 @@ async fn models_are_listed_per_tenant_and_health_is_503_while_draining() {
         rest.text()
     );
     gw.wait().await;
+}
+
+#[tokio::test]
+async fn connections_over_the_cap_wait_for_a_free_one() {
+    let engine = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
+    let gw = gateway(&config(
+        &unified_pool("u", &[worker(&engine, None)]),
+        "max_connections = 1\nheader_read_timeout = \"2s\"",
+        "",
+    ))
+    .await;
+    // One silent connection takes the only slot until its header deadline closes it.
+    let mut silent = TcpStream::connect(gw.data_addr()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await; // let the gateway accept it first
+    let url = format!("http://{}/generate", gw.data_addr());
+    let waiting = tokio::spawn(async move {
+        let reply = post(
+            &url,
+            Some(KEY),
+            &json!({"text": "hi", "sampling_params": {"max_new_tokens": 1}}),
+        )
+        .await;
+        (reply.status, std::time::Instant::now())
+    });
+    until_closed(&mut silent).await;
+    let freed = std::time::Instant::now();
+    let (status, served) = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status, 200);
+    assert!(served >= freed, "served only once the slot was free");
+    gw.shutdown().await;
 }

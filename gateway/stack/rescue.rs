@@ -75,6 +75,12 @@ where
             .get("x-request-id")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
+        // The client's own id (stack::request_id moved it here): logged, never forwarded.
+        let client_request_id = request
+            .headers()
+            .get("x-client-request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         Box::pin(async move {
             use tower::ServiceExt;
             let mut code = None;
@@ -87,10 +93,11 @@ where
                     // The full story (workers, causes) is logged; the client gets the
                     // short message and the id to quote.
                     let id = request_id.as_deref().unwrap_or("-");
+                    let client = client_request_id.as_deref().unwrap_or("-");
                     if error.status().is_server_error() {
-                        tracing::warn!(%error, code = error.code(), request_id = id, "request failed");
+                        tracing::warn!(%error, code = error.code(), request_id = id, client_request_id = client, "request failed");
                     } else {
-                        tracing::debug!(%error, code = error.code(), request_id = id, "request refused");
+                        tracing::debug!(%error, code = error.code(), request_id = id, client_request_id = client, "request refused");
                     }
                     error.into_response(request_id.as_deref())
                 }
@@ -114,6 +121,9 @@ where
                 fields.insert("outcome".into(), outcome.into());
                 fields.insert("code".into(), code.into());
                 fields.insert("request_id".into(), request_id.into());
+                if let Some(client) = client_request_id {
+                    fields.insert("client_request_id".into(), client.into());
+                }
                 if let Some(pool) = response
                     .headers()
                     .get("x-kvgate-pool")

@@ -288,6 +288,13 @@ impl Stage for Guard {
             {
                 fields.insert("request_id".into(), Value::from(id));
             }
+            if let Some(id) = request
+                .headers()
+                .get("x-client-request-id")
+                .and_then(|v| v.to_str().ok())
+            {
+                fields.insert("client_request_id".into(), Value::from(id));
+            }
 
             let mut response = next.oneshot(request).await?;
             if let Some(served) = response.extensions().get::<ServedBy>() {
