@@ -36,6 +36,20 @@ async fn until_closed(stream: &mut TcpStream) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Ask `url` for a one-token generation until it answers `status` (a few hundred ms at
+/// most): slots and reservations change hands asynchronously.
+async fn eventually(url: &str, status: u16) -> Option<Reply> {
+    for _ in 0..50 {
+        let body = json!({"text": "hi", "sampling_params": {"max_new_tokens": 1}});
+        let reply = post(url, Some(KEY), &body).await;
+        if reply.status == status {
+            return Some(reply);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
 #[tokio::test]
 async fn engine_control_fields_are_refused_and_the_engine_gets_the_gateways_ids() {
     let engine = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
@@ -260,20 +274,7 @@ async fn in_flight_ceilings_answer_503_at_once_and_free_with_the_stream() {
         assert_eq!(refused.headers["retry-after"], "1");
         assert!(refused.text().contains(ceiling), "{}", refused.text());
         drop(held); // the client goes away: its slot is free again
-        let mut ok = None;
-        for _ in 0..50 {
-            let r = post(
-                &url,
-                Some(KEY),
-                &json!({"text": "hi", "sampling_params": {"max_new_tokens": 1}}),
-            )
-            .await;
-            if r.status == 200 {
-                ok = Some(r);
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let ok = eventually(&url, 200).await;
         assert!(ok.is_some(), "the slot came back");
         gw.shutdown().await;
     }
@@ -299,17 +300,8 @@ async fn buffered_bodies_share_one_memory_budget() {
         holders.push(s);
     }
     let url = format!("http://{}/generate", gw.data_addr());
-    let mut refused = None;
-    for _ in 0..50 {
-        // The holders' reservations land as their heads are read; retry until they have.
-        let r = post(&url, Some(KEY), &json!({"text": "hi"})).await;
-        if r.status == 503 {
-            refused = Some(r);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let refused = refused.expect("the budget is full");
+    // The holders' reservations land as their heads are read: ask until they have.
+    let refused = eventually(&url, 503).await.expect("the budget is full");
     assert_eq!(error_code(&refused), "overloaded");
     assert!(
         refused.text().contains("buffered request bytes"),
@@ -317,21 +309,8 @@ async fn buffered_bodies_share_one_memory_budget() {
         refused.text()
     );
     drop(holders);
-    let mut ok = false;
-    for _ in 0..50 {
-        let r = post(
-            &url,
-            Some(KEY),
-            &json!({"text": "hi", "sampling_params": {"max_new_tokens": 1}}),
-        )
-        .await;
-        if r.status == 200 {
-            ok = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(ok, "the budget came back when the clients left");
+    let ok = eventually(&url, 200).await;
+    assert!(ok.is_some(), "the budget came back when the clients left");
     gw.shutdown().await;
 }
 

@@ -170,30 +170,16 @@ async fn generation(
             Ok(json_response(code, &body))
         }
         Reply::Stream(mut events) => {
-            if engine.config.fault == SimFault::CutStream {
-                // Keep the first three token events; the end never comes.
-                let mut tokens = 0;
-                let cut = events
-                    .iter()
-                    .position(|e| {
-                        tokens += usize::from(e.token);
-                        tokens > 3
-                    })
-                    .unwrap_or(events.len().saturating_sub(2));
-                events.truncate(cut);
-            }
             let mut stall = false;
             match engine.config.fault {
-                SimFault::StallStream => {
-                    let mut tokens = 0;
-                    let cut = events
-                        .iter()
-                        .position(|e| {
-                            tokens += usize::from(e.token);
-                            tokens > 2
-                        })
-                        .unwrap_or(events.len());
+                // Keep the first three token events; the end never comes.
+                SimFault::CutStream => {
+                    let cut = nth_token_event(&events, 3).unwrap_or(events.len().saturating_sub(2));
                     events.truncate(cut);
+                }
+                // Two token events, then silence with the connection open.
+                SimFault::StallStream => {
+                    events.truncate(nth_token_event(&events, 2).unwrap_or(events.len()));
                     stall = true;
                 }
                 SimFault::GarbageEvent => events.insert(
@@ -331,4 +317,13 @@ fn loads(engine: &SimEngine) -> Value {
         map.insert("loads".into(), json!([load]));
     }
     top
+}
+
+/// The index of the event after the first `n` token events, if there are more.
+fn nth_token_event(events: &[crate::reply::Event], n: usize) -> Option<usize> {
+    let mut tokens = 0;
+    events.iter().position(|e| {
+        tokens += usize::from(e.token);
+        tokens > n
+    })
 }

@@ -32,7 +32,7 @@ use bytes::{Bytes, BytesMut};
 use memchr::{memchr, memchr2};
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 /// Default for [`SseReframer::with_limit`]: 16 MiB per event.
 pub const DEFAULT_MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;

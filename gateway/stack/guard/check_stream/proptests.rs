@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use super::{StreamCheck, UsageRewrite};
 use crate::stack::guard::inspect::{Expectation, Markers, Shape, Trip};
+use crate::stack::guard::sse::tests::cut;
 use crate::stack::guard::sse::SseReframer;
 
 /// Feed `chunks` through a re-framer and a fresh check: what would reach the client, and the
@@ -83,20 +84,6 @@ fn native_stream(pieces: &[String], prompt_tokens: u64) -> Vec<u8> {
     }
     out.push_str("data: [DONE]\n\n");
     out.into_bytes()
-}
-
-fn cut<'a>(input: &'a [u8], cuts: &[prop::sample::Index]) -> Vec<&'a [u8]> {
-    let mut at: Vec<usize> = cuts.iter().map(|i| i.index(input.len() + 1)).collect();
-    at.sort_unstable();
-    at.dedup();
-    let mut chunks = Vec::new();
-    let mut prev = 0;
-    for a in at {
-        chunks.push(&input[prev..a]);
-        prev = a;
-    }
-    chunks.push(&input[prev..]);
-    chunks
 }
 
 proptest! {

@@ -389,7 +389,7 @@ fn serialize(model: &Model) -> (Vec<u8>, Vec<SseEvent>) {
 }
 
 /// Chunks of `input` cut at `cuts` (any positions, sorted and deduplicated).
-fn cut<'a>(input: &'a [u8], cuts: &[prop::sample::Index]) -> Vec<&'a [u8]> {
+pub(crate) fn cut<'a>(input: &'a [u8], cuts: &[prop::sample::Index]) -> Vec<&'a [u8]> {
     let mut at: Vec<usize> = cuts.iter().map(|i| i.index(input.len() + 1)).collect();
     at.sort_unstable();
     at.dedup();
