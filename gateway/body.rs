@@ -39,6 +39,51 @@ where
     body.map_err(Into::into).boxed_unsync()
 }
 
+/// How much of an in-memory answer is handed to hyper at a time.
+const CHUNK_BYTES: usize = 64 * 1024;
+
+/// An in-memory body handed out in [`CHUNK_BYTES`] slices (no copies). hyper drops a body
+/// once it has taken its last frame, so a whole answer in one frame would release what the
+/// body guards (slots, loads, the buffer budget's reservation) while the answer still waits
+/// in hyper's write queue; in slices, hyper's backpressure keeps the body — and its guards —
+/// alive until all but the last slice has been written.
+#[derive(Debug, Default)]
+pub struct ChunkedBytes {
+    rest: Bytes,
+}
+
+impl ChunkedBytes {
+    /// Serve `bytes`.
+    pub fn new(bytes: Bytes) -> Self {
+        Self { rest: bytes }
+    }
+}
+
+impl Body for ChunkedBytes {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if self.rest.is_empty() {
+            return Poll::Ready(None);
+        }
+        let n = self.rest.len().min(CHUNK_BYTES);
+        let chunk = self.rest.split_to(n);
+        Poll::Ready(Some(Ok(Frame::data(chunk))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.rest.is_empty()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.rest.len() as u64)
+    }
+}
+
 pin_project! {
     /// A body that keeps `guard` alive until the inner body has ended or is dropped.
     pub struct GuardBody<B, G> {
@@ -110,6 +155,23 @@ mod tests {
         assert_eq!(released.load(Ordering::SeqCst), 0);
         assert!(body.frame().await.is_none());
         assert_eq!(released.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn chunked_bytes_come_in_slices_with_an_exact_size() {
+        let data = Bytes::from(vec![7u8; CHUNK_BYTES * 2 + 5]);
+        let mut body = ChunkedBytes::new(data.clone());
+        assert_eq!(body.size_hint().exact(), Some(data.len() as u64));
+        let mut sizes = Vec::new();
+        let mut all = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let chunk = frame.unwrap().into_data().unwrap();
+            sizes.push(chunk.len());
+            all.extend_from_slice(&chunk);
+        }
+        assert_eq!(sizes, [CHUNK_BYTES, CHUNK_BYTES, 5]);
+        assert_eq!(all, data);
+        assert!(body.is_end_stream());
     }
 
     #[test]

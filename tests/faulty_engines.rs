@@ -378,6 +378,15 @@ async fn limits_count_real_tokens() {
     assert_eq!(clamped, 4096 - prompt);
     let sent = generations(&decode);
     assert_eq!(sent.last().unwrap().body["max_tokens"], clamped);
+    // With n = 4 every sequence gets a quarter of that room.
+    let four =
+        json!({"model": "qwen3", "n": 4, "messages": [{"role": "user", "content": "hello there"}]});
+    let reply = post(&format!("{base}/v1/chat/completions"), Some(KEY), &four).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(
+        reply.headers["x-kvgate-max-tokens"],
+        ((4096 - prompt) / 4).to_string().as_str()
+    );
 
     // An over-long text prompt reports its exact count.
     let long = "word ".repeat(5000);

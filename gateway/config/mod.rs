@@ -105,6 +105,10 @@ pub struct ServerConfig {
     /// Until a request body is complete (408).
     #[serde(with = "humantime_serde")]
     pub body_timeout: Duration,
+    /// A write to the client that makes no progress this long (the client stopped reading)
+    /// closes the connection, releasing the request's slots.
+    #[serde(with = "humantime_serde")]
+    pub send_timeout: Duration,
     /// HTTP/2 keep-alive ping interval; a client that does not answer within
     /// `http2_keep_alive_timeout` is disconnected.
     #[serde(with = "humantime_serde")]
@@ -139,6 +143,7 @@ impl Default for ServerConfig {
             header_read_timeout: Duration::from_secs(10),
             body_idle_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(60),
+            send_timeout: Duration::from_secs(60),
             http2_keep_alive_interval: Duration::from_secs(20),
             http2_keep_alive_timeout: Duration::from_secs(20),
             http2_max_concurrent_streams: 128,

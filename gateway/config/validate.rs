@@ -374,6 +374,7 @@ fn check_limits(config: &Config) -> Result<(), (String, String)> {
         ("server.header_read_timeout", server.header_read_timeout),
         ("server.body_idle_timeout", server.body_idle_timeout),
         ("server.body_timeout", server.body_timeout),
+        ("server.send_timeout", server.send_timeout),
         (
             "server.http2_keep_alive_interval",
             server.http2_keep_alive_interval,
@@ -390,9 +391,14 @@ fn check_limits(config: &Config) -> Result<(), (String, String)> {
         ("upstream.stream_idle_timeout", upstream.stream_idle_timeout),
         ("upstream.request_timeout", upstream.request_timeout),
     ];
+    // Deadlines are added to the clock on every request: a year-long value would overflow.
+    const LONGEST: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
     for (key, value) in durations {
         if value.is_zero() {
             return Err((key.to_owned(), "must be positive, e.g. \"10s\"".into()));
+        }
+        if value > LONGEST {
+            return Err((key.to_owned(), "must be at most 7 days".into()));
         }
     }
     let counts = [

@@ -25,6 +25,8 @@ use tower::Service;
 
 use crate::body::BoxError;
 use crate::metrics;
+use crate::runtime::conn_deadlines::{until_first_request, MarkStarted, SendTimeoutIo};
+use std::sync::atomic::AtomicBool;
 
 /// How long a TLS handshake may take before the connection is dropped.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -120,6 +122,8 @@ pub struct ConnectionLimits {
     pub http2_max_concurrent_streams: u32,
     /// Connections open at once; more wait in the kernel's accept queue.
     pub max_connections: usize,
+    /// A write to the client stalled this long (it stopped reading): connection closed.
+    pub send_timeout: Duration,
 }
 
 impl ConnectionLimits {
@@ -133,6 +137,7 @@ impl ConnectionLimits {
             http2_keep_alive_timeout: server.http2_keep_alive_timeout,
             http2_max_concurrent_streams: server.http2_max_concurrent_streams,
             max_connections: server.max_connections,
+            send_timeout: server.send_timeout,
         }
     }
 
@@ -182,7 +187,6 @@ pub async fn serve<S, B>(
 {
     let graceful = GracefulShutdown::new();
     let builder = limits.builder();
-    let first_byte_timeout = limits.header_read_timeout;
     let connections = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
     loop {
         // At the connection cap, stop accepting until one closes: new connections wait in
@@ -206,47 +210,42 @@ pub async fn serve<S, B>(
             }
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(service.clone());
+        let started = Arc::new(AtomicBool::new(false));
+        let service = TowerToHyperService::new(MarkStarted::new(service.clone(), started.clone()));
         let builder = builder.clone();
         let tls = tls.clone();
         let watcher = graceful.watcher();
+        let (first_request, send_timeout) = (limits.header_read_timeout, limits.send_timeout);
         tokio::spawn(async move {
             let _slot = slot;
             let open = ::metrics::gauge!(metrics::CONNECTIONS_OPEN);
             open.increment(1.0);
+            let closed_idle = || {
+                tracing::debug!(%peer, "no request within header_read_timeout; closed");
+                Ok(())
+            };
             let result = match tls {
                 None => {
-                    // Telling HTTP/1 from h2c needs the first bytes, and hyper-util reads
-                    // them before hyper's header timer exists: a client that sends nothing
-                    // would otherwise hold the connection for ever.
-                    let mut first = [0u8; 1];
-                    if !matches!(
-                        tokio::time::timeout(first_byte_timeout, stream.peek(&mut first)).await,
-                        Ok(Ok(1))
-                    ) {
-                        tracing::debug!(%peer, "no request bytes within header_read_timeout");
-                        open.decrement(1.0);
-                        return;
-                    }
-                    let conn =
-                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-                    watcher.watch(conn.into_owned()).await
+                    let io = TokioIo::new(SendTimeoutIo::new(stream, send_timeout));
+                    let conn = builder.serve_connection_with_upgrades(io, service);
+                    let serving = watcher.watch(conn.into_owned());
+                    until_first_request(serving, first_request, &started, closed_idle).await
                 }
                 Some(acceptor) => {
                     match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
                     {
                         Ok(Ok(tls_stream)) => {
-                            // ALPN already chose the protocol: no version sniffing (which
-                            // would wait without a deadline for the first bytes).
+                            // ALPN already chose the protocol: no version sniffing.
                             let h2 = tls_stream.get_ref().1.alpn_protocol() == Some(b"h2");
                             let builder = if h2 {
                                 builder.http2_only()
                             } else {
                                 builder.http1_only()
                             };
-                            let conn = builder
-                                .serve_connection_with_upgrades(TokioIo::new(tls_stream), service);
-                            watcher.watch(conn.into_owned()).await
+                            let io = TokioIo::new(SendTimeoutIo::new(tls_stream, send_timeout));
+                            let conn = builder.serve_connection_with_upgrades(io, service);
+                            let serving = watcher.watch(conn.into_owned());
+                            until_first_request(serving, first_request, &started, closed_idle).await
                         }
                         Ok(Err(e)) => {
                             tracing::debug!(%peer, error = %e, "TLS handshake failed");

@@ -174,6 +174,7 @@ pub async fn admit(
         count::measure(&samples, &model.tokenizer)?
     };
     let window = model.context_window;
+    let fanout = parsed.fanout()?;
     let budgets = candidate_budgets(state, parsed, tenant, window)?;
     let param = parsed.prompt_param();
     let cap = tenant.and_then(|t| t.max_prompt_tokens.map(|c| (t.name.clone(), c)));
@@ -186,12 +187,12 @@ pub async fn admit(
         // the exact count, not the bound (which would clamp it short).
         count::count_exactly(&mut measured, &model.tokenizer, &state.permits).await?;
     }
-    let mut verdicts = judge(&budgets, &measured, cap.as_ref());
+    let mut verdicts = judge(&budgets, &measured, fanout, cap.as_ref());
     if verdicts.iter().any(Result::is_err) && measured.iter().any(|m| m.pending.is_some()) {
         // The bound did not settle it: count exactly (a refusal then reports the exact
         // count), then judge again.
         count::count_exactly(&mut measured, &model.tokenizer, &state.permits).await?;
-        verdicts = judge(&budgets, &measured, cap.as_ref());
+        verdicts = judge(&budgets, &measured, fanout, cap.as_ref());
     }
     let admitted: Vec<Arc<str>> = budgets
         .iter()
@@ -226,7 +227,7 @@ pub async fn admit(
         .map(|m| {
             admitted_budgets
                 .iter()
-                .map(|b| new_tokens_for(m, b))
+                .map(|b| new_tokens_for(m, b, fanout))
                 .min()
                 .unwrap_or(0)
         })
@@ -235,7 +236,7 @@ pub async fn admit(
         .iter()
         .zip(&max_new)
         .filter(|(m, _)| m.max_new == MaxNew::RestOfWindow)
-        .map(|(_, &n)| n)
+        .map(|(_, &n)| n / fanout)
         .min();
     if let Some(n) = clamped {
         parsed.directives.default_max_new_tokens = Some(n);
@@ -289,13 +290,17 @@ fn candidate_budgets(
     Ok(budgets)
 }
 
-/// The new tokens a sample asks for in `budget`'s pool: its own number, or (none given)
-/// what the pool's window and decode KV leave beyond the prompt — at least one, so a prompt
-/// that leaves no room is refused rather than sent to generate nothing.
-fn new_tokens_for(m: &Measured, budget: &PoolBudget) -> u64 {
+/// The new tokens a sample needs in `budget`'s pool, over all its `fanout` sequences: its
+/// own number each, or (none given) what the pool's window and decode KV leave beyond the
+/// prompt, shared evenly — at least one each, so a prompt that leaves no room is refused
+/// rather than sent to generate nothing.
+fn new_tokens_for(m: &Measured, budget: &PoolBudget, fanout: u64) -> u64 {
     match m.max_new {
-        MaxNew::Tokens(n) => n,
-        MaxNew::RestOfWindow => budget.room_for_new_tokens(m.tokens.value()).max(1),
+        MaxNew::Tokens(n) => n.saturating_mul(fanout),
+        MaxNew::RestOfWindow => {
+            let each = (budget.room_for_new_tokens(m.tokens.value()) / fanout).max(1);
+            each * fanout
+        }
     }
 }
 
@@ -303,6 +308,7 @@ fn new_tokens_for(m: &Measured, budget: &PoolBudget) -> u64 {
 fn judge(
     budgets: &[PoolBudget],
     measured: &[Measured],
+    fanout: u64,
     tenant_cap: Option<&(Arc<str>, u64)>,
 ) -> Vec<Result<(), Box<PromptTooLong>>> {
     budgets
@@ -310,7 +316,7 @@ fn judge(
         .map(|budget| {
             for (i, m) in measured.iter().enumerate() {
                 let prompt = m.tokens.value();
-                let max_new = new_tokens_for(m, budget);
+                let max_new = new_tokens_for(m, budget, fanout);
                 let capped = match tenant_cap {
                     Some((tenant, cap)) if prompt > *cap => Err(Violation {
                         includes_new_tokens: false,

@@ -42,6 +42,9 @@ pub struct EngineDirectives {
     pub stream_usage: bool,
 }
 
+/// Most sequences one prompt may ask for (`n`, `best_of`).
+pub const MAX_FANOUT: u64 = 128;
+
 /// One prompt to count.
 #[derive(Debug, Clone, Copy)]
 pub enum PromptInput<'a> {
@@ -133,6 +136,39 @@ impl InferenceRequest {
             .and_then(|o| o.get(key))
             .and_then(Value::as_bool)
             .unwrap_or(false)
+    }
+
+    /// How many sequences each prompt generates (`n`, `best_of`, `sampling_params.n`): every
+    /// one needs its own new tokens in the decode KV pool and in the token budget.
+    pub fn fanout(&self) -> Result<u64, GatewayError> {
+        let read = |v: Option<&Value>, name: &str| match v {
+            None | Some(Value::Null) => Ok(1),
+            Some(v) => v
+                .as_u64()
+                .filter(|n| (1..=MAX_FANOUT).contains(n))
+                .ok_or_else(|| {
+                    GatewayError::invalid(
+                        format!("`{name}` must be an integer from 1 to {MAX_FANOUT}"),
+                        Some(name),
+                    )
+                }),
+        };
+        let body = &self.fields;
+        match self.endpoint {
+            Endpoint::ChatCompletions => read(body.get("n"), "n"),
+            Endpoint::Completions => {
+                Ok(read(body.get("n"), "n")?.max(read(body.get("best_of"), "best_of")?))
+            }
+            Endpoint::Generate => match body.get("sampling_params") {
+                Some(Value::Object(p)) => read(p.get("n"), "n"),
+                Some(Value::Array(items)) => items
+                    .iter()
+                    .map(|p| read(p.get("n"), "n"))
+                    .try_fold(1, |most, n| n.map(|n| most.max(n))),
+                _ => Ok(1),
+            },
+            Endpoint::ListModels => Ok(1),
+        }
     }
 
     /// The client's requested new tokens for sample `i` (None: not given).

@@ -140,13 +140,14 @@ impl Dispatch {
             pool: plan.pool.clone(),
         };
         let id = request_id.as_ref();
-        match plan.target.as_ref() {
+        let RoutePlan { pool, target, slot } = plan;
+        match target.as_ref() {
             Target::Unified(load) => {
                 // The engine's body, built once from the typed request.
-                let bytes = engine_body::build(parsed, &plan.pool, None, &rid)?;
+                let bytes = engine_body::build(parsed, &pool, None, &rid)?;
                 self.retries.deposit();
                 let mut worker = load.worker().clone();
-                let mut guard = TargetGuard::new(plan.target.clone(), &plan);
+                let mut target = target.clone();
                 let mut leg = Leg::start(&worker);
                 let mut response = upstream
                     .post_json(&worker, path, bytes.clone(), id, deadlines.headers)
@@ -154,13 +155,12 @@ impl Dispatch {
                 if let Err(e @ GatewayError::UpstreamUnavailable { connect: true, .. }) = &response
                 {
                     // Nothing was sent: another worker may take it, if the budget allows.
-                    if let Some(other) = plan
-                        .pool
+                    if let Some(other) = pool
                         .pick_other_unified(&worker)
                         .filter(|_| self.retries.withdraw())
                     {
                         tracing::warn!(error = %e, "connect failed; retrying on another worker");
-                        ::metrics::counter!(metrics::UPSTREAM_RETRIES_TOTAL, "pool" => plan.pool.name.to_string())
+                        ::metrics::counter!(metrics::UPSTREAM_RETRIES_TOTAL, "pool" => pool.name.to_string())
                             .increment(1);
                         leg.finish(e.code());
                         let Target::Unified(load) = &other else {
@@ -169,14 +169,17 @@ impl Dispatch {
                             ));
                         };
                         worker = load.worker().clone();
-                        guard = TargetGuard::new(Arc::new(other), &plan);
+                        // The failed worker's load ends now, not with the answer.
+                        target = Arc::new(other);
                         leg = Leg::start(&worker);
                         response = upstream
                             .post_json(&worker, path, bytes, id, deadlines.headers)
                             .await;
                     }
                 }
-                let mut answer = relay.answer(&worker, leg, response, guard).await?;
+                let guard = TargetGuard::new(target, slot);
+                let mut answer = relay.answer(&worker, &mut leg, response, guard).await?;
+                leg.finish("ok");
                 answer.extensions_mut().insert(ServedBy {
                     worker: worker.authority.clone(),
                     prefill: None,
@@ -184,7 +187,9 @@ impl Dispatch {
                 Ok(answer)
             }
             Target::Disaggregated { prefill, decode } => {
-                let bytes = engine_body::build(parsed, &plan.pool, Some(prefill.worker()), &rid)?;
+                let bytes = engine_body::build(parsed, &pool, Some(prefill.worker()), &rid)?;
+                let guard = TargetGuard::new(target.clone(), slot);
+                let mut decode_count = Leg::start(decode.worker());
                 let prefill_leg = async {
                     let leg = Leg::start(prefill.worker());
                     let response = upstream
@@ -193,28 +198,23 @@ impl Dispatch {
                     relay.drain_prefill(prefill.worker(), leg, response).await
                 };
                 let decode_leg = async {
-                    let leg = Leg::start(decode.worker());
                     let response = upstream
                         .post_json(decode.worker(), path, bytes.clone(), id, deadlines.headers)
                         .await;
                     relay
-                        .answer(
-                            decode.worker(),
-                            leg,
-                            response,
-                            TargetGuard::new(plan.target.clone(), &plan),
-                        )
+                        .answer(decode.worker(), &mut decode_count, response, guard)
                         .await
                 };
                 // Both at once (the decode worker waits for the KV the prefill worker sends);
                 // the first failure wins and drops the other leg, which cancels it.
-                let (prefill_answer, mut answer) =
-                    futures_util::future::try_join(prefill_leg, decode_leg).await?;
+                let joined = futures_util::future::try_join(prefill_leg, decode_leg).await;
+                let ((prefill_answer, held), mut answer) = joined?;
+                decode_count.finish("ok");
                 // The guard checks the prefill leg too: an abort there fails the request even
                 // when decode says 200.
                 answer
                     .extensions_mut()
-                    .insert(PrefillAnswer(prefill_answer));
+                    .insert(PrefillAnswer(prefill_answer, Arc::new(held)));
                 answer.extensions_mut().insert(ServedBy {
                     worker: decode.worker().authority.clone(),
                     prefill: Some(prefill.worker().authority.clone()),
@@ -234,10 +234,10 @@ pub(crate) struct TargetGuard {
 }
 
 impl TargetGuard {
-    fn new(target: Arc<Target>, plan: &RoutePlan) -> Self {
+    fn new(target: Arc<Target>, slot: Option<Arc<InFlightSlot>>) -> Self {
         Self {
             _target: target,
-            _slot: plan.slot.clone(),
+            _slot: slot,
         }
     }
 }

@@ -34,30 +34,27 @@ pub(super) struct Relay {
 impl Relay {
     /// The client's response from the serving worker's answer; `guard` (the worker loads)
     /// lives as long as the body does.
+    /// A failure sets `leg`'s outcome; a stream's success is the caller's to set (a PD
+    /// decode stream is `ok` only once its prefill leg succeeded too).
     pub async fn answer(
         &self,
         worker: &Worker,
-        mut leg: Leg,
+        leg: &mut Leg,
         response: Result<Response<Incoming>, GatewayError>,
         guard: TargetGuard,
     ) -> Result<Response<BoxBody>, GatewayError> {
-        let response = self.check_status(worker, &mut leg, response).await?;
+        let response = self.check_status(worker, leg, response).await?;
         let (parts, incoming) = response.into_parts();
         let mut buffered = None;
         let body = if self.stream {
-            // The engine received it and answered 2xx: what the stream does later is the
-            // guard's to judge (one outcome per leg).
-            leg.finish("ok");
             body::boxed(GuardBody::new(self.deadline_body(worker, incoming), guard))
         } else {
             let mut permit = BufferPermit::default();
-            let bytes = self
-                .read_whole(worker, &mut leg, incoming, &mut permit)
-                .await?;
+            let bytes = self.read_whole(worker, leg, incoming, &mut permit).await?;
             buffered = Some(BufferedAnswer(bytes.clone()));
             // The budget's reservation and the loads are held until the client has it.
             body::boxed(GuardBody::new(
-                http_body_util::Full::new(bytes),
+                body::ChunkedBytes::new(bytes),
                 (guard, permit),
             ))
         };
@@ -88,17 +85,19 @@ impl Relay {
         Ok(out)
     }
 
-    /// Read the prefill worker's answer to its end; only its success matters.
+    /// Read the prefill worker's answer to its end (for the guard), with its reservation.
     pub async fn drain_prefill(
         &self,
         worker: &Worker,
         mut leg: Leg,
         response: Result<Response<Incoming>, GatewayError>,
-    ) -> Result<Bytes, GatewayError> {
+    ) -> Result<(Bytes, BufferPermit), GatewayError> {
         let response = self.check_status(worker, &mut leg, response).await?;
         let mut permit = BufferPermit::default();
-        self.read_whole(worker, &mut leg, response.into_body(), &mut permit)
-            .await
+        let bytes = self
+            .read_whole(worker, &mut leg, response.into_body(), &mut permit)
+            .await?;
+        Ok((bytes, permit))
     }
 
     async fn read_whole(

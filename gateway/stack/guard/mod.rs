@@ -42,9 +42,10 @@ use inspect::{Expectation, Markers, Shape, Trip};
 use leak::LeakScan;
 use stream::GuardedStream;
 
-/// The prefill worker's whole answer in a PD request (a response extension set by dispatch).
+/// The prefill worker's whole answer in a PD request (a response extension set by
+/// dispatch), with its buffer reservation, held until the guard has checked it.
 #[derive(Debug, Clone)]
-pub struct PrefillAnswer(pub bytes::Bytes);
+pub struct PrefillAnswer(pub bytes::Bytes, pub Arc<crate::load::BufferPermit>);
 
 /// A non-streamed answer's bytes (a response extension set by dispatch): the guard checks
 /// these and passes the body on untouched, so what the body holds until the client has it
@@ -336,7 +337,7 @@ impl Stage for Guard {
                 },
                 tolerance,
             };
-            if let Some(PrefillAnswer(prefill)) =
+            if let Some(PrefillAnswer(prefill, _held)) =
                 response.extensions_mut().remove::<PrefillAnswer>()
             {
                 if checks {
