@@ -258,7 +258,6 @@ impl Stage for Guard {
             } else {
                 Shape::OpenAi
             };
-            let model = parsed.model.clone();
             let (stream, batch, endpoint) = (parsed.stream, parsed.batch, parsed.endpoint);
             let rewrite = if checks && stream && shape == Shape::OpenAi {
                 request_stream_usage(parsed)
@@ -309,9 +308,9 @@ impl Stage for Guard {
                 fields,
                 pool: pool.clone(),
             };
-            let leak = match (leak_mode, &tenant, state.isolation.tokenizer(&model)) {
-                (LeakMode::Off, _, _) | (_, None, _) | (_, _, None) => None,
-                (mode, Some(tenant), Some(tokenizer)) => {
+            let leak = match (leak_mode, &tenant) {
+                (LeakMode::Off, _) | (_, None) => None,
+                (mode, Some(tenant)) => {
                     // The tenant's own prompt must be on record before its answer is read.
                     if let Some(FingerprintJob(job)) = job {
                         job.await;
@@ -322,7 +321,6 @@ impl Stage for Guard {
                     };
                     Some(LeakScan::new(
                         state.isolation.store.scanner(tenant),
-                        tokenizer.clone(),
                         mode,
                         on_suspect,
                     ))

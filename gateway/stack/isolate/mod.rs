@@ -3,8 +3,10 @@
 //! detector. Sits after routing (it needs the pool) and before the guard (which scans the
 //! answer against the fingerprints).
 //!
-//! Fingerprinting encodes the prompt's tail on the blocking pool; the guard waits for it
-//! before scanning, so a tenant's own prompt is always on record before its answer is read.
+//! Fingerprinting splits the prompt's text (its tail) into units right here — no tokenizer,
+//! no thread hop — so a tenant's own prompt is on record before its answer is read. Only
+//! token-id prompts need the tokenizer (to decode them to text): that runs on the blocking
+//! pool, and the guard waits for it before scanning.
 //!
 //! Reads: `AuthContext`, `InferenceRequest`, `RoutePlan`. Writes: [`FingerprintJob`].
 
@@ -121,44 +123,74 @@ fn random_secret() -> Vec<u8> {
 }
 
 /// The prompt texts (or ids) of a request, as owned data for the blocking pool.
-enum PromptMaterial {
-    Texts(Vec<String>),
+enum PromptMaterial<'a> {
+    Texts(Vec<&'a str>),
     Ids(Vec<Vec<u32>>),
-    Chat(Value, Option<Value>),
+    /// The messages' text content, in order (the template's own tokens are the same for
+    /// every tenant, so they would only make n-grams common).
+    Chat(Vec<&'a str>),
 }
 
-fn material(parsed: &InferenceRequest) -> Option<PromptMaterial> {
-    let ids = |v: &Value| -> Option<Vec<u32>> {
-        v.as_array()?
-            .iter()
-            .map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok()))
-            .collect()
-    };
-    let from = |v: &Value| -> Option<PromptMaterial> {
-        match v {
-            Value::String(s) => Some(PromptMaterial::Texts(vec![s.clone()])),
-            Value::Array(items) if items.iter().all(Value::is_string) => {
-                Some(PromptMaterial::Texts(
-                    items
-                        .iter()
-                        .filter_map(|s| s.as_str().map(str::to_owned))
-                        .collect(),
-                ))
-            }
-            Value::Array(items) if items.iter().all(Value::is_array) => {
-                Some(PromptMaterial::Ids(items.iter().filter_map(ids).collect()))
-            }
-            other => ids(other).map(|one| PromptMaterial::Ids(vec![one])),
-        }
-    };
-    match parsed.endpoint {
-        Endpoint::ChatCompletions => Some(PromptMaterial::Chat(
-            parsed.prompt_value()?.clone(),
-            parsed.fields.get("tools").cloned(),
+fn token_ids(v: &Value) -> Option<Vec<u32>> {
+    v.as_array()?
+        .iter()
+        .map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok()))
+        .collect()
+}
+
+fn prompt_material(v: &Value) -> Option<PromptMaterial<'_>> {
+    match v {
+        Value::String(s) => Some(PromptMaterial::Texts(vec![s.as_str()])),
+        Value::Array(items) if items.iter().all(Value::is_string) => Some(PromptMaterial::Texts(
+            items.iter().filter_map(Value::as_str).collect(),
         )),
-        Endpoint::Completions | Endpoint::Generate => from(parsed.prompt_value()?),
+        Value::Array(items) if items.iter().all(Value::is_array) => Some(PromptMaterial::Ids(
+            items.iter().filter_map(token_ids).collect(),
+        )),
+        other => token_ids(other).map(|one| PromptMaterial::Ids(vec![one])),
+    }
+}
+
+fn material(parsed: &InferenceRequest) -> Option<PromptMaterial<'_>> {
+    match parsed.endpoint {
+        Endpoint::ChatCompletions => {
+            let messages = parsed.prompt_value()?.as_array()?;
+            let mut texts = Vec::new();
+            for m in messages {
+                match m.get("content") {
+                    Some(Value::String(s)) => texts.push(s.as_str()),
+                    Some(Value::Array(parts)) => texts.extend(
+                        parts
+                            .iter()
+                            .filter_map(|p| p.get("text").and_then(Value::as_str)),
+                    ),
+                    _ => {}
+                }
+            }
+            Some(PromptMaterial::Chat(texts))
+        }
+        Endpoint::Completions | Endpoint::Generate => prompt_material(parsed.prompt_value()?),
         Endpoint::ListModels => None,
     }
+}
+
+/// The units of the last `limit` bytes of `texts` (joined; whitespace between them).
+fn tail_units(texts: &[&str], limit: usize) -> Vec<u32> {
+    let total: usize = texts.iter().map(|t| t.len() + 1).sum();
+    let mut skip = total.saturating_sub(limit);
+    let mut splitter = leak::units::TextUnits::new();
+    let mut out = Vec::new();
+    for t in texts {
+        if skip > t.len() {
+            skip -= t.len() + 1;
+            continue;
+        }
+        splitter.push(tail(t, t.len().saturating_sub(skip)), &mut out);
+        skip = 0;
+        splitter.push("\n", &mut out);
+    }
+    splitter.finish(&mut out);
+    out
 }
 
 fn tail(text: &str, bytes: usize) -> &str {
@@ -220,34 +252,35 @@ impl Predicate<Request<Bytes>> for Isolate {
         if switches.leak == LeakMode::Off {
             return Ok(request);
         }
-        let (Some(material), Some(tokenizer)) = (
-            material(parsed),
-            self.state.tokenizer(&parsed.model).cloned(),
-        ) else {
+        let Some(material) = material(parsed) else {
             return Ok(request);
         };
         let store = self.state.store.clone();
         let limit = self.state.fingerprint_bytes;
+        let now = std::time::Instant::now();
+        let all_ids = match material {
+            PromptMaterial::Texts(texts) => {
+                // One record per sample: each is its own sequence of KV pages.
+                for t in texts {
+                    store.record_prompt(&tenant, &tail_units(&[t], limit), now);
+                }
+                return Ok(request);
+            }
+            PromptMaterial::Chat(texts) => {
+                store.record_prompt(&tenant, &tail_units(&texts, limit), now);
+                return Ok(request);
+            }
+            PromptMaterial::Ids(all) => all,
+        };
+        // Token ids become text first: the tokenizer's decode, off the async threads.
+        let Some(tokenizer) = self.state.tokenizer(&parsed.model).cloned() else {
+            return Ok(request);
+        };
         let task = tokio::task::spawn_blocking(move || {
-            let now = std::time::Instant::now();
-            let record = |ids: &[u32]| store.record_prompt(&tenant, ids, now);
-            match material {
-                PromptMaterial::Ids(all) => all
-                    .iter()
-                    .for_each(|ids| record(&ids[ids.len().saturating_sub(limit)..])),
-                PromptMaterial::Texts(texts) => texts.iter().for_each(|t| {
-                    if let Ok(ids) = tokenizer.encode(tail(t, limit), false) {
-                        record(&ids);
-                    }
-                }),
-                PromptMaterial::Chat(messages, tools) => {
-                    if let Ok(rendered) =
-                        tokenizer.apply_chat_template(&messages, tools.as_ref(), true)
-                    {
-                        if let Ok(ids) = tokenizer.encode(tail(&rendered, limit), false) {
-                            record(&ids);
-                        }
-                    }
+            for ids in &all_ids {
+                let tail_ids = &ids[ids.len().saturating_sub(limit / 4)..];
+                if let Ok(text) = tokenizer.decode(tail_ids, false) {
+                    store.record_prompt(&tenant, &tail_units(&[&text], limit), now);
                 }
             }
         });

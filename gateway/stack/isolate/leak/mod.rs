@@ -7,9 +7,9 @@
 //!   tenant's salt where the engine honours one (vLLM and SGLang `cache_salt`), so the
 //!   engine never serves one tenant's cached prefix pages to another.
 //! - [`FingerprintStore`] and [`ResponseScanner`] — the leak detector. It remembers the
-//!   token-id n-grams of each tenant's recent prompts (what the engine's KV pages hold) and
-//!   scans every response, streams piece by piece, for n-grams that only *another* tenant
-//!   sent. That is the signature of the incident this gateway exists for: a 200 whose text
+//!   n-grams of each tenant's recent prompts (what the engine's KV pages hold), as text
+//!   units ([`units`]: words and other characters, no tokenizer needed), and scans every
+//!   response, streams piece by piece, for n-grams that only *another* tenant sent. That is the signature of the incident this gateway exists for: a 200 whose text
 //!   came from other users' stale KV pages.
 //!
 //! # Using the detector on the request path
@@ -30,13 +30,14 @@
 //! assert_eq!(found.map(|s| s.owner_tenants), Some(1));
 //! ```
 //!
-//! Costs: recording is one hash per prompt token plus one table insert per n-gram under a
-//! shard lock; scanning is one hash and a lookup per generated token (see
+//! Costs: recording is one hash per prompt unit plus one table insert per n-gram under a
+//! shard lock; scanning is one hash and a lookup per generated unit (see
 //! `benches/fingerprint.rs`). Memory is bounded by `max_entries` (see [`ENTRY_BYTES`]).
 
 mod fingerprint;
 mod hash;
 mod scan;
+pub mod units;
 
 #[cfg(test)]
 mod tests;

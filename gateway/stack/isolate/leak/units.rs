@@ -1,0 +1,129 @@
+//! Text units: the leak detector's tokenizer-free view of text.
+//!
+//! A prompt and the answer that might leak it are compared as sequences of units, hashed
+//! to `u32`: every maximal run of ASCII letters and digits is one unit (a word), every other
+//! character that is not whitespace is a unit of its own (punctuation, CJK characters,
+//! accented letters), and whitespace only separates. Splitting needs no tokenizer and no
+//! model, costs one pass over the bytes, and is the same whether the text comes whole or
+//! in stream chunks cut anywhere (a word cut by a chunk boundary is held until it ends).
+//! Whitespace is ignored, so a detokenizer's spacing changes do not hide a leak.
+//!
+//! The detector's guarantee in these terms: an answer holding a run of
+//! `ngram + min_matches - 1` consecutive units that only another tenant's recent prompt
+//! holds is a suspected leak, and block mode holds a stream back by that many units.
+
+/// FxHash's multiplier: odd, with well-spread bits (as in `hash.rs`).
+const MUL: u64 = 0x517c_c1b7_2722_0a95;
+/// Start state of a unit's hash: fixed, so units mean the same in every process.
+const SEED: u64 = 0x9e37_79b9_7f4a_7c15;
+
+#[inline]
+fn mix(h: u64, v: u64) -> u64 {
+    (h.rotate_left(5) ^ v).wrapping_mul(MUL)
+}
+
+#[inline]
+fn finish(mut h: u64) -> u32 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    (h ^ (h >> 29)) as u32
+}
+
+/// Splits text into units incrementally.
+#[derive(Debug, Clone)]
+pub struct TextUnits {
+    word: u64,
+    in_word: bool,
+}
+
+impl Default for TextUnits {
+    fn default() -> Self {
+        Self {
+            word: SEED,
+            in_word: false,
+        }
+    }
+}
+
+impl TextUnits {
+    /// A splitter at the start of a text.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Append the units `text` completes to `out` (a trailing word waits for its end).
+    pub fn push(&mut self, text: &str, out: &mut Vec<u32>) {
+        for c in text.chars() {
+            if c.is_ascii_alphanumeric() {
+                self.word = mix(self.word, c as u64);
+                self.in_word = true;
+                continue;
+            }
+            self.end_word(out);
+            if !c.is_whitespace() {
+                // Tagged so a one-character unit never equals a one-letter word's hash.
+                out.push(finish(mix(SEED ^ 0xff, u64::from(u32::from(c)) | 1 << 40)));
+            }
+        }
+    }
+
+    /// The end of the text: the last word is complete.
+    pub fn finish(&mut self, out: &mut Vec<u32>) {
+        self.end_word(out);
+    }
+
+    fn end_word(&mut self, out: &mut Vec<u32>) {
+        if self.in_word {
+            out.push(finish(self.word));
+            self.word = SEED;
+            self.in_word = false;
+        }
+    }
+}
+
+/// All units of a whole text.
+pub fn units_of(text: &str) -> Vec<u32> {
+    let mut out = Vec::with_capacity(text.len() / 4);
+    let mut units = TextUnits::new();
+    units.push(text, &mut out);
+    units.finish(&mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn words_and_other_characters_are_units_and_spacing_is_ignored() {
+        assert_eq!(units_of("The secret code is QUOKKA-4471.").len(), 8);
+        assert_eq!(units_of("a  b\n\tc"), units_of("a b c"));
+        assert_ne!(units_of("ab"), units_of("a b"));
+        assert_eq!(units_of("秘密です").len(), 4);
+        assert_ne!(units_of("a"), units_of("!"));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn chunk_boundaries_never_change_the_units(
+            text in "[a-zA-Z0-9 .,\\n秘é-]{0,80}",
+            cuts in prop::collection::vec(0usize..80, 0..8),
+        ) {
+            let whole = units_of(&text);
+            let mut bounds: Vec<usize> = cuts.into_iter().filter(|&c| c <= text.len() && text.is_char_boundary(c)).collect();
+            bounds.sort_unstable();
+            let mut units = TextUnits::new();
+            let (mut out, mut prev) = (Vec::new(), 0);
+            for b in bounds.into_iter().chain([text.len()]) {
+                units.push(&text[prev..b], &mut out);
+                prev = b;
+            }
+            units.finish(&mut out);
+            prop_assert_eq!(out, whole);
+        }
+    }
+}
