@@ -3,6 +3,10 @@
 //! Lines carry names, ids, reasons and counts — never prompt or output text, never keys.
 //! They go to the configured sink (stderr by default, a file, or nowhere) and the most recent
 //! ones are kept in memory for the admin port and tests.
+//!
+//! No request waits on the sink: lines are handed to a dedicated writer thread over a
+//! bounded queue ([`QUEUE_LINES`]). Should the sink fall that far behind, further lines are
+//! counted in `kvgate_audit_lines_dropped_total` instead of stalling the request path.
 
 use serde_json::{Map, Value};
 use std::collections::VecDeque;
@@ -15,6 +19,9 @@ use crate::config::{AuditConfig, AuditSink};
 /// How many recent lines are kept in memory.
 const RECENT: usize = 1024;
 
+/// Lines waiting for the writer thread at most.
+pub const QUEUE_LINES: usize = 65_536;
+
 /// The shared audit log.
 #[derive(Clone, Debug)]
 pub struct AuditLog {
@@ -23,8 +30,21 @@ pub struct AuditLog {
 
 #[derive(Debug)]
 struct Inner {
-    sink: Mutex<Sink>,
+    /// To the writer thread; `None` for the `none` sink.
+    queue: Option<std::sync::mpsc::SyncSender<String>>,
+    writer: Option<std::thread::JoinHandle<()>>,
     recent: Mutex<VecDeque<Value>>,
+}
+
+impl Drop for Inner {
+    /// The last handle is gone (the process is stopping): let the writer write what is
+    /// queued before the process exits.
+    fn drop(&mut self) {
+        self.queue.take();
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -53,9 +73,17 @@ impl AuditLog {
                 ))
             }
         };
+        let (queue, writer) = match sink {
+            Sink::None => (None, None),
+            sink => {
+                let (tx, handle) = spawn_writer(sink)?;
+                (Some(tx), Some(handle))
+            }
+        };
         Ok(Self {
             inner: Arc::new(Inner {
-                sink: Mutex::new(sink),
+                queue,
+                writer,
                 recent: Mutex::new(VecDeque::with_capacity(RECENT)),
             }),
         })
@@ -72,15 +100,9 @@ impl AuditLog {
         line.insert("event".into(), Value::from(event));
         line.extend(fields);
         let line = Value::Object(line);
-        if let Ok(mut sink) = self.inner.sink.lock() {
-            let text = line.to_string();
-            let written = match &mut *sink {
-                Sink::Stderr => writeln!(std::io::stderr(), "{text}"),
-                Sink::File(f) => writeln!(f, "{text}"),
-                Sink::None => Ok(()),
-            };
-            if let Err(e) = written {
-                tracing::warn!(error = %e, "audit line could not be written");
+        if let Some(queue) = &self.inner.queue {
+            if queue.try_send(line.to_string()).is_err() {
+                ::metrics::counter!(crate::metrics::AUDIT_LINES_DROPPED_TOTAL).increment(1);
             }
         }
         if let Ok(mut recent) = self.inner.recent.lock() {
@@ -98,5 +120,68 @@ impl AuditLog {
             .lock()
             .map(|r| r.iter().cloned().collect())
             .unwrap_or_default()
+    }
+}
+
+/// The writer thread: drains the queue into `sink`, flushing whenever it is empty; ends when
+/// every sender is gone.
+type Writer = (
+    std::sync::mpsc::SyncSender<String>,
+    std::thread::JoinHandle<()>,
+);
+
+fn spawn_writer(sink: Sink) -> std::io::Result<Writer> {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<String>(QUEUE_LINES);
+    let handle = std::thread::Builder::new()
+        .name("kvgate-audit".into())
+        .spawn(move || {
+            let out: Box<dyn Write> = match sink {
+                Sink::Stderr => Box::new(std::io::stderr()),
+                Sink::File(f) => Box::new(f),
+                Sink::None => Box::new(std::io::sink()),
+            };
+            let mut out = std::io::BufWriter::new(out);
+            while let Ok(first) = rx.recv() {
+                let mut line = Some(first);
+                while let Some(text) = line.take() {
+                    if let Err(e) = writeln!(out, "{text}") {
+                        tracing::warn!(error = %e, "audit line could not be written");
+                    }
+                    line = rx.try_recv().ok();
+                }
+                if let Err(e) = out.flush() {
+                    tracing::warn!(error = %e, "audit lines could not be flushed");
+                }
+            }
+        })?;
+    Ok((tx, handle))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_reach_the_file_by_the_time_the_log_is_dropped() {
+        let path = std::env::temp_dir().join(format!("kvgate-audit-{}.jsonl", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let config = AuditConfig {
+            sink: AuditSink::File,
+            path: Some(path.clone()),
+        };
+        let log = AuditLog::open(&config).unwrap();
+        let copy = log.clone();
+        for i in 0..100 {
+            let mut fields = Map::new();
+            fields.insert("n".into(), Value::from(i));
+            copy.record("request", fields);
+        }
+        assert_eq!(log.recent().len(), 100);
+        drop(copy);
+        drop(log);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 100);
+        assert!(text.lines().all(|l| l.contains("\"event\":\"request\"")));
+        let _ = std::fs::remove_file(&path);
     }
 }

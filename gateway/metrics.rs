@@ -33,6 +33,8 @@ pub const LEAK_SUSPECTED_TOTAL: &str = "kvgate_leak_suspected_total";
 pub const CONNECTIONS_OPEN: &str = "kvgate_connections_open";
 /// Requests refused at a load ceiling, by ceiling (in_flight, pool_in_flight, buffered_bytes).
 pub const LOAD_SHED_TOTAL: &str = "kvgate_load_shed_total";
+/// Audit lines dropped because the sink fell behind by a whole queue.
+pub const AUDIT_LINES_DROPPED_TOTAL: &str = "kvgate_audit_lines_dropped_total";
 /// Retries on another worker after a connect failure, by pool.
 pub const UPSTREAM_RETRIES_TOTAL: &str = "kvgate_upstream_retries_total";
 
@@ -84,6 +86,10 @@ fn describe_all() {
     );
     describe_gauge!(CONNECTIONS_OPEN, "Open data-port connections");
     describe_counter!(LOAD_SHED_TOTAL, "Requests refused at a load ceiling");
+    describe_counter!(
+        AUDIT_LINES_DROPPED_TOTAL,
+        "Audit lines dropped because the sink fell behind"
+    );
     describe_counter!(
         UPSTREAM_RETRIES_TOTAL,
         "Retries on another worker after a connect failure"
