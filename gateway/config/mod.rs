@@ -426,7 +426,7 @@ pub struct IsolationConfig {
     /// Environment variable holding the secret the per-tenant cache salts derive from
     /// (keep it equal across replicas). Unset or empty: a random secret per start.
     pub salt_secret_env: Option<String>,
-    /// Tokens per fingerprinted n-gram.
+    /// Text units (words, other characters) per fingerprinted n-gram.
     pub ngram: usize,
     /// How long prompts are remembered.
     #[serde(with = "humantime_serde")]
