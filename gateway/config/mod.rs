@@ -7,13 +7,16 @@
 //!
 //! The reference for every key is `config/example.toml` and `config/README.md`.
 
+mod server;
+mod upstream;
 mod validate;
 
 use serde::Deserialize;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use server::{ServerConfig, TlsConfig};
+pub use upstream::UpstreamConfig;
 pub use validate::validate;
 
 /// A configuration error, naming the file, the key path and the fix.
@@ -72,96 +75,6 @@ pub struct Config {
     /// The file this was read from; relative paths inside were resolved against its folder.
     #[serde(skip)]
     pub source: PathBuf,
-}
-
-/// `[server]`
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ServerConfig {
-    /// Data port (clients).
-    pub listen: SocketAddr,
-    /// Admin port: /health, /ready, /metrics, /reload. Keep it on a private interface.
-    pub admin_listen: SocketAddr,
-    /// Environment variable holding the admin token that `POST /reload` (and every other
-    /// mutating admin route) requires as `Authorization: Bearer <token>`. Unset: mutating
-    /// admin routes answer 403.
-    pub admin_token_env: Option<String>,
-    /// Largest accepted request body, e.g. "64MiB".
-    pub max_body_bytes: bytesize::ByteSize,
-    /// How long in-flight requests and streams may run after SIGTERM/SIGINT.
-    #[serde(with = "humantime_serde")]
-    pub drain_timeout: Duration,
-    /// Serve requests without an API key as the tenant `anonymous` (off by default).
-    pub allow_anonymous: bool,
-    /// TLS termination on the data port.
-    pub tls: Option<TlsConfig>,
-    /// Until a request's headers are complete; also how long an idle HTTP/1 keep-alive
-    /// connection waits for its next request (hyper arms one timer for both). Then closed.
-    #[serde(with = "humantime_serde")]
-    pub header_read_timeout: Duration,
-    /// Longest pause between two chunks of a request body (408).
-    #[serde(with = "humantime_serde")]
-    pub body_idle_timeout: Duration,
-    /// Until a request body is complete (408).
-    #[serde(with = "humantime_serde")]
-    pub body_timeout: Duration,
-    /// A write to the client that makes no progress this long (the client stopped reading)
-    /// closes the connection, releasing the request's slots.
-    #[serde(with = "humantime_serde")]
-    pub send_timeout: Duration,
-    /// HTTP/2 keep-alive ping interval; a client that does not answer within
-    /// `http2_keep_alive_timeout` is disconnected.
-    #[serde(with = "humantime_serde")]
-    pub http2_keep_alive_interval: Duration,
-    #[serde(with = "humantime_serde")]
-    pub http2_keep_alive_timeout: Duration,
-    /// Streams at once on one HTTP/2 connection.
-    pub http2_max_concurrent_streams: u32,
-    /// All request headers together (431 above it).
-    pub max_header_bytes: bytesize::ByteSize,
-    /// One header value (431 above it).
-    pub max_header_value_bytes: bytesize::ByteSize,
-    /// Client connections open at once; more wait in the kernel's accept queue.
-    pub max_connections: usize,
-    /// Requests in flight at once across all tenants (503 + Retry-After above it).
-    pub max_in_flight: usize,
-    /// Memory budget for buffered request bodies and non-streamed engine answers together
-    /// (503 + Retry-After when a request would exceed it).
-    pub max_buffered_bytes: bytesize::ByteSize,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        Self {
-            listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
-            admin_listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
-            admin_token_env: None,
-            max_body_bytes: bytesize::ByteSize::mib(64),
-            drain_timeout: Duration::from_secs(30),
-            allow_anonymous: false,
-            tls: None,
-            header_read_timeout: Duration::from_secs(10),
-            body_idle_timeout: Duration::from_secs(10),
-            body_timeout: Duration::from_secs(60),
-            send_timeout: Duration::from_secs(60),
-            http2_keep_alive_interval: Duration::from_secs(20),
-            http2_keep_alive_timeout: Duration::from_secs(20),
-            http2_max_concurrent_streams: 128,
-            max_header_bytes: bytesize::ByteSize::kib(64),
-            max_header_value_bytes: bytesize::ByteSize::kib(16),
-            max_connections: 4096,
-            max_in_flight: 1024,
-            max_buffered_bytes: bytesize::ByteSize::gib(1),
-        }
-    }
-}
-
-/// `[server.tls]`: PEM certificate chain and private key.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TlsConfig {
-    pub cert: PathBuf,
-    pub key: PathBuf,
 }
 
 /// `[limits]`: where tenant rate and concurrency counters live.
@@ -234,55 +147,6 @@ pub struct AdmissionConfig {
     pub strict: bool,
     /// Exact token counts running at once on the blocking pool (default: CPU cores).
     pub max_concurrent_counts: Option<usize>,
-}
-
-/// `[upstream]`
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct UpstreamConfig {
-    /// TCP connect timeout to an engine.
-    #[serde(with = "humantime_serde")]
-    pub connect_timeout: Duration,
-    /// Streaming requests: until the engine's response headers arrive. (A non-streaming
-    /// answer's headers come with the whole answer, so `request_timeout` bounds those.)
-    #[serde(with = "humantime_serde")]
-    pub response_header_timeout: Duration,
-    /// Streaming requests: longest silence between two chunks once the stream started; a
-    /// stalled stream ends with an SSE error event (no `[DONE]`).
-    #[serde(with = "humantime_serde")]
-    pub stream_idle_timeout: Duration,
-    /// The whole exchange with the engine, streams included.
-    #[serde(with = "humantime_serde")]
-    pub request_timeout: Duration,
-    /// Largest non-streamed engine answer read into memory (502 above it).
-    pub max_response_bytes: bytesize::ByteSize,
-    /// Share of requests that may be retried on another worker after a connect failure
-    /// (nothing was sent yet); at least one retry per second is always allowed.
-    pub retry_budget_ratio: f64,
-    /// How often worker capacity is re-discovered from `/get_server_info`.
-    #[serde(with = "humantime_serde")]
-    pub discovery_interval: Duration,
-    /// Idle keep-alive connections kept per engine.
-    pub max_idle_per_host: usize,
-    /// How long an idle upstream connection is kept.
-    #[serde(with = "humantime_serde")]
-    pub idle_timeout: Duration,
-}
-
-impl Default for UpstreamConfig {
-    fn default() -> Self {
-        Self {
-            connect_timeout: Duration::from_secs(2),
-            response_header_timeout: Duration::from_secs(60),
-            stream_idle_timeout: Duration::from_secs(60),
-            request_timeout: Duration::from_secs(600),
-            max_response_bytes: bytesize::ByteSize::mib(64),
-            retry_budget_ratio: 0.1,
-            discovery_interval: Duration::from_secs(30),
-            max_idle_per_host: 64,
-            idle_timeout: Duration::from_secs(90),
-        }
-    }
 }
 
 /// `[[models]]`
