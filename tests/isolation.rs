@@ -207,3 +207,60 @@ async fn two_tenants_sending_the_same_public_document_do_not_trip_it() {
         .any(|l| l["event"] == "leak_suspected"));
     gw.shutdown().await;
 }
+
+/// The quiet leak: the engine answers from stale pages with the right `prompt_tokens`, a
+/// normal finish and no marker, so every other guard check passes. Bob's token-id prompt is
+/// as long as Alice's, so his request gets her freed pages back in order.
+async fn silent_leak(
+    pool_extra: &str,
+    stream: bool,
+) -> (Reply, kvgate::runtime::app::RunningGateway) {
+    let engine = engine(SimRole::Unified, SimFault::SilentLeak, 40960, 32768).await;
+    let pools = format!(
+        "{}{pool_extra}",
+        unified_pool("u", &[worker(&engine, None)])
+    );
+    let gw = gateway(&two_tenants(&pools)).await;
+    let url = format!("http://{}/generate", gw.data_addr());
+    let a = json!({"text": format!("{} The secret code is {SECRET}.", "lorem ".repeat(300)), "sampling_params": {"max_new_tokens": 24}});
+    let alice = post(&url, Some("sk-alice"), &a).await;
+    assert_eq!(alice.status, 200, "{}", alice.text());
+    let len = alice.json()["meta_info"]["prompt_tokens"].as_u64().unwrap() as usize;
+    let b = json!({"input_ids": vec![1000u32; len], "stream": stream, "sampling_params": {"max_new_tokens": 24}});
+    (post(&url, Some("sk-bob"), &b).await, gw)
+}
+
+#[tokio::test]
+async fn the_default_config_stops_a_leak_with_the_right_usage_and_no_marker() {
+    // Without the leak detector the secret reaches Bob with a 200: the fault is real.
+    let (b, gw) = silent_leak("leak_detection = \"off\"\n", false).await;
+    assert_eq!(b.status, 200, "{}", b.text());
+    assert!(b.text().contains("QUOKKA"), "{}", b.text());
+    gw.shutdown().await;
+    // The default config (no leak_detection key: block) stops it, whole or streamed.
+    for stream in [false, true] {
+        let (b, gw) = silent_leak("", stream).await;
+        let text = b.text();
+        assert!(
+            !text.contains("QUOKKA") && !text.contains("4471"),
+            "stream={stream}: bob saw alice's secret: {text}"
+        );
+        if stream && b.status.is_success() {
+            let data = b.sse_data();
+            assert!(!data.iter().any(|d| d == "[DONE]"), "{data:?}");
+            assert!(
+                data.last().unwrap().contains("upstream_integrity_error"),
+                "{data:?}"
+            );
+        } else {
+            assert_eq!(b.status, 502, "{text}");
+            assert_eq!(error_code(&b), "upstream_integrity_error");
+        }
+        assert!(gw
+            .audit()
+            .recent()
+            .iter()
+            .any(|l| l["event"] == "leak_suspected"));
+        gw.shutdown().await;
+    }
+}

@@ -224,7 +224,8 @@ pub struct PoolConfig {
     /// different salts apart). Client-sent cache keys are stripped either way.
     #[serde(default = "default_true")]
     pub cache_salt: bool,
-    /// Scan answers for fragments of other tenants' recent prompts: off | detect | block.
+    /// Scan answers for fragments of other tenants' recent prompts: off | detect | block
+    /// (default).
     #[serde(default)]
     pub leak_detection: LeakMode,
     /// The response guard of this pool (`[pools.guard]`).
@@ -277,9 +278,12 @@ pub enum LeakMode {
     /// Do not fingerprint or scan.
     Off,
     /// Audit line and `kvgate_leak_suspected_total`; the answer is delivered.
-    #[default]
     Detect,
-    /// As detect, and the answer is stopped (502, or an error event in a stream).
+    /// As detect, and the answer is stopped (502, or an error event in a stream); streams
+    /// are held back by `ngram + min_matches - 1` text units so nothing foreign gets out.
+    /// The default: a leak with the right usage and no marker (the incident's v3 shape) is
+    /// only stopped here.
+    #[default]
     Block,
 }
 

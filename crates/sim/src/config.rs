@@ -114,6 +114,11 @@ pub enum SimFault {
     /// Streams send two token events, then go silent with the connection open (a stuck
     /// engine): only a deadline ends them.
     StallStream,
+    /// The incident's quiet form (a prefix-cache bug): reused KV pages are taken to hold the
+    /// new prompt already and are not rewritten, so the answer is read from what an earlier
+    /// request left there, with the right `prompt_tokens`, a normal finish and no marker.
+    /// Only the leak detector can tell.
+    SilentLeak,
     /// The first stream event is not JSON (an HTML error page from a broken proxy in front
     /// of the engine), then the normal stream.
     GarbageEvent,

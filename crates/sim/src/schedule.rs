@@ -214,7 +214,10 @@ async fn unified(
             return None;
         }
     };
-    pages.write(&sample.input_ids);
+    // The quiet leak's bug: pages that already hold KV are taken to hold this prompt.
+    if engine.config.fault != SimFault::SilentLeak || pages.content().is_empty() {
+        pages.write(&sample.input_ids);
+    }
     generate(engine, &pages, input, max_new, result);
     Some(pages)
 }
@@ -380,6 +383,7 @@ fn output_fault(fault: SimFault, result: &mut SampleResult) {
         | SimFault::PrefillAbort
         | SimFault::CutStream
         | SimFault::StallStream
+        | SimFault::SilentLeak
         | SimFault::GarbageEvent => {}
     }
 }

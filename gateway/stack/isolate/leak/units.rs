@@ -1,7 +1,8 @@
 //! Text units: the leak detector's tokenizer-free view of text.
 //!
 //! A prompt and the answer that might leak it are compared as sequences of units, hashed
-//! to `u32`: every maximal run of ASCII letters and digits is one unit (a word), every other
+//! to `u32`: every maximal run of ASCII letters and digits is one unit (a word; a word
+//! longer than [`MAX_WORD_BYTES`] is cut into pieces of that length), every other
 //! character that is not whitespace is a unit of its own (punctuation, CJK characters,
 //! accented letters), and whitespace only separates. Splitting needs no tokenizer and no
 //! model, costs one pass over the bytes, and is the same whether the text comes whole or
@@ -9,8 +10,14 @@
 //! Whitespace is ignored, so a detokenizer's spacing changes do not hide a leak.
 //!
 //! The detector's guarantee in these terms: an answer holding a run of
-//! `ngram + min_matches - 1` consecutive units that only another tenant's recent prompt
-//! holds is a suspected leak, and block mode holds a stream back by that many units.
+//! `ngram + min_matches - 1` consecutive units (starting at a word or character boundary)
+//! that only another tenant's recent prompt holds is a suspected leak, and block mode holds
+//! a stream back by that many units plus one. As no unit is longer than 16 bytes, both are
+//! bounded in bytes too: 16 per unit, whitespace aside.
+
+/// The longest unit in bytes: longer words (base64, hex dumps) are cut every 16 bytes, so a
+/// unit count bounds a byte count (the block-mode hold-back above all).
+pub const MAX_WORD_BYTES: usize = 16;
 
 /// FxHash's multiplier: odd, with well-spread bits (as in `hash.rs`).
 const MUL: u64 = 0x517c_c1b7_2722_0a95;
@@ -34,14 +41,15 @@ fn finish(mut h: u64) -> u32 {
 #[derive(Debug, Clone)]
 pub struct TextUnits {
     word: u64,
-    in_word: bool,
+    /// Bytes of the open word (0: none open).
+    word_len: usize,
 }
 
 impl Default for TextUnits {
     fn default() -> Self {
         Self {
             word: SEED,
-            in_word: false,
+            word_len: 0,
         }
     }
 }
@@ -56,8 +64,11 @@ impl TextUnits {
     pub fn push(&mut self, text: &str, out: &mut Vec<u32>) {
         for c in text.chars() {
             if c.is_ascii_alphanumeric() {
+                if self.word_len == MAX_WORD_BYTES {
+                    self.end_word(out);
+                }
                 self.word = mix(self.word, c as u64);
-                self.in_word = true;
+                self.word_len += 1;
                 continue;
             }
             self.end_word(out);
@@ -74,10 +85,10 @@ impl TextUnits {
     }
 
     fn end_word(&mut self, out: &mut Vec<u32>) {
-        if self.in_word {
+        if self.word_len > 0 {
             out.push(finish(self.word));
             self.word = SEED;
-            self.in_word = false;
+            self.word_len = 0;
         }
     }
 }
@@ -103,6 +114,22 @@ mod tests {
         assert_ne!(units_of("ab"), units_of("a b"));
         assert_eq!(units_of("秘密です").len(), 4);
         assert_ne!(units_of("a"), units_of("!"));
+    }
+
+    #[test]
+    fn long_words_are_cut_every_16_bytes() {
+        let word = "0123456789abcdef".repeat(3) + "xy";
+        let units = units_of(&word);
+        assert_eq!(units.len(), 4);
+        assert_eq!(units[0], units[1], "equal 16-byte pieces hash alike");
+        assert_eq!(units[3], units_of("xy")[0]);
+        // Cut anywhere, a stream gives the same pieces.
+        let mut split = TextUnits::new();
+        let mut out = Vec::new();
+        split.push(&word[..20], &mut out);
+        split.push(&word[20..], &mut out);
+        split.finish(&mut out);
+        assert_eq!(out, units);
     }
 
     proptest! {
