@@ -49,6 +49,8 @@ enum Command {
     },
     /// Run a simulated SGLang engine (tests, demo, benchmarks).
     SimEngine(kvgate_sim::SimArgs),
+    /// Run the load harness's engine: real prompt counts, a fixed answer, almost no CPU.
+    MockEngine(kvgate_sim::MockArgs),
     /// Run the gateway with built-in simulated engines on loopback, ready for curl.
     Demo(kvgate::runtime::demo::DemoArgs),
     /// Print the SHA-256 of an API key, for `api_key_sha256`.
@@ -100,6 +102,13 @@ async fn run(command: Command) -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("kvgate sim-engine: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::MockEngine(args) => match kvgate_sim::run_mock_cli(args).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("kvgate mock-engine: {e}");
                 ExitCode::FAILURE
             }
         },

@@ -113,7 +113,7 @@ pub async fn run_cli(args: SimArgs) -> Result<(), SimError> {
     Ok(())
 }
 
-async fn wait_for_signal() -> Result<(), SimError> {
+pub(crate) async fn wait_for_signal() -> Result<(), SimError> {
     #[cfg(unix)]
     {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

@@ -18,7 +18,8 @@
 //! Files: `config` (settings, roles, faults), `kv_pool`, `rooms` + `bootstrap` (the KV
 //! hand-off), `request` (parsing), `schedule` (checks, roles, faults), `native` / `openai` /
 //! `reply` (response shapes), `stream` (SSE body), `server` (routes), `listen` (accept loop),
-//! `cli` (`kvgate sim-engine` and the `kvgate-sim` binary).
+//! `cli` (`kvgate sim-engine` and the `kvgate-sim` binary), `mock` (`kvgate mock-engine`: no
+//! pool, no faults, answers prepared once per body — the load harness's engine).
 
 mod bootstrap;
 mod cli;
@@ -26,6 +27,7 @@ mod config;
 mod engine;
 mod kv_pool;
 mod listen;
+mod mock;
 mod native;
 mod openai;
 mod reply;
@@ -46,6 +48,7 @@ use tokio::task::JoinHandle;
 pub use cli::{run_cli, SimArgs, SimError};
 pub use config::{SimConfig, SimFault, SimRole, DEFAULT_BOOTSTRAP_PORT};
 pub use engine::SimEngine;
+pub use mock::{run_mock_cli, spawn_mock, MockArgs, RunningMock};
 pub use stats::{ReceivedRequest, SimStatsSnapshot};
 
 use kv_pool::KvPool;
