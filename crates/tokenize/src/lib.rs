@@ -29,6 +29,7 @@
 //! it does not model fall back to the plain encode ([`ModelTokenizer::fast_count_unsupported`]
 //! says why). Callers on an async runtime should still run long prompts on a blocking thread.
 
+mod chat_cache;
 mod error;
 mod fast;
 mod pyjson;
@@ -36,6 +37,7 @@ mod template;
 
 use std::path::Path;
 
+pub use chat_cache::ChatKey;
 pub use error::TokenizeError;
 pub use fast::CountConfig;
 use template::ChatTemplate;
@@ -75,6 +77,8 @@ pub struct ModelTokenizer {
     post_processor_tokens: usize,
     /// The count-only path, when the configuration is one it models exactly.
     fast: Result<fast::FastCounter, String>,
+    /// Counts of whole conversations seen before.
+    chat_counts: chat_cache::ChatCountCache,
 }
 
 impl std::fmt::Debug for ModelTokenizer {
@@ -148,6 +152,7 @@ impl ModelTokenizer {
             extra_eos,
             post_processor_tokens,
             fast,
+            chat_counts: chat_cache::ChatCountCache::new(),
         })
     }
 
@@ -297,6 +302,30 @@ impl ModelTokenizer {
             return Err(TokenizeError::NoChatTemplate);
         };
         template.render(messages, tools, add_generation_prompt, template_kwargs)
+    }
+
+    /// The key under which the count of this conversation (rendered with
+    /// `add_generation_prompt = true`, no extra template arguments) is remembered, or `None`
+    /// when it must not be: no template, or one that reads the clock.
+    pub fn chat_key(
+        &self,
+        messages: &serde_json::Value,
+        tools: Option<&serde_json::Value>,
+    ) -> Option<ChatKey> {
+        let template = self.template.as_ref()?;
+        template
+            .is_pure()
+            .then(|| self.chat_counts.key(messages, tools, true))
+    }
+
+    /// The exact count remembered for a conversation by [`Self::remember_chat_count`].
+    pub fn cached_chat_count(&self, key: ChatKey) -> Option<usize> {
+        self.chat_counts.get(key)
+    }
+
+    /// Remember the exact count of a conversation's rendered prompt.
+    pub fn remember_chat_count(&self, key: ChatKey, count: usize) {
+        self.chat_counts.insert(key, count);
     }
 
     /// Whether `tokenizer_config.json` provided a chat template.

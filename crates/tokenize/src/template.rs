@@ -23,6 +23,8 @@ pub(crate) struct ChatTemplate {
     env: Environment<'static>,
     bos_token: Option<String>,
     eos_token: Option<String>,
+    /// The template calls `strftime_now`: its output changes with the date.
+    reads_clock: bool,
 }
 
 /// Carried as the source of the minijinja error raised by `raise_exception`, so the
@@ -51,13 +53,20 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
+        let reads_clock = source.contains("strftime_now");
         env.add_template_owned(TEMPLATE_NAME, source)
             .map_err(|e| TokenizeError::Template(describe(&e)))?;
         Ok(Self {
             env,
             bos_token,
             eos_token,
+            reads_clock,
         })
+    }
+
+    /// Whether the same arguments always render the same text (no clock in the template).
+    pub(crate) fn is_pure(&self) -> bool {
+        !self.reads_clock
     }
 
     /// Renders the template like `apply_chat_template(..., tokenize=False)`.

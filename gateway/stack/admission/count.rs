@@ -1,5 +1,7 @@
 //! Counting prompts: a cheap upper bound first, the exact count when the bound does not
-//! settle admission (or later, in the background, for the stages that need it).
+//! settle admission (or later, in the background, for the stages that need it). A
+//! conversation counted before is not rendered again: its exact count is remembered
+//! (`ModelTokenizer::chat_key`).
 //!
 //! A byte-level BPE never produces more tokens than bytes of its (normalized) input, so
 //! [`ModelTokenizer::token_upper_bound`] bounds a prompt from its length alone (it accounts
@@ -16,7 +18,7 @@ use tokio::sync::Semaphore;
 use super::prompt::{MaxNew, Sample};
 use crate::error::GatewayError;
 use crate::stack::api::PromptInput;
-use kvgate_tokenize::{ModelTokenizer, TokenizeError};
+use kvgate_tokenize::{ChatKey, ModelTokenizer, TokenizeError};
 
 /// A sample's prompt size as admission knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +44,8 @@ pub(super) struct Pending {
     text: Arc<str>,
     /// A rendered chat (counted without special tokens, through the segment cache).
     chat: bool,
+    /// Where the chat's count is remembered once known.
+    key: Option<ChatKey>,
 }
 
 /// One sample, measured.
@@ -92,9 +96,19 @@ pub(super) fn measure(
                     Some(Pending {
                         text: Arc::from(t),
                         chat: false,
+                        key: None,
                     }),
                 ),
                 PromptInput::Chat { messages, tools } => {
+                    // A conversation seen before: its exact count, no render.
+                    let key = tokenizer.chat_key(messages, tools);
+                    if let Some(n) = key.and_then(|k| tokenizer.cached_chat_count(k)) {
+                        return Ok(Measured {
+                            tokens: PromptTokens::Exact(n as u64),
+                            max_new: s.max_new,
+                            pending: None,
+                        });
+                    }
                     let rendered = tokenizer
                         .apply_chat_template(messages, tools, true)
                         .map_err(template_error)?;
@@ -105,6 +119,7 @@ pub(super) fn measure(
                         Some(Pending {
                             text: Arc::from(rendered),
                             chat: true,
+                            key,
                         }),
                     )
                 }
@@ -160,7 +175,11 @@ pub(super) async fn count_exactly(
 fn count_one(tokenizer: &ModelTokenizer, p: &Pending) -> Result<u64, TokenizeError> {
     let n = if p.chat {
         // Chats re-send their history: the segment cache makes the repeat cheap.
-        tokenizer.count_rendered_chat(&p.text)?
+        let n = tokenizer.count_rendered_chat(&p.text)?;
+        if let Some(key) = p.key {
+            tokenizer.remember_chat_count(key, n);
+        }
+        n
     } else {
         tokenizer.count_fast(&p.text, true)?
     };
@@ -270,5 +289,48 @@ impl TokenCount {
             None => self.prompt_total(),
         };
         prompts + self.max_new_tokens.iter().sum::<u64>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn qwen3() -> ModelTokenizer {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/tokenizers/qwen3");
+        ModelTokenizer::from_dir(&dir).unwrap()
+    }
+
+    #[test]
+    fn a_conversation_seen_before_is_counted_from_the_cache_and_exactly() {
+        let tok = qwen3();
+        let messages = json!([{"role": "system", "content": "Be brief."},
+                              {"role": "user", "content": "What is a KV page?"}]);
+        let sample = |m| Sample {
+            input: PromptInput::Chat {
+                messages: m,
+                tools: None,
+            },
+            max_new: MaxNew::Tokens(4),
+        };
+        let rendered = tok.apply_chat_template(&messages, None, true).unwrap();
+        let exact = tok.count(&rendered, false).unwrap() as u64;
+        let key = tok.chat_key(&messages, None).unwrap();
+        assert_eq!(tok.cached_chat_count(key), None);
+        let first = measure(&[sample(&messages)], &tok).unwrap();
+        assert_eq!(first[0].tokens, PromptTokens::Exact(exact));
+        assert_eq!(tok.cached_chat_count(key), Some(exact as usize));
+        let again = measure(&[sample(&messages)], &tok).unwrap();
+        assert_eq!(again[0].tokens, PromptTokens::Exact(exact));
+        // One character more is another conversation, counted afresh.
+        let other = json!([{"role": "system", "content": "Be brief."},
+                           {"role": "user", "content": "What is a KV page?!"}]);
+        let counted = measure(&[sample(&other)], &tok).unwrap();
+        let rendered = tok.apply_chat_template(&other, None, true).unwrap();
+        assert_eq!(
+            counted[0].tokens,
+            PromptTokens::Exact(tok.count(&rendered, false).unwrap() as u64)
+        );
     }
 }

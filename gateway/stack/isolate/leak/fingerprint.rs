@@ -20,10 +20,10 @@
 //! even while its bucket is still alive.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-use super::hash::{ngram_hash, BuildPassThrough};
+use super::hash::{ngram_hash, prompt_hash, BuildPassThrough};
 
 /// Number of lock shards (a power of two; the shard is hash bits 40..44).
 pub(crate) const SHARDS: usize = 16;
@@ -74,7 +74,13 @@ pub(crate) struct Inner {
     /// Tenant name → small id, so a slot is 8 bytes. Grows with the number of tenants
     /// that ever sent a prompt, which the API keys bound.
     tenants: RwLock<HashMap<String, u32>>,
+    /// When each (tenant, whole prompt) was last recorded: the same prompt from the same
+    /// tenant within one generation span is not recorded again.
+    recent: Mutex<HashMap<(u32, u64), Instant>>,
 }
+
+/// Prompts remembered in [`Inner::recent`]; past it the memo starts over.
+const RECENT_PROMPTS: usize = 65_536;
 
 #[derive(Clone, Copy)]
 struct Limits {
@@ -161,6 +167,7 @@ impl FingerprintStore {
                 limits,
                 config,
                 tenants: RwLock::default(),
+                recent: Mutex::default(),
             }),
         }
     }
@@ -172,6 +179,10 @@ impl FingerprintStore {
 
     /// Records the n-grams of `tenant`'s prompt (token ids, as the engine's KV pages hold
     /// them) at `now`. Prompts shorter than one n-gram record nothing.
+    ///
+    /// The same prompt sent again by the same tenant within one generation span
+    /// (`window / 10`) is not recorded again, as its n-grams are already stored: a prompt is
+    /// remembered for at least `window - window / 10` after its last send.
     pub fn record_prompt(&self, tenant: &str, prompt_ids: &[u32], now: Instant) {
         let n = self.inner.config.ngram;
         if prompt_ids.len() < n || self.inner.limits.shard_cap == 0 {
@@ -180,6 +191,14 @@ impl FingerprintStore {
         let Some(owner) = self.inner.tenant_id(tenant, true) else {
             return;
         };
+        if self.inner.recorded_lately(owner, prompt_ids, now) {
+            return;
+        }
+        self.record_ngrams(owner, prompt_ids, now);
+    }
+
+    fn record_ngrams(&self, owner: u32, prompt_ids: &[u32], now: Instant) {
+        let n = self.inner.config.ngram;
         // Hash outside any lock, then take each shard's lock once per prompt.
         let mut per_shard: Vec<Vec<u64>> = vec![Vec::new(); self.inner.shards.len()];
         for window in prompt_ids.windows(n) {
@@ -296,6 +315,25 @@ impl Inner {
         let mut write = self.tenants.write().unwrap_or_else(PoisonError::into_inner);
         let next = u32::try_from(write.len()).ok().filter(|&id| id < COMMON)?;
         Some(*write.entry(tenant.to_owned()).or_insert(next))
+    }
+
+    /// Whether `owner` recorded exactly `prompt_ids` less than one span before `now`; if
+    /// not, notes that it does now.
+    fn recorded_lately(&self, owner: u32, prompt_ids: &[u32], now: Instant) -> bool {
+        let hash = prompt_hash(prompt_ids);
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(at) = recent.get_mut(&(owner, hash)) {
+            if now.saturating_duration_since(*at) < self.limits.span {
+                return true;
+            }
+            *at = now;
+            return false;
+        }
+        if recent.len() >= RECENT_PROMPTS {
+            recent.clear();
+        }
+        recent.insert((owner, hash), now);
+        false
     }
 
     /// Who owns `hash` among entries no older than the window at `now`.

@@ -26,6 +26,15 @@ pub(crate) fn ngram_hash(ids: &[u32]) -> u64 {
     fmix64(h)
 }
 
+/// Hash of a whole prompt (its length included), to tell a prompt sent again.
+pub(crate) fn prompt_hash(ids: &[u32]) -> u64 {
+    let mut h = SEED ^ ids.len() as u64;
+    for &id in ids {
+        h = (h.rotate_left(5) ^ u64::from(id)).wrapping_mul(MUL);
+    }
+    fmix64(h)
+}
+
 /// MurmurHash3's finaliser: Fx alone leaves the high bits weak, and the maps below use
 /// the low bits for the bucket index, the high bits for the control tag, and bits 40.. for
 /// the shard, so every bit must depend on every input bit.

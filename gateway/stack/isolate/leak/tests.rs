@@ -145,6 +145,34 @@ fn entries_older_than_the_window_never_match() {
 }
 
 #[test]
+fn a_prompt_sent_again_within_a_span_is_recorded_once_and_still_remembered() {
+    let (store, t0) = (store(), Instant::now());
+    let window = store.config().window;
+    let span = window / 10;
+    let prompt: Vec<u32> = (100..130).collect();
+    let found = |at: Instant| {
+        let mut scanner = store.scanner("b");
+        scanner.feed(&prompt, at);
+        scanner.suspicion().is_some()
+    };
+    store.record_prompt("a", &prompt, t0);
+    // Sent again 30 s later: not recorded again, so it expires with the first send...
+    store.record_prompt("a", &prompt, t0 + Duration::from_secs(30));
+    assert!(found(t0 + window));
+    assert!(!found(t0 + window + Duration::from_millis(1)));
+    // ...which is never more than one span before its last send's window ends.
+    assert!(Duration::from_secs(30) < span);
+    // After a span it is recorded again, and lives a window from then.
+    store.record_prompt("a", &prompt, t0 + span);
+    assert!(found(t0 + span + window));
+    // Another tenant sending it is recorded at once: the text becomes common.
+    store.record_prompt("b", &prompt, t0 + span);
+    let mut scanner = store.scanner("c");
+    scanner.feed(&prompt, t0 + span);
+    assert!(scanner.suspicion().is_none());
+}
+
+#[test]
 fn common_text_becomes_owned_again_when_one_owner_ages_out() {
     let (store, t0) = (store(), Instant::now());
     let doc = ids(PUBLIC_DOC);

@@ -1,0 +1,163 @@
+//! Exact counts of whole conversations seen before, so a repeated chat skips its render.
+//!
+//! Rendering the chat template is the largest part of counting a short chat (tens of µs
+//! for Qwen3's template, far more than counting the rendered text through the segment
+//! cache). The same conversation arrives again and again in practice: retries, `n`-way
+//! fan-outs sent as separate requests, evaluation sets, fixed prompts behind a product
+//! feature, health probes. A conversation's count is a pure function of its messages, tools
+//! and template arguments, so it is cached under a 128-bit keyed hash of them (two
+//! independent SipHash keys, fresh each process: a client can neither predict nor aim for a
+//! collision). Templates that read the clock (`strftime_now`) are never cached: their
+//! output changes by itself.
+//!
+//! The table is bounded: 16 shards of at most [`ENTRIES_PER_SHARD`] entries; a full shard
+//! starts over (a miss only costs a render).
+
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+const SHARDS: usize = 16;
+/// Entries kept per shard (64 Ki conversations in all, ≈ 1.5 MiB).
+pub const ENTRIES_PER_SHARD: usize = 4096;
+
+/// The key of one conversation as the template sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ChatKey(u64, u64);
+
+/// Counts of conversations, keyed by [`ChatKey`].
+pub(crate) struct ChatCountCache {
+    keys: (RandomState, RandomState),
+    shards: Vec<Mutex<HashMap<ChatKey, usize>>>,
+}
+
+impl ChatCountCache {
+    pub(crate) fn new() -> Self {
+        Self {
+            keys: (RandomState::new(), RandomState::new()),
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+        }
+    }
+
+    /// The key of `messages` and `tools` rendered with `add_generation_prompt`.
+    pub(crate) fn key(
+        &self,
+        messages: &Value,
+        tools: Option<&Value>,
+        add_generation_prompt: bool,
+    ) -> ChatKey {
+        let hash = |state: &RandomState| {
+            let mut h = state.build_hasher();
+            h.write_u8(u8::from(add_generation_prompt));
+            hash_value(&mut h, messages);
+            match tools {
+                Some(t) => hash_value(&mut h, t),
+                None => h.write_u8(0xff),
+            }
+            h.finish()
+        };
+        ChatKey(hash(&self.keys.0), hash(&self.keys.1))
+    }
+
+    fn shard(&self, key: ChatKey) -> Option<&Mutex<HashMap<ChatKey, usize>>> {
+        self.shards.get((key.0 as usize) % SHARDS)
+    }
+
+    pub(crate) fn get(&self, key: ChatKey) -> Option<usize> {
+        let shard = self.shard(key)?.lock().ok()?;
+        shard.get(&key).copied()
+    }
+
+    pub(crate) fn insert(&self, key: ChatKey, count: usize) {
+        let Some(Ok(mut shard)) = self.shard(key).map(Mutex::lock) else {
+            return;
+        };
+        if shard.len() >= ENTRIES_PER_SHARD && !shard.contains_key(&key) {
+            shard.clear();
+        }
+        shard.insert(key, count);
+    }
+}
+
+/// Feeds a JSON value to `h` without ambiguity: every node is tagged, strings and
+/// containers carry their length, so two different values never feed the same bytes.
+fn hash_value(h: &mut impl Hasher, value: &Value) {
+    match value {
+        Value::Null => h.write_u8(0),
+        Value::Bool(b) => h.write_u8(if *b { 2 } else { 1 }),
+        Value::Number(n) => {
+            if let Some(u) = n.as_u64() {
+                h.write_u8(3);
+                h.write_u64(u);
+            } else if let Some(i) = n.as_i64() {
+                h.write_u8(4);
+                h.write_i64(i);
+            } else {
+                h.write_u8(5);
+                h.write_u64(n.as_f64().map_or(0, f64::to_bits));
+            }
+        }
+        Value::String(s) => {
+            h.write_u8(6);
+            h.write_usize(s.len());
+            h.write(s.as_bytes());
+        }
+        Value::Array(items) => {
+            h.write_u8(7);
+            h.write_usize(items.len());
+            for item in items {
+                hash_value(h, item);
+            }
+        }
+        Value::Object(map) => {
+            h.write_u8(8);
+            h.write_usize(map.len());
+            for (k, v) in map {
+                h.write_usize(k.len());
+                h.write(k.as_bytes());
+                hash_value(h, v);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn keys_tell_conversations_apart_and_repeat_for_the_same_one() {
+        let cache = ChatCountCache::new();
+        let a = json!([{"role": "user", "content": "ab"}]);
+        let key = cache.key(&a, None, true);
+        assert_eq!(key, cache.key(&a.clone(), None, true));
+        for other in [
+            json!([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]),
+            json!([{"role": "user", "content": "ab", "name": null}]),
+            json!([{"role": "user", "content": ["ab"]}]),
+            json!([{"role": "user", "content": 1}]),
+        ] {
+            assert_ne!(key, cache.key(&other, None, true), "{other}");
+        }
+        assert_ne!(key, cache.key(&a, None, false));
+        assert_ne!(key, cache.key(&a, Some(&json!([])), true));
+        cache.insert(key, 7);
+        assert_eq!(cache.get(key), Some(7));
+        assert_eq!(cache.get(cache.key(&a, None, false)), None);
+    }
+
+    #[test]
+    fn a_full_shard_starts_over() {
+        let cache = ChatCountCache::new();
+        for i in 0..(ENTRIES_PER_SHARD * SHARDS * 2) {
+            cache.insert(cache.key(&json!(i), None, true), i);
+        }
+        for shard in &cache.shards {
+            assert!(shard.lock().unwrap().len() <= ENTRIES_PER_SHARD);
+        }
+    }
+}
