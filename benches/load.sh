@@ -1,83 +1,304 @@
 #!/usr/bin/env bash
-# Load test: throughput and latency through kvgate versus straight to the same simulated
-# engine (the baseline, measured in the same run), for a small chat and a long prompt.
-# Prints the ratio gateway/baseline; machines here are noisy, so compare within one run.
+# The load harness: kvgate beside a bare nginx proxy, in one run, in front of the same
+# mock engine (`kvgate mock-engine`: the simulated engine's exact SGLang/OpenAI shapes,
+# prompt_tokens from the real tokenizer, a fixed answer cut to max_tokens, prepared once
+# per distinct body, so it costs next to nothing and passes every guard check).
 #
-#   bash benches/load.sh            # needs wrk (apt-get install -y wrk) and python3
-#   DURATION=20s CONNECTIONS=32 bash benches/load.sh
-#   LEAK=off bash benches/load.sh   # the pool's leak_detection (off | detect | block; default detect)
+# Rows: straight to the mock (direct), nginx as a bare proxy (when installed), kvgate with
+# its default config (API keys, exact admission, guard, leak detection in block mode),
+# kvgate with leak detection off, and, with BEFORE_BIN, the same two for another build.
+# Measured:
+#   - closed-loop throughput (wrk, CONNECTIONS connections, ROUNDS interleaved rounds,
+#     medians) and each process's CPU µs per request; the same, direct and through kvgate
+#     default, when every request is a different chat (no cache helps either side: the
+#     "distinct" rows);
+#   - fixed-rate latency (hey: arrivals spread by its per-worker rate limit) at 500 and
+#     2,000 req/s, p50 and p99, and what each proxy adds over direct;
+#   - streaming time to first byte and a different 100k-token chat, one request at a
+#     time, medians, and what each proxy adds;
+#   - the time kvgate takes to count a different 1M-token chat exactly and refuse it;
+#   - peak RSS of each kvgate (and the tokenizer's own share, from a process that only
+#     loads it).
+# Machines here are noisy: read ratios within one run, never absolute numbers across runs.
+#
+#   apt-get install -y wrk hey nginx-light      # nginx optional: its row is skipped without it
+#   bash benches/load.sh
+#   DURATION=10s ROUNDS=5 bash benches/load.sh
+#   BEFORE_BIN=/tmp/kvgate-old bash benches/load.sh
+#
+# Not part of `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DURATION=${DURATION:-10s}
-CONNECTIONS=${CONNECTIONS:-16}
-command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk"; exit 1; }
+DURATION=${DURATION:-5s}
+CONNECTIONS=${CONNECTIONS:-32}
+ROUNDS=${ROUNDS:-3}
+RATE_SECONDS=${RATE_SECONDS:-5}
+ONE_BY_ONE=${ONE_BY_ONE:-30}
+for tool in wrk hey python3 curl; do
+  command -v "$tool" >/dev/null || { echo "$tool is missing: apt-get install -y wrk hey"; exit 1; }
+done
+HAVE_NGINX=1
+command -v nginx >/dev/null || { HAVE_NGINX=0; echo "nginx is missing (apt-get install -y nginx-light): its row is skipped"; }
 cargo build --release --locked --bin kvgate >/dev/null 2>&1
 BIN=$PWD/target/release/kvgate
+TOKENIZER=$PWD/config/tokenizers/qwen3/tokenizer.json
 WORK=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
-
+cleanup() {
+  kill $(jobs -p) 2>/dev/null || true
+  for p in "$WORK"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-ENGINE=$(free_port); GATEWAY=$(free_port); ADMIN=$(free_port)
+wait_http() { for _ in $(seq 200); do curl -sf "$1" >/dev/null && return 0; sleep 0.1; done; echo "not up: $1"; exit 1; }
 
-"$BIN" sim-engine --role unified --listen "127.0.0.1:$ENGINE" --model qwen3 \
-  --tokenizer config/tokenizers/qwen3/tokenizer.json --kv-tokens 200000 --context-length 131072 \
-  >"$WORK/engine.log" 2>&1 &
-cat >"$WORK/kvgate.toml" <<TOML
+# 1. Bodies: a 2 KB chat (plain and streamed), a 100k-token chat, a 1M-token chat.
+python3 - "$WORK" <<'PY'
+import json, sys
+work = sys.argv[1]
+user = "Explain paged KV caches and admission control in a few words. " * 30
+chat = {"model": "qwen3", "max_tokens": 256, "messages": [
+    {"role": "system", "content": "You are terse."}, {"role": "user", "content": user}]}
+json.dump(chat, open(f"{work}/chat.json", "w"))
+json.dump(dict(chat, stream=True), open(f"{work}/stream.json", "w"))
+open(f"{work}/user.txt", "w").write(user)
+# ≈ 100k and ≈ 1M tokens of prose; a unique first line per request keeps them distinct.
+words = "the quick brown fox jumps over the lazy dog while engines page their caches ".split()
+def prose(n):
+    return " ".join(words[i % len(words)] + ("." if i % 17 == 16 else "") for i in range(n))
+open(f"{work}/long.txt", "w").write(prose(100_000))
+open(f"{work}/huge.txt", "w").write(prose(1_000_000))
+PY
+long_chat() { # file, unique tag → a chat body on stdout
+  python3 -c 'import json,sys; print(json.dumps({"model":"qwen3","max_tokens":16,"messages":[{"role":"user","content":sys.argv[2]+"\n"+open(sys.argv[1]).read()}]}))' "$1" "$2"
+}
+
+# 2. The mock engine, nginx in front of it, kvgate in front of it.
+MOCK=$(free_port)
+"$BIN" mock-engine --listen "127.0.0.1:$MOCK" --model qwen3 --tokenizer "$TOKENIZER" >"$WORK/mock.log" 2>&1 &
+echo $! >"$WORK/mock.pid"
+wait_http "http://127.0.0.1:$MOCK/health"
+ROWS="direct"
+if [ "$HAVE_NGINX" = 1 ]; then
+  PROXY=$(free_port)
+  cat >"$WORK/proxy.conf" <<NGINX
+worker_processes auto;
+pid $WORK/nginx.pid;
+error_log $WORK/proxy.err;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_max_body_size 64m;
+  client_body_buffer_size 8m;
+  proxy_buffering off;
+  proxy_request_buffering off;
+  upstream engine { server 127.0.0.1:$MOCK; keepalive 64; }
+  server {
+    listen 127.0.0.1:$PROXY;
+    location / { proxy_pass http://engine; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+}
+NGINX
+  nginx -p "$WORK" -c "$WORK/proxy.conf"
+  ROWS="$ROWS nginx"
+fi
+start_kvgate() { # name leak_mode [binary]
+  local port admin bin=${3:-$BIN}; port=$(free_port); admin=$(free_port)
+  cat >"$WORK/$1.toml" <<TOML
 [server]
-listen = "127.0.0.1:$GATEWAY"
-admin_listen = "127.0.0.1:$ADMIN"
+listen = "127.0.0.1:$port"
+admin_listen = "127.0.0.1:$admin"
 [audit]
 sink = "none"
 [[models]]
 name = "qwen3"
-tokenizer = "$PWD/config/tokenizers/qwen3/tokenizer.json"
+tokenizer = "$TOKENIZER"
 chat_template = "$PWD/config/tokenizers/qwen3/tokenizer_config.json"
 context_window = 131072
 [[pools]]
-name = "u"
+name = "mock"
 model = "qwen3"
-engine = "sglang"
+engine = "openai"
 mode = "unified"
-workers = [{ url = "http://127.0.0.1:$ENGINE" }]
-leak_detection = "${LEAK:-detect}"
+workers = [{ url = "http://127.0.0.1:$MOCK", kv_tokens = 200000 }]
+$( [ "$2" = default ] || echo "leak_detection = \"$2\"" )
 [[tenants]]
 name = "load"
 api_key_sha256 = ["$("$BIN" hash-key kvgate-demo-key)"]
 TOML
-# The engine must be up before the gateway discovers its capacity.
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$ENGINE/health" >/dev/null && break; sleep 0.1; done
-RUST_LOG=warn "$BIN" serve --config "$WORK/kvgate.toml" >"$WORK/gateway.log" 2>&1 &
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$ADMIN/ready" >/dev/null && break; sleep 0.1; done
+  RUST_LOG=error "$bin" serve --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
+  echo $! >"$WORK/$1.pid"
+  wait_http "http://127.0.0.1:$admin/health"
+  echo "$port" >"$WORK/$1.port"
+}
+start_kvgate kvgate_default default
+start_kvgate kvgate_leak_off off
+KVGATE_ROWS="kvgate_default kvgate_leak_off"
+if [ -n "${BEFORE_BIN:-}" ]; then
+  start_kvgate before_default default "$BEFORE_BIN"
+  start_kvgate before_leak_off off "$BEFORE_BIN"
+  KVGATE_ROWS="$KVGATE_ROWS before_default before_leak_off"
+fi
+ROWS="$ROWS $KVGATE_ROWS"
 
-cat >"$WORK/post.lua" <<'LUA'
+base_of() {
+  case $1 in
+    direct) echo "http://127.0.0.1:$MOCK" ;;
+    nginx) echo "http://127.0.0.1:$PROXY" ;;
+    *) echo "http://127.0.0.1:$(cat "$WORK/$1.port")" ;;
+  esac
+}
+pids_of() {
+  case $1 in
+    direct) cat "$WORK/mock.pid" ;;
+    nginx) pgrep -P "$(cat "$WORK/nginx.pid")" ;;
+    *) cat "$WORK/$1.pid" ;;
+  esac
+}
+cpu_ticks() { local total=0 p; for p in "$@"; do [ -r "/proc/$p/stat" ] && total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$total"; }
+post() { # row body-file → curl's timings
+  curl -s -o "$WORK/out" -w '%{http_code} %{time_starttransfer} %{time_total}\n' "$(base_of "$1")/v1/chat/completions" \
+    -H 'content-type: application/json' -H 'authorization: Bearer kvgate-demo-key' --data-binary @"$2"
+}
+# Every target must answer 200 with the mock's answer before it is measured.
+for row in $ROWS; do
+  read -r code _ _ < <(post "$row" "$WORK/chat.json")
+  [ "$code" = 200 ] || { echo "$row answered $code: $(head -c 400 "$WORK/out")"; exit 1; }
+done
+
+cat >"$WORK/same.lua" <<'LUA'
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer kvgate-demo-key"
-local f = io.open(os.getenv("BODY_FILE"), "r")
+local f = io.open(os.getenv("WORK") .. "/chat.json", "r")
 wrk.body = f:read("*a")
 f:close()
 LUA
-python3 - "$WORK" <<'PY'
-import json, sys
-work = sys.argv[1]
-chat = {"model": "qwen3", "max_tokens": 8, "messages": [
-    {"role": "system", "content": "You are terse."},
-    {"role": "user", "content": "Explain paged KV caches and admission control. " * 45}]}
-long = {"text": "The gateway counts every token before the engine sees it. " * 1800, "sampling_params": {"max_new_tokens": 8}}
-json.dump(chat, open(f"{work}/chat.json", "w"))
-json.dump(long, open(f"{work}/long.json", "w"))
-PY
+cat >"$WORK/distinct.lua" <<'LUA'
+-- A different chat each request (same length): no cache in front of the tokenizer helps.
+local f = io.open(os.getenv("WORK") .. "/user.txt", "r")
+local user = f:read("*a")
+f:close()
+local n = math.random(1, 1e9)
+request = function()
+  n = n + 1
+  local body = '{"model":"qwen3","max_tokens":256,"messages":[{"role":"system","content":"You are terse."},'
+    .. '{"role":"user","content":"' .. string.format("%010d ", n) .. user .. '"}]}'
+  return wrk.format("POST", nil, {["Content-Type"] = "application/json",
+    ["Authorization"] = "Bearer kvgate-demo-key"}, body)
+end
+LUA
+export WORK
 
-run() { # url body → "req/s p50_ms p99_ms"
-  BODY_FILE=$2 wrk -t2 -c"$CONNECTIONS" -d"$DURATION" --latency -s "$WORK/post.lua" "$1" |
-    awk '/Requests\/sec/ {rps=$2} /^ +50%/ {p50=$2} /^ +99%/ {p99=$2} END {print rps, p50, p99}'
+# 3. Closed-loop throughput, interleaved rounds.
+: >"$WORK/wrk"
+run_wrk() { # row script label
+  local before after out
+  before=$(cpu_ticks $(pids_of "$1"))
+  out=$(wrk -t2 -c"$CONNECTIONS" -d"$DURATION" -s "$WORK/$2.lua" "$(base_of "$1")/v1/chat/completions")
+  after=$(cpu_ticks $(pids_of "$1"))
+  echo "$out" | awk -v row="$3" -v cpu=$((after - before)) -v hz="$(getconf CLK_TCK)" '
+    /Requests\/sec/ {rps=$2} /requests in/ {n=$1} /Non-2xx/ {bad=$NF}
+    END {printf "%s %s %.1f %s\n", row, rps, (n > 0 ? cpu / hz * 1e6 / n : 0), (bad == "" ? 0 : bad)}' >>"$WORK/wrk"
 }
-printf "%-34s %12s %10s %10s\n" case "req/s" p50 p99
-for case in "chat:/v1/chat/completions:chat.json" "long-prompt:/generate:long.json"; do
-  IFS=: read -r name path body <<<"$case"
-  base=$(run "http://127.0.0.1:$ENGINE$path" "$WORK/$body")
-  gw=$(run "http://127.0.0.1:$GATEWAY$path" "$WORK/$body")
-  printf "%-34s %12s %10s %10s\n" "$name direct (baseline)" $base
-  printf "%-34s %12s %10s %10s\n" "$name via kvgate" $gw
-  python3 -c "import sys; b=float(sys.argv[1]); g=float(sys.argv[2]); print(f'  throughput ratio kvgate/baseline: {g/b:.3f}')" $(echo $base | cut -d' ' -f1) $(echo $gw | cut -d' ' -f1)
+for _ in $(seq "$ROUNDS"); do
+  for row in $ROWS; do run_wrk "$row" same "$row"; done
+  for row in direct kvgate_default; do run_wrk "$row" distinct "${row}_distinct"; done
 done
+
+# 4. Fixed rates (hey: workers × per-worker rate), p50 / p99.
+: >"$WORK/rate"
+for rate in 500 2000; do
+  workers=$((rate / 50))
+  for row in $ROWS; do
+    hey -z "${RATE_SECONDS}s" -c "$workers" -q 50 -m POST -T application/json \
+      -H 'Authorization: Bearer kvgate-demo-key' -D "$WORK/chat.json" \
+      "$(base_of "$row")/v1/chat/completions" >"$WORK/hey.out" 2>&1 || true
+    cp "$WORK/hey.out" "$WORK/hey-$row-$rate.out"
+    awk -v row="$row" -v rate="$rate" '
+      /Requests\/sec/ {rps=$2} /50% in/ {p50=$3} /99% in/ {p99=$3}
+      /\[[0-9]+\]/ {gsub(/[\[\]]/, "", $1); if ($1 != "200") bad += $2}
+      END {printf "%s %s %s %s %s %d\n", row, rate, rps, p50 * 1000, p99 * 1000, bad}' "$WORK/hey.out" >>"$WORK/rate"
+  done
+done
+
+# 5. One request at a time: streaming first byte, a different 100k-token chat each time.
+: >"$WORK/single"
+for row in $ROWS; do
+  for _ in $(seq "$ONE_BY_ONE"); do
+    read -r code ttfb _ < <(post "$row" "$WORK/stream.json")
+    echo "$row ttfb $code $ttfb" >>"$WORK/single"
+  done
+  for i in $(seq 5); do
+    long_chat "$WORK/long.txt" "request $row $i $RANDOM" >"$WORK/long.json"
+    read -r code _ total < <(post "$row" "$WORK/long.json")
+    echo "$row long $code $total" >>"$WORK/single"
+  done
+done
+# A different 1M-token chat, counted exactly and refused (context 131072).
+for i in 1 2 3; do
+  long_chat "$WORK/huge.txt" "huge $i $RANDOM" >"$WORK/huge.json"
+  read -r code _ total < <(post kvgate_default "$WORK/huge.json")
+  echo "kvgate_default huge $code $total" >>"$WORK/single"
+done
+
+# 6. Memory: each kvgate's peak, and a process that only loads the tokenizer.
+RSS=""
+for row in $KVGATE_ROWS; do
+  RSS="$RSS $row=$(awk '/VmHWM/ {print int($2/1024)}' "/proc/$(cat "$WORK/$row.pid")/status")"
+done
+TOK_PORT=$(free_port)
+"$BIN" mock-engine --listen "127.0.0.1:$TOK_PORT" --model qwen3 --tokenizer "$TOKENIZER" >/dev/null 2>&1 &
+TOK_PID=$!
+wait_http "http://127.0.0.1:$TOK_PORT/health"
+TOK_RSS=$(awk '/VmHWM/ {print int($2/1024)}' "/proc/$TOK_PID/status")
+kill "$TOK_PID"
+
+python3 - "$WORK" "$RSS" "$TOK_RSS" <<'PY'
+import statistics, sys
+work, rss, tok_rss = sys.argv[1], sys.argv[2], sys.argv[3]
+med = statistics.median
+wrk = {}
+for line in open(f"{work}/wrk"):
+    row, rps, cpu, bad = line.split()
+    wrk.setdefault(row, []).append((float(rps), float(cpu), int(bad)))
+rate = {}
+for line in open(f"{work}/rate"):
+    row, r, rps, p50, p99, bad = line.split()
+    rate[(row, int(r))] = (float(rps), float(p50), float(p99), int(bad))
+single = {}
+for line in open(f"{work}/single"):
+    row, kind, code, t = line.split()
+    single.setdefault((row, kind), []).append((code, float(t) * 1000))
+direct = med([r[0] for r in wrk["direct"]])
+floor = med([r[0] for r in wrk["nginx"]]) if "nginx" in wrk else None
+print(f"2 KB chat, 256-token answer; {len(wrk['direct'])} interleaved wrk rounds (medians), "
+      f"fixed rates by hey; peak RSS MiB:{rss} (tokenizer alone: {tok_rss})")
+print(f"{'target':<24}{'req/s':>8}{'vs nginx':>9}{'vs direct':>10}{'CPU µs/req':>11}"
+      f"{'+p50/+p99 @500 (ms)':>21}{'+p50/+p99 @2000':>17}{'+TTFB ms':>9}{'+100k ms':>9}{'errors':>7}")
+def added(row, r):
+    if (row, r) not in rate or ("direct", r) not in rate:
+        return "-"
+    got, base = rate[(row, r)], rate[("direct", r)]
+    sat = "" if got[0] >= 0.95 * r else f" ({got[0]:.0f}/s)"
+    return f"{got[1] - base[1]:+.2f}/{got[2] - base[2]:+.2f}{sat}"
+def one(row, kind):
+    mine, base = single.get((row, kind)), single.get(("direct", kind))
+    if not mine or not base:
+        return "-"
+    return f"{med([t for _, t in mine]) - med([t for _, t in base]):+.1f}" if row != "direct" else f"{med([t for _, t in mine]):.1f}"
+for row, rs in wrk.items():
+    rps, cpu = med([r[0] for r in rs]), med([r[1] for r in rs])
+    errors = sum(r[2] for r in rs) + sum(v[3] for (n, _), v in rate.items() if n == row)
+    errors += sum(1 for (n, kind), v in single.items() if n == row and kind != "huge" for c, _ in v if c != "200")
+    distinct = row.endswith("_distinct")
+    base = med([r[0] for r in wrk["direct_distinct"]]) if distinct else direct
+    vs = f"{rps / floor:.3f}" if floor and not distinct else "-"
+    print(f"{row:<24}{rps:>8.0f}{vs:>9}{rps / base:>10.3f}{cpu:>11.0f}{added(row, 500):>21}{added(row, 2000):>17}"
+          f"{one(row, 'ttfb'):>9}{one(row, 'long'):>9}{errors:>7}")
+huge = single.get(("kvgate_default", "huge"), [])
+if huge:
+    print(f"1M-token chat, counted exactly and refused by kvgate_default: {' '.join(f'{t / 1000:.2f}s ({c})' for c, t in huge)}")
+print("direct row: absolute values (its TTFB and 100k columns are ms, not added); "
+      "a _distinct row is compared with direct_distinct.")
+PY

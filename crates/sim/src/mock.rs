@@ -6,7 +6,8 @@
 //! count, `completion_tokens` within `max_tokens`, SSE streams ending in `[DONE]`. It has no
 //! KV pool, no scheduler and no faults. A fixed answer (the first `max_tokens` tokens of a
 //! fixed text) is built once per distinct request body and kept, so a repeated body costs a
-//! hash and a copy; a body seen for the first time is tokenized on the blocking pool.
+//! hash and a copy; a body seen for the first time is counted (the fast count-only path, no
+//! ids), on the blocking pool when it is large.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
@@ -38,6 +39,8 @@ const ANSWER: &str = "Pages of KV are admitted before they are used, and never s
 const ANSWER_TOKENS: usize = 1024;
 /// Prepared answers kept; past it the cache starts over (a load test repeats few bodies).
 const CACHE_ENTRIES: usize = 4096;
+/// Bodies up to this size are counted on the request's own thread.
+const INLINE_BYTES: usize = 16 * 1024;
 /// Largest request body accepted.
 const MAX_BODY_BYTES: usize = 64 << 20;
 
@@ -185,10 +188,15 @@ async fn handle(
     let prepared = match cached {
         Some(prepared) => prepared,
         None => {
-            let worker = Arc::clone(&mock);
-            let prepared = tokio::task::spawn_blocking(move || worker.prepare(api, &body))
-                .await
-                .unwrap_or_else(|_| error(api, 500, "the mock's tokenizer task failed"));
+            // Small bodies are counted right here (tens of µs); large ones off the workers.
+            let prepared = if body.len() <= INLINE_BYTES {
+                mock.prepare(api, &body)
+            } else {
+                let worker = Arc::clone(&mock);
+                tokio::task::spawn_blocking(move || worker.prepare(api, &body))
+                    .await
+                    .unwrap_or_else(|_| error(api, 500, "the mock's tokenizer task failed"))
+            };
             if let Ok(mut map) = mock.prepared.lock() {
                 if map.len() >= CACHE_ENTRIES {
                     map.clear();
@@ -208,7 +216,8 @@ impl Mock {
             Ok(v) => v,
             Err(e) => return error(api, 400, &format!("Invalid JSON body: {e}")),
         };
-        let req = match request::parse(api, &parsed, &self.config, &self.tokenizer) {
+        let tokenize = request::Tokenize(&self.tokenizer, request::Tokens::CountOnly);
+        let req = match request::parse_with(api, &parsed, &self.config, &tokenize) {
             Ok(req) => req,
             Err(e) => return error(api, 400, &e.to_string()),
         };

@@ -77,6 +77,16 @@ pub(crate) fn random_hex() -> String {
     format!("{a:016x}{:016x}", h.finish())
 }
 
+/// What a parse makes of text prompts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Tokens {
+    /// Their real token ids (the engine writes them to KV pages).
+    Ids,
+    /// Only their exact number, through the fast count-only path (ids are placeholders):
+    /// the mock engine, which needs `prompt_tokens` and nothing else.
+    CountOnly,
+}
+
 /// Parses and tokenizes a request body.
 pub(crate) fn parse(
     api: Api,
@@ -84,6 +94,49 @@ pub(crate) fn parse(
     config: &SimConfig,
     tokenizer: &ModelTokenizer,
 ) -> Result<GenRequest, ParseError> {
+    parse_with(api, body, config, &Tokenize(tokenizer, Tokens::Ids))
+}
+
+/// A tokenizer and what to make of text with it.
+pub(crate) struct Tokenize<'a>(pub(crate) &'a ModelTokenizer, pub(crate) Tokens);
+
+impl Tokenize<'_> {
+    fn text(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, ParseError> {
+        let Tokenize(tokenizer, mode) = self;
+        let err = |e: kvgate_tokenize::TokenizeError| bad(e.to_string());
+        match mode {
+            Tokens::Ids => tokenizer.encode(text, add_special_tokens).map_err(err),
+            Tokens::CountOnly => Ok(vec![
+                0;
+                tokenizer
+                    .count_fast(text, add_special_tokens)
+                    .map_err(err)?
+            ]),
+        }
+    }
+
+    fn chat(&self, rendered: &str) -> Result<Vec<u32>, ParseError> {
+        let Tokenize(tokenizer, mode) = self;
+        match mode {
+            Tokens::Ids => self.text(rendered, false),
+            Tokens::CountOnly => Ok(vec![
+                0;
+                tokenizer
+                    .count_rendered_chat(rendered)
+                    .map_err(|e| bad(e.to_string()))?
+            ]),
+        }
+    }
+}
+
+/// [`parse`], with text prompts turned into ids or only counted.
+pub(crate) fn parse_with(
+    api: Api,
+    body: &Value,
+    config: &SimConfig,
+    tokenize: &Tokenize<'_>,
+) -> Result<GenRequest, ParseError> {
+    let tokenizer = tokenize.0;
     if !body.is_object() {
         return Err(bad("The request body must be a JSON object."));
     }
@@ -96,7 +149,7 @@ pub(crate) fn parse(
     }
     let (inputs, is_batch, max_new) = match api {
         Api::Generate => {
-            let (inputs, is_batch) = generate_inputs(body, tokenizer)?;
+            let (inputs, is_batch) = generate_inputs(body, tokenize)?;
             let max_new = body
                 .get("sampling_params")
                 .and_then(|p| p.get("max_new_tokens"));
@@ -117,9 +170,7 @@ pub(crate) fn parse(
             let prompt = tokenizer
                 .apply_chat_template(messages, tools, true)
                 .map_err(|e| bad(e.to_string()))?;
-            let ids = tokenizer
-                .encode(&prompt, false)
-                .map_err(|e| bad(e.to_string()))?;
+            let ids = tokenize.chat(&prompt)?;
             let max = body
                 .get("max_completion_tokens")
                 .filter(|v| !v.is_null())
@@ -131,7 +182,7 @@ pub(crate) fn parse(
             )
         }
         Api::Completions => {
-            let inputs = completion_inputs(body.get("prompt"), tokenizer)?;
+            let inputs = completion_inputs(body.get("prompt"), tokenize)?;
             let max = count_field(
                 body.get("max_tokens"),
                 "max_tokens",
@@ -206,16 +257,16 @@ fn token_ids(value: &Value) -> Option<Vec<u32>> {
         .collect()
 }
 
-fn encode_text(text: &Value, tokenizer: &ModelTokenizer) -> Result<Vec<u32>, ParseError> {
+fn encode_text(text: &Value, tokenize: &Tokenize<'_>) -> Result<Vec<u32>, ParseError> {
     let Some(text) = text.as_str() else {
         return Err(bad("text must be a string or a list of strings"));
     };
-    tokenizer.encode(text, true).map_err(|e| bad(e.to_string()))
+    tokenize.text(text, true)
 }
 
 fn generate_inputs(
     body: &Value,
-    tokenizer: &ModelTokenizer,
+    tokenizer: &Tokenize<'_>,
 ) -> Result<(Vec<Vec<u32>>, bool), ParseError> {
     let text = body.get("text").filter(|v| !v.is_null());
     let ids = body.get("input_ids").filter(|v| !v.is_null());
@@ -258,7 +309,7 @@ fn generate_inputs(
 
 fn completion_inputs(
     prompt: Option<&Value>,
-    tokenizer: &ModelTokenizer,
+    tokenizer: &Tokenize<'_>,
 ) -> Result<Vec<Vec<u32>>, ParseError> {
     let invalid = || {
         bad("prompt must be a string, a list of strings, a token array or a list of token arrays")
