@@ -1,13 +1,67 @@
 //! Unguessable values from the operating system's CSPRNG (`getrandom`): request ids (the
 //! engines' `rid`), bootstrap rooms and the fallback cache-salt secret. A guessable rid or
 //! room lets one tenant collide with another's request inside an engine.
+//!
+//! Small values come from a per-thread buffer of OS randomness refilled 4 KiB at a time,
+//! each byte handed out once: one `getrandom` call per 256 request ids instead of one per
+//! request, the same bytes the OS would have returned.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Bytes of OS randomness fetched per refill of a thread's buffer.
+const BUFFER_BYTES: usize = 4096;
+/// Requests up to this size are served from the buffer.
+const BUFFERED_MAX: usize = 64;
+
+struct Buffered {
+    bytes: Box<[u8; BUFFER_BYTES]>,
+    /// Bytes of `bytes` already handed out (all of them at first: fetched on first use).
+    used: usize,
+}
+
+thread_local! {
+    static BUFFER: RefCell<Buffered> = RefCell::new(Buffered {
+        bytes: Box::new([0; BUFFER_BYTES]),
+        used: BUFFER_BYTES,
+    });
+}
+
+/// Fill a small `buf` from this thread's buffer (refilled from the OS when spent).
+fn fill_buffered(buf: &mut [u8]) {
+    BUFFER.with(|cell| {
+        let Ok(mut b) = cell.try_borrow_mut() else {
+            return fill_os(buf);
+        };
+        if BUFFER_BYTES - b.used < buf.len() {
+            fill_os(&mut b.bytes[..]);
+            b.used = 0;
+        }
+        let start = b.used;
+        let Some(src) = b.bytes.get_mut(start..start + buf.len()) else {
+            return fill_os(buf);
+        };
+        buf.copy_from_slice(src);
+        // Never hand out the same bytes twice, even if this buffer were seen later.
+        src.fill(0);
+        b.used += buf.len();
+    });
+}
+
+/// Fill `buf` with randomness from the OS CSPRNG (small requests through this thread's
+/// buffer of it).
+pub fn fill(buf: &mut [u8]) {
+    if buf.len() <= BUFFERED_MAX {
+        fill_buffered(buf);
+    } else {
+        fill_os(buf);
+    }
+}
 
 /// Fill `buf` from the OS CSPRNG. Should the OS refuse (it does not on Linux once booted),
 /// fall back to a per-process random seed and a counter, so the request path never fails
 /// for want of randomness; the failure is logged.
-pub fn fill(buf: &mut [u8]) {
+fn fill_os(buf: &mut [u8]) {
     if let Err(e) = getrandom::fill(buf) {
         tracing::error!(error = %e, "the OS random generator failed; using the fallback");
         static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -52,5 +106,21 @@ mod tests {
         assert!(ids
             .iter()
             .all(|i| i.len() == 32 && i.bytes().all(|b| b.is_ascii_hexdigit())));
+    }
+
+    #[test]
+    fn buffered_bytes_are_never_repeated_across_refills_and_threads() {
+        let mut seen = HashSet::new();
+        let threads: Vec<_> = (0..4)
+            .map(|_| std::thread::spawn(|| (0..1000).map(|_| u64()).collect::<Vec<_>>()))
+            .collect();
+        for t in threads {
+            for v in t.join().unwrap() {
+                assert!(seen.insert(v), "a repeated value");
+            }
+        }
+        let mut big = [0u8; 200];
+        fill(&mut big);
+        assert!(big.iter().any(|&b| b != 0));
     }
 }

@@ -40,7 +40,7 @@ impl Drop for Leg {
     fn drop(&mut self) {
         ::metrics::counter!(
             metrics::UPSTREAM_REQUESTS_TOTAL,
-            "pool" => self.pool.to_string(),
+            "pool" => ::metrics::SharedString::from(self.pool.clone()),
             "role" => self.role,
             "outcome" => self.outcome.unwrap_or("cancelled")
         )

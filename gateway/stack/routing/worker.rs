@@ -78,6 +78,9 @@ pub struct Worker {
     configured_bootstrap_port: Option<u16>,
     discovery: RwLock<Discovery>,
     outstanding: AtomicUsize,
+    /// The outstanding-requests gauge, looked up once (on first use, so after the
+    /// recorder is installed) instead of on every request start and end.
+    outstanding_gauge: std::sync::OnceLock<::metrics::Gauge>,
 }
 
 impl Worker {
@@ -100,6 +103,7 @@ impl Worker {
             configured_bootstrap_port: config.bootstrap_port,
             discovery: RwLock::new(Discovery::Pending),
             outstanding: AtomicUsize::new(0),
+            outstanding_gauge: std::sync::OnceLock::new(),
         }
     }
 
@@ -209,8 +213,9 @@ impl Worker {
         ]
     }
 
-    fn outstanding_gauge(&self) -> ::metrics::Gauge {
-        ::metrics::gauge!(metrics::WORKER_OUTSTANDING, &self.labels())
+    fn outstanding_gauge(&self) -> &::metrics::Gauge {
+        self.outstanding_gauge
+            .get_or_init(|| ::metrics::gauge!(metrics::WORKER_OUTSTANDING, &self.labels()))
     }
 
     /// Publish eligibility and capacity gauges.

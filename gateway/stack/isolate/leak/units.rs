@@ -37,6 +37,13 @@ fn finish(mut h: u64) -> u32 {
     (h ^ (h >> 29)) as u32
 }
 
+/// The unit of a character that is neither whitespace nor part of a word, tagged so it
+/// never equals a one-letter word's hash.
+#[inline]
+fn char_unit(c: char) -> u32 {
+    finish(mix(SEED ^ 0xff, u64::from(u32::from(c)) | 1 << 40))
+}
+
 /// Splits text into units incrementally.
 #[derive(Debug, Clone)]
 pub struct TextUnits {
@@ -62,19 +69,34 @@ impl TextUnits {
 
     /// Append the units `text` completes to `out` (a trailing word waits for its end).
     pub fn push(&mut self, text: &str, out: &mut Vec<u32>) {
-        for c in text.chars() {
-            if c.is_ascii_alphanumeric() {
-                if self.word_len == MAX_WORD_BYTES {
+        out.reserve(text.len() / 5);
+        let bytes = text.as_bytes();
+        let mut i = 0;
+        while let Some(&b) = bytes.get(i) {
+            // ASCII (nearly all of most text) byte by byte; anything else as a char.
+            if b.is_ascii() {
+                i += 1;
+                if b.is_ascii_alphanumeric() {
+                    if self.word_len == MAX_WORD_BYTES {
+                        self.end_word(out);
+                    }
+                    self.word = mix(self.word, u64::from(b));
+                    self.word_len += 1;
+                } else {
                     self.end_word(out);
+                    if !b.is_ascii_whitespace() && b != 0x0b {
+                        out.push(char_unit(char::from(b)));
+                    }
                 }
-                self.word = mix(self.word, c as u64);
-                self.word_len += 1;
                 continue;
             }
+            let Some(c) = text.get(i..).and_then(|rest| rest.chars().next()) else {
+                break;
+            };
+            i += c.len_utf8();
             self.end_word(out);
             if !c.is_whitespace() {
-                // Tagged so a one-character unit never equals a one-letter word's hash.
-                out.push(finish(mix(SEED ^ 0xff, u64::from(u32::from(c)) | 1 << 40)));
+                out.push(char_unit(c));
             }
         }
     }
@@ -151,6 +173,35 @@ mod tests {
             }
             units.finish(&mut out);
             prop_assert_eq!(out, whole);
+        }
+
+        #[test]
+        fn the_byte_path_splits_like_the_char_rules(text in "\\PC{0,60}|[ -~\t\n\x0b\x0c\r\u{85}\u{a0}]{0,60}") {
+            // The rules, char by char: what `push` must equal whatever its fast path does.
+            let mut want = Vec::new();
+            let (mut word, mut len) = (SEED, 0usize);
+            for c in text.chars() {
+                if c.is_ascii_alphanumeric() {
+                    if len == MAX_WORD_BYTES {
+                        want.push(finish(word));
+                        (word, len) = (SEED, 0);
+                    }
+                    word = mix(word, c as u64);
+                    len += 1;
+                    continue;
+                }
+                if len > 0 {
+                    want.push(finish(word));
+                    (word, len) = (SEED, 0);
+                }
+                if !c.is_whitespace() {
+                    want.push(char_unit(c));
+                }
+            }
+            if len > 0 {
+                want.push(finish(word));
+            }
+            prop_assert_eq!(units_of(&text), want);
         }
     }
 }
