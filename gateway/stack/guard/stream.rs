@@ -33,7 +33,13 @@ pub struct GuardedStream {
     /// Handed to the client: only then does its end count as the request's outcome.
     delivered: bool,
     report: TripReport,
+    /// Events read from the engine, not checked yet: checked one at a time, so the first
+    /// goes out before the rest of a large chunk is looked at.
+    pending: VecDeque<SseEvent>,
+    /// Scratch for the reframer's output.
     events: Vec<SseEvent>,
+    /// The engine's body ended (its tail is in `pending`).
+    upstream_ended: bool,
     usage: Option<UsageCell>,
 }
 
@@ -49,7 +55,9 @@ impl GuardedStream {
             primed: false,
             delivered: false,
             report,
+            pending: VecDeque::new(),
             events: Vec::new(),
+            upstream_ended: false,
             usage: None,
         }
     }
@@ -66,7 +74,7 @@ impl GuardedStream {
     pub async fn prime(&mut self, timeout: Duration) -> Result<(), Trip> {
         let first = async {
             while self.phase == Phase::Open && self.check.data_events() == 0 {
-                self.pump().await?;
+                self.step().await?;
             }
             Ok(())
         };
@@ -84,8 +92,15 @@ impl GuardedStream {
         result
     }
 
-    /// Read one frame from the engine and check what it completes.
-    async fn pump(&mut self) -> Result<(), Trip> {
+    /// Check the next event the engine sent, reading a frame when none is waiting; once
+    /// the engine's body ended and every event passed, run the end-of-stream checks.
+    async fn step(&mut self) -> Result<(), Trip> {
+        if let Some(event) = self.pending.pop_front() {
+            return self.check_one(&event);
+        }
+        if self.upstream_ended {
+            return self.finish();
+        }
         let Some(inner) = self.inner.as_mut() else {
             return Ok(());
         };
@@ -99,7 +114,8 @@ impl GuardedStream {
                         detail: "an SSE event from the engine exceeded the size limit",
                     });
                 }
-                self.check_events()
+                self.pending.extend(self.events.drain(..));
+                Ok(())
             }
             Some(Err(e)) => match crate::error::GatewayError::from_boxed(e) {
                 // Dispatch's deadlines end a silent or over-long stream with this error.
@@ -112,50 +128,46 @@ impl GuardedStream {
             },
             None => {
                 self.inner = None;
-                if let Some(tail) = self.reframer.finish() {
-                    self.events.push(tail);
-                    self.check_events()?;
-                    if self.phase != Phase::Open {
-                        return Ok(());
-                    }
-                }
-                match self.check.end() {
-                    Ok(()) => {
-                        let rest = self.check.release_all();
-                        self.out.extend(rest);
-                        if let (Some(cell), Some(total)) = (&self.usage, self.check.usage_total()) {
-                            cell.set(total);
-                        }
-                        self.phase = Phase::Completed;
-                        Ok(())
-                    }
-                    Err(trip) => self.trip(trip),
-                }
+                self.upstream_ended = true;
+                self.pending.extend(self.reframer.finish());
+                Ok(())
             }
         }
     }
 
-    fn check_events(&mut self) -> Result<(), Trip> {
-        let events = std::mem::take(&mut self.events);
-        for event in &events {
-            match self.check.event(event) {
-                Ok(Some(bytes)) => {
-                    let ready = self.check.release(bytes);
-                    self.out.extend(ready);
-                }
-                Ok(None) => {}
-                Err(trip) => return self.trip(trip),
+    fn check_one(&mut self, event: &SseEvent) -> Result<(), Trip> {
+        match self.check.event(event) {
+            Ok(Some(bytes)) => {
+                let ready = self.check.release(bytes);
+                self.out.extend(ready);
+                Ok(())
             }
+            Ok(None) => Ok(()),
+            Err(trip) => self.trip(trip),
         }
-        self.events = events;
-        self.events.clear();
-        Ok(())
+    }
+
+    /// The engine's stream ended and every event passed: the end-of-stream checks.
+    fn finish(&mut self) -> Result<(), Trip> {
+        match self.check.end() {
+            Ok(()) => {
+                let rest = self.check.release_all();
+                self.out.extend(rest);
+                if let (Some(cell), Some(total)) = (&self.usage, self.check.usage_total()) {
+                    cell.set(total);
+                }
+                self.phase = Phase::Completed;
+                Ok(())
+            }
+            Err(trip) => self.trip(trip),
+        }
     }
 
     /// Before priming a trip is returned (becomes an HTTP error); after, it becomes an SSE
     /// error event that ends the stream, and nothing the engine sends later is forwarded.
     fn trip(&mut self, trip: Trip) -> Result<(), Trip> {
         self.inner = None;
+        self.pending.clear();
         self.phase = Phase::Tripped;
         if !self.primed {
             return Err(trip);
@@ -170,16 +182,21 @@ impl GuardedStream {
     /// The client-facing body.
     pub fn into_body(mut self) -> BoxBody {
         self.delivered = true;
-        let stream = futures_util::stream::unfold(self, |mut s| async move {
+        let stream = futures_util::stream::unfold((self, true), |(mut s, first)| async move {
+            if !first && s.check.data_events() == 1 {
+                // The first event is with hyper: let it write the head and that event now
+                // (it writes when the body is not ready) rather than after a whole burst.
+                tokio::task::yield_now().await;
+            }
             loop {
                 if let Some(bytes) = s.out.pop_front() {
-                    return Some((Ok::<_, BoxError>(http_body::Frame::data(bytes)), s));
+                    return Some((Ok::<_, BoxError>(http_body::Frame::data(bytes)), (s, false)));
                 }
                 if s.phase != Phase::Open {
                     return None;
                 }
                 // Trips after priming are turned into error events inside `trip`.
-                let _ = s.pump().await;
+                let _ = s.step().await;
             }
         });
         body::boxed(http_body_util::StreamBody::new(stream))
