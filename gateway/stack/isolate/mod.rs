@@ -262,12 +262,14 @@ impl Predicate<Request<Bytes>> for Isolate {
             PromptMaterial::Texts(texts) => {
                 // One record per sample: each is its own sequence of KV pages.
                 for t in texts {
-                    store.record_prompt(&tenant, &tail_units(&[t], limit), now);
+                    let key = leak::hash::text_key(&[t], limit);
+                    store.record_text_prompt(&tenant, key, now, || tail_units(&[t], limit));
                 }
                 return Ok(request);
             }
             PromptMaterial::Chat(texts) => {
-                store.record_prompt(&tenant, &tail_units(&texts, limit), now);
+                let key = leak::hash::text_key(&texts, limit);
+                store.record_text_prompt(&tenant, key, now, || tail_units(&texts, limit));
                 return Ok(request);
             }
             PromptMaterial::Ids(all) => all,

@@ -79,6 +79,9 @@ pub(crate) struct Inner {
     recent: Mutex<HashMap<(u32, u64), Instant>>,
 }
 
+/// Mixed into text keys so they never equal a unit-sequence hash.
+const TEXT_KEY_TAG: u64 = 0x7465_7874_6b65_7921;
+
 /// Prompts remembered in [`Inner::recent`]; past it the memo starts over.
 const RECENT_PROMPTS: usize = 65_536;
 
@@ -191,10 +194,42 @@ impl FingerprintStore {
         let Some(owner) = self.inner.tenant_id(tenant, true) else {
             return;
         };
-        if self.inner.recorded_lately(owner, prompt_ids, now) {
+        if self
+            .inner
+            .recorded_lately(owner, prompt_hash(prompt_ids), now)
+        {
             return;
         }
         self.record_ngrams(owner, prompt_ids, now);
+    }
+
+    /// As [`Self::record_prompt`] for a prompt known by `text_key` (a hash of its text, see
+    /// `hash::text_key`): `units` turns it into units only when this tenant did not send the
+    /// same text within the last span, so a repeated prompt costs one pass of hashing.
+    pub fn record_text_prompt(
+        &self,
+        tenant: &str,
+        text_key: u64,
+        now: Instant,
+        units: impl FnOnce() -> Vec<u32>,
+    ) {
+        if self.inner.limits.shard_cap == 0 {
+            return;
+        }
+        let Some(owner) = self.inner.tenant_id(tenant, true) else {
+            return;
+        };
+        // Tagged apart from unit-sequence hashes of the same store.
+        if self
+            .inner
+            .recorded_lately(owner, text_key ^ TEXT_KEY_TAG, now)
+        {
+            return;
+        }
+        let ids = units();
+        if ids.len() >= self.inner.config.ngram {
+            self.record_ngrams(owner, &ids, now);
+        }
     }
 
     fn record_ngrams(&self, owner: u32, prompt_ids: &[u32], now: Instant) {
@@ -317,10 +352,9 @@ impl Inner {
         Some(*write.entry(tenant.to_owned()).or_insert(next))
     }
 
-    /// Whether `owner` recorded exactly `prompt_ids` less than one span before `now`; if
-    /// not, notes that it does now.
-    fn recorded_lately(&self, owner: u32, prompt_ids: &[u32], now: Instant) -> bool {
-        let hash = prompt_hash(prompt_ids);
+    /// Whether `owner` recorded the prompt hashed to `hash` less than one span before
+    /// `now`; if not, notes that it does now.
+    fn recorded_lately(&self, owner: u32, hash: u64, now: Instant) -> bool {
         let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(at) = recent.get_mut(&(owner, hash)) {
             if now.saturating_duration_since(*at) < self.limits.span {

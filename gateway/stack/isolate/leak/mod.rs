@@ -35,7 +35,7 @@
 //! `benches/fingerprint.rs`). Memory is bounded by `max_entries` (see [`ENTRY_BYTES`]).
 
 mod fingerprint;
-mod hash;
+pub(crate) mod hash;
 mod scan;
 pub mod units;
 

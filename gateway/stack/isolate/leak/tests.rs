@@ -173,6 +173,29 @@ fn a_prompt_sent_again_within_a_span_is_recorded_once_and_still_remembered() {
 }
 
 #[test]
+fn a_text_prompt_sent_again_is_not_split_again() {
+    let (store, t0) = (store(), Instant::now());
+    let prompt: Vec<u32> = (100..130).collect();
+    let splits = std::cell::Cell::new(0);
+    let units = || {
+        splits.set(splits.get() + 1);
+        prompt.clone()
+    };
+    store.record_text_prompt("a", 42, t0, units);
+    store.record_text_prompt("a", 42, t0 + Duration::from_secs(1), units);
+    assert_eq!(splits.get(), 1);
+    store.record_text_prompt("a", 43, t0, units);
+    store.record_text_prompt("b", 42, t0, units);
+    assert_eq!(splits.get(), 3, "another text, or another tenant, is split");
+    let mut scanner = store.scanner("c");
+    scanner.feed(&prompt, t0);
+    assert!(
+        scanner.suspicion().is_none(),
+        "a and b both sent it: common"
+    );
+}
+
+#[test]
 fn common_text_becomes_owned_again_when_one_owner_ages_out() {
     let (store, t0) = (store(), Instant::now());
     let doc = ids(PUBLIC_DOC);
