@@ -12,8 +12,9 @@
 #     medians) and each process's CPU µs per request; the same, direct and through kvgate
 #     default, when every request is a different chat (no cache helps either side: the
 #     "distinct" rows);
-#   - fixed-rate latency (hey: arrivals spread by its per-worker rate limit) at 500 and
-#     2,000 req/s, p50 and p99, and what each proxy adds over direct;
+#   - fixed-rate latency at 500 and 2,000 req/s (`kvgate load-gen`: evenly spaced
+#     arrivals, latency from each request's scheduled time, so queueing shows; `hey -q`
+#     fires all its workers at once), p50 and p99, and what each proxy adds over direct;
 #   - streaming time to first byte and a different 100k-token chat, one request at a
 #     time, medians, and what each proxy adds;
 #   - the time kvgate takes to count a different 1M-token chat exactly and refuse it;
@@ -21,7 +22,7 @@
 #     loads it).
 # Machines here are noisy: read ratios within one run, never absolute numbers across runs.
 #
-#   apt-get install -y wrk hey nginx-light      # nginx optional: its row is skipped without it
+#   apt-get install -y wrk nginx-light      # nginx optional: its row is skipped without it
 #   bash benches/load.sh
 #   DURATION=10s ROUNDS=5 bash benches/load.sh
 #   BEFORE_BIN=/tmp/kvgate-old bash benches/load.sh
@@ -34,8 +35,8 @@ CONNECTIONS=${CONNECTIONS:-32}
 ROUNDS=${ROUNDS:-3}
 RATE_SECONDS=${RATE_SECONDS:-5}
 ONE_BY_ONE=${ONE_BY_ONE:-30}
-for tool in wrk hey python3 curl; do
-  command -v "$tool" >/dev/null || { echo "$tool is missing: apt-get install -y wrk hey"; exit 1; }
+for tool in wrk python3 curl; do
+  command -v "$tool" >/dev/null || { echo "$tool is missing: apt-get install -y wrk"; exit 1; }
 done
 HAVE_NGINX=1
 command -v nginx >/dev/null || { HAVE_NGINX=0; echo "nginx is missing (apt-get install -y nginx-light): its row is skipped"; }
@@ -206,19 +207,15 @@ for _ in $(seq "$ROUNDS"); do
   for row in direct kvgate_default; do run_wrk "$row" distinct "${row}_distinct"; done
 done
 
-# 4. Fixed rates (hey: workers × per-worker rate), p50 / p99.
+# 4. Fixed rates (kvgate load-gen: evenly spaced arrivals, latency from the scheduled
+#    send time), p50 / p99.
 : >"$WORK/rate"
 for rate in 500 2000; do
-  workers=$((rate / 50))
   for row in $ROWS; do
-    hey -z "${RATE_SECONDS}s" -c "$workers" -q 50 -m POST -T application/json \
-      -H 'Authorization: Bearer kvgate-demo-key' -D "$WORK/chat.json" \
-      "$(base_of "$row")/v1/chat/completions" >"$WORK/hey.out" 2>&1 || true
-    cp "$WORK/hey.out" "$WORK/hey-$row-$rate.out"
-    awk -v row="$row" -v rate="$rate" '
-      /Requests\/sec/ {rps=$2} /50% in/ {p50=$3} /99% in/ {p99=$3}
-      /\[[0-9]+\]/ {gsub(/[\[\]]/, "", $1); if ($1 != "200") bad += $2}
-      END {printf "%s %s %s %s %s %d\n", row, rate, rps, p50 * 1000, p99 * 1000, bad}' "$WORK/hey.out" >>"$WORK/rate"
+    read -r sent ok errors rps p50 p90 p99 max < <("$BIN" load-gen --url "$(base_of "$row")/v1/chat/completions" \
+      --rate "$rate" --duration "$RATE_SECONDS" --body-file "$WORK/chat.json" \
+      --header 'content-type: application/json' --header 'authorization: Bearer kvgate-demo-key')
+    echo "$row $rate $rps $p50 $p99 $errors" >>"$WORK/rate"
   done
 done
 
@@ -273,7 +270,7 @@ for line in open(f"{work}/single"):
 direct = med([r[0] for r in wrk["direct"]])
 floor = med([r[0] for r in wrk["nginx"]]) if "nginx" in wrk else None
 print(f"2 KB chat, 256-token answer; {len(wrk['direct'])} interleaved wrk rounds (medians), "
-      f"fixed rates by hey; peak RSS MiB:{rss} (tokenizer alone: {tok_rss})")
+      f"fixed rates by kvgate load-gen; peak RSS MiB:{rss} (tokenizer alone: {tok_rss})")
 print(f"{'target':<24}{'req/s':>8}{'vs nginx':>9}{'vs direct':>10}{'CPU µs/req':>11}"
       f"{'+p50/+p99 @500 (ms)':>21}{'+p50/+p99 @2000':>17}{'+TTFB ms':>9}{'+100k ms':>9}{'errors':>7}")
 def added(row, r):

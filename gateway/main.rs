@@ -51,6 +51,8 @@ enum Command {
     SimEngine(kvgate_sim::SimArgs),
     /// Run the load harness's engine: real prompt counts, a fixed answer, almost no CPU.
     MockEngine(kvgate_sim::MockArgs),
+    /// Send requests at a fixed rate and print latency percentiles (the load harness).
+    LoadGen(kvgate_sim::LoadArgs),
     /// Run the gateway with built-in simulated engines on loopback, ready for curl.
     Demo(kvgate::runtime::demo::DemoArgs),
     /// Print the SHA-256 of an API key, for `api_key_sha256`.
@@ -109,6 +111,13 @@ async fn run(command: Command) -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("kvgate mock-engine: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::LoadGen(args) => match kvgate_sim::run_load_cli(args).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("kvgate load-gen: {e}");
                 ExitCode::FAILURE
             }
         },

@@ -19,7 +19,8 @@
 //! hand-off), `request` (parsing), `schedule` (checks, roles, faults), `native` / `openai` /
 //! `reply` (response shapes), `stream` (SSE body), `server` (routes), `listen` (accept loop),
 //! `cli` (`kvgate sim-engine` and the `kvgate-sim` binary), `mock` (`kvgate mock-engine`: no
-//! pool, no faults, answers prepared once per body — the load harness's engine).
+//! pool, no faults, answers prepared once per body — the load harness's engine), `loadgen`
+//! (`kvgate load-gen`: fixed-rate arrivals, latency percentiles, for the harness).
 
 mod bootstrap;
 mod cli;
@@ -27,6 +28,7 @@ mod config;
 mod engine;
 mod kv_pool;
 mod listen;
+mod loadgen;
 mod mock;
 mod native;
 mod openai;
@@ -48,6 +50,7 @@ use tokio::task::JoinHandle;
 pub use cli::{run_cli, SimArgs, SimError};
 pub use config::{SimConfig, SimFault, SimRole, DEFAULT_BOOTSTRAP_PORT};
 pub use engine::SimEngine;
+pub use loadgen::{run_load, run_load_cli, LoadArgs, LoadReport};
 pub use mock::{run_mock_cli, spawn_mock, MockArgs, RunningMock};
 pub use stats::{ReceivedRequest, SimStatsSnapshot};
 
