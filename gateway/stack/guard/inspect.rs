@@ -288,6 +288,89 @@ fn check_openai(v: &Value, markers: &Markers, expect: &Expectation) -> Result<()
     )
 }
 
+/// A whole (non-streaming) answer, parsed once for every check that reads it.
+#[derive(Debug)]
+pub struct Answer(Option<Value>);
+
+impl Answer {
+    /// Parse `body` (not JSON is kept as such: [`Answer::check`] trips on it).
+    pub fn parse(body: &[u8]) -> Self {
+        Self(serde_json::from_slice::<Value>(body).ok())
+    }
+
+    /// The I1 checks of the answer.
+    pub fn check(&self, shape: Shape, markers: &Markers, expect: &Expectation) -> Result<(), Trip> {
+        let Some(v) = &self.0 else {
+            return Err(Trip::EmptyResult {
+                detail: "the answer is not JSON",
+            });
+        };
+        if let Some(trip) = error_object(v) {
+            return Err(trip);
+        }
+        match (shape, v) {
+            (Shape::Native, Value::Array(items)) if !items.is_empty() => items
+                .iter()
+                .enumerate()
+                .try_for_each(|(i, item)| check_native_item(item, i, markers, expect)),
+            (Shape::Native, Value::Object(_)) => check_native_item(v, 0, markers, expect),
+            (Shape::Native, _) => Err(Trip::EmptyResult {
+                detail: "the answer is empty",
+            }),
+            (Shape::OpenAi, _) => check_openai(v, markers, expect),
+        }
+    }
+
+    /// The engine's usage: prompt + completion tokens over all samples.
+    pub fn usage(&self, shape: Shape) -> Option<u64> {
+        let v = self.0.as_ref()?;
+        match shape {
+            Shape::OpenAi => v.pointer("/usage/total_tokens").and_then(Value::as_u64),
+            Shape::Native => {
+                let items: Vec<&Value> = match v {
+                    Value::Array(items) => items.iter().collect(),
+                    other => vec![other],
+                };
+                let total = items
+                    .iter()
+                    .filter_map(|i| i.get("meta_info"))
+                    .map(|m| {
+                        ["prompt_tokens", "completion_tokens"]
+                            .iter()
+                            .filter_map(|k| m.get(*k).and_then(Value::as_u64))
+                            .sum::<u64>()
+                    })
+                    .sum();
+                Some(total)
+            }
+        }
+    }
+
+    /// The generated texts (for the leak scan), borrowed from the parsed answer.
+    pub fn texts(&self, shape: Shape) -> Vec<&str> {
+        let Some(v) = &self.0 else {
+            return Vec::new();
+        };
+        let items: Vec<&Value> = match (v, shape) {
+            (Value::Array(items), Shape::Native) => items.iter().collect(),
+            (_, Shape::Native) => vec![v],
+            (_, Shape::OpenAi) => v
+                .get("choices")
+                .and_then(Value::as_array)
+                .map(|c| c.iter().collect())
+                .unwrap_or_default(),
+        };
+        items
+            .into_iter()
+            .filter_map(|i| {
+                i.get("text")
+                    .or_else(|| i.pointer("/message/content"))
+                    .and_then(Value::as_str)
+            })
+            .collect()
+    }
+}
+
 /// Check a whole (non-streaming) answer.
 pub fn check_answer(
     shape: Shape,
@@ -295,75 +378,7 @@ pub fn check_answer(
     markers: &Markers,
     expect: &Expectation,
 ) -> Result<(), Trip> {
-    let Ok(v) = serde_json::from_slice::<Value>(body) else {
-        return Err(Trip::EmptyResult {
-            detail: "the answer is not JSON",
-        });
-    };
-    if let Some(trip) = error_object(&v) {
-        return Err(trip);
-    }
-    match (shape, &v) {
-        (Shape::Native, Value::Array(items)) if !items.is_empty() => items
-            .iter()
-            .enumerate()
-            .try_for_each(|(i, item)| check_native_item(item, i, markers, expect)),
-        (Shape::Native, Value::Object(_)) => check_native_item(&v, 0, markers, expect),
-        (Shape::Native, _) => Err(Trip::EmptyResult {
-            detail: "the answer is empty",
-        }),
-        (Shape::OpenAi, _) => check_openai(&v, markers, expect),
-    }
-}
-
-/// The engine's usage in a whole answer: prompt + completion tokens over all samples.
-pub fn answer_usage(shape: Shape, body: &[u8]) -> Option<u64> {
-    let v = serde_json::from_slice::<Value>(body).ok()?;
-    match shape {
-        Shape::OpenAi => v.pointer("/usage/total_tokens").and_then(Value::as_u64),
-        Shape::Native => {
-            let items: Vec<&Value> = match &v {
-                Value::Array(items) => items.iter().collect(),
-                other => vec![other],
-            };
-            let total = items
-                .iter()
-                .filter_map(|i| i.get("meta_info"))
-                .map(|m| {
-                    ["prompt_tokens", "completion_tokens"]
-                        .iter()
-                        .filter_map(|k| m.get(*k).and_then(Value::as_u64))
-                        .sum::<u64>()
-                })
-                .sum();
-            Some(total)
-        }
-    }
-}
-
-/// The generated texts of a whole answer (for the leak scan).
-pub fn answer_texts(shape: Shape, body: &[u8]) -> Vec<String> {
-    let Ok(v) = serde_json::from_slice::<Value>(body) else {
-        return Vec::new();
-    };
-    let items: Vec<&Value> = match (&v, shape) {
-        (Value::Array(items), Shape::Native) => items.iter().collect(),
-        (_, Shape::Native) => vec![&v],
-        (_, Shape::OpenAi) => v
-            .get("choices")
-            .and_then(Value::as_array)
-            .map(|c| c.iter().collect())
-            .unwrap_or_default(),
-    };
-    items
-        .into_iter()
-        .filter_map(|i| {
-            i.get("text")
-                .or_else(|| i.pointer("/message/content"))
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        })
-        .collect()
+    Answer::parse(body).check(shape, markers, expect)
 }
 
 /// Check the prefill leg of a PD request: its body, a JSON answer or an SSE stream read to

@@ -359,21 +359,21 @@ impl Stage for Guard {
                         (bytes.clone(), body::full(bytes))
                     }
                 };
+                // Parsed once: the checks, the leak scan and the usage all read this.
+                let answer = inspect::Answer::parse(&bytes);
                 if checks {
-                    if let Err(trip) =
-                        inspect::check_answer(shape, &bytes, &pool_guard.markers, &expect)
-                    {
+                    if let Err(trip) = answer.check(shape, &pool_guard.markers, &expect) {
                         return Err(report.record(&trip).into());
                     }
                 }
                 if let Some(mut leak) = leak {
-                    for text in inspect::answer_texts(shape, &bytes) {
-                        if let Err(trip) = leak.push(&text, true) {
+                    for text in answer.texts(shape) {
+                        if let Err(trip) = leak.push(text, true) {
                             return Err(report.record(&trip).into());
                         }
                     }
                 }
-                if let (Some(cell), Some(total)) = (&usage, inspect::answer_usage(shape, &bytes)) {
+                if let (Some(cell), Some(total)) = (&usage, answer.usage(shape)) {
                     cell.set(total);
                 }
                 return Ok(Response::from_parts(parts, body));
