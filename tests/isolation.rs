@@ -128,26 +128,32 @@ async fn incident_with_guard_off(
     (post(&url, Some("sk-bob"), &b).await, gw)
 }
 
+/// Bob got none of Alice's secret: a 502, or a stream ended by an integrity error event
+/// without `[DONE]`.
+fn assert_leak_stopped(b: &Reply, stream: bool) {
+    let text = b.text();
+    assert!(
+        !text.contains("QUOKKA") && !text.contains("4471"),
+        "stream={stream}: bob saw alice's secret: {text}"
+    );
+    if stream && b.status.is_success() {
+        let data = b.sse_data();
+        assert!(!data.iter().any(|d| d == "[DONE]"), "{data:?}");
+        assert!(
+            data.last().unwrap().contains("upstream_integrity_error"),
+            "{data:?}"
+        );
+    } else {
+        assert_eq!(b.status, 502, "{text}");
+        assert_eq!(error_code(b), "upstream_integrity_error");
+    }
+}
+
 #[tokio::test]
 async fn the_incident_is_caught_by_fingerprints_alone_in_block_mode() {
     for stream in [false, true] {
         let (b, gw) = incident_with_guard_off("block", stream).await;
-        let text = b.text();
-        assert!(
-            !text.contains("QUOKKA") && !text.contains("4471"),
-            "stream={stream}: bob saw alice's secret: {text}"
-        );
-        if stream && b.status.is_success() {
-            let data = b.sse_data();
-            assert!(!data.iter().any(|d| d == "[DONE]"), "{data:?}");
-            assert!(
-                data.last().unwrap().contains("upstream_integrity_error"),
-                "{data:?}"
-            );
-        } else {
-            assert_eq!(b.status, 502, "{text}");
-            assert_eq!(error_code(&b), "upstream_integrity_error");
-        }
+        assert_leak_stopped(&b, stream);
         let lines = gw.audit().recent();
         let leak = lines
             .iter()
@@ -240,22 +246,7 @@ async fn the_default_config_stops_a_leak_with_the_right_usage_and_no_marker() {
     // The default config (no leak_detection key: block) stops it, whole or streamed.
     for stream in [false, true] {
         let (b, gw) = silent_leak("", stream).await;
-        let text = b.text();
-        assert!(
-            !text.contains("QUOKKA") && !text.contains("4471"),
-            "stream={stream}: bob saw alice's secret: {text}"
-        );
-        if stream && b.status.is_success() {
-            let data = b.sse_data();
-            assert!(!data.iter().any(|d| d == "[DONE]"), "{data:?}");
-            assert!(
-                data.last().unwrap().contains("upstream_integrity_error"),
-                "{data:?}"
-            );
-        } else {
-            assert_eq!(b.status, 502, "{text}");
-            assert_eq!(error_code(&b), "upstream_integrity_error");
-        }
+        assert_leak_stopped(&b, stream);
         assert!(gw
             .audit()
             .recent()

@@ -8,12 +8,9 @@ use std::time::Duration;
 use super::config::{SimConfig, SimFault, SimRole};
 use kvgate_tokenize::{ModelTokenizer, TokenizeError};
 
-/// Command-line arguments of the simulated engine.
+/// What every engine command takes: where it listens, what it serves, its tokenizer.
 #[derive(clap::Args, Clone, Debug)]
-pub struct SimArgs {
-    /// Unified, prefill or decode worker.
-    #[arg(long, value_enum, default_value_t = SimRole::Unified)]
-    pub role: SimRole,
+pub struct EngineArgs {
     /// Address of the HTTP API.
     #[arg(long, default_value = "127.0.0.1:30000")]
     pub listen: SocketAddr,
@@ -23,6 +20,38 @@ pub struct SimArgs {
     /// Path of tokenizer.json; tokenizer_config.json is looked up beside it.
     #[arg(long)]
     pub tokenizer: PathBuf,
+}
+
+impl EngineArgs {
+    /// Load the tokenizer (and the chat template beside it), off the async threads.
+    pub(crate) async fn load_tokenizer(&self) -> Result<ModelTokenizer, SimError> {
+        let config_path = self.tokenizer.with_file_name("tokenizer_config.json");
+        let config_path = config_path.exists().then_some(config_path);
+        let tokenizer_path = self.tokenizer.clone();
+        tokio::task::spawn_blocking(move || {
+            ModelTokenizer::from_files(&tokenizer_path, config_path.as_deref())
+        })
+        .await
+        .map_err(|e| io("loading the tokenizer")(std::io::Error::other(e)))?
+        .map_err(SimError::from)
+    }
+
+    /// Bind the HTTP listener.
+    pub(crate) async fn bind(&self) -> Result<tokio::net::TcpListener, SimError> {
+        tokio::net::TcpListener::bind(self.listen)
+            .await
+            .map_err(io(format!("binding {}", self.listen)))
+    }
+}
+
+/// Command-line arguments of the simulated engine.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SimArgs {
+    /// Unified, prefill or decode worker.
+    #[arg(long, value_enum, default_value_t = SimRole::Unified)]
+    pub role: SimRole,
+    #[command(flatten)]
+    pub engine: EngineArgs,
     /// KV pool size in tokens (max_total_num_tokens).
     #[arg(long, default_value_t = 65_536)]
     pub kv_tokens: usize,
@@ -59,27 +88,18 @@ pub enum SimError {
     },
 }
 
-fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> SimError {
+pub(crate) fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> SimError {
     let context = context.into();
     move |source| SimError::Io { context, source }
 }
 
 /// Runs the engine described by `args`, printing its addresses, until Ctrl-C or SIGTERM.
 pub async fn run_cli(args: SimArgs) -> Result<(), SimError> {
-    let config_path = args.tokenizer.with_file_name("tokenizer_config.json");
-    let config_path = config_path.exists().then_some(config_path);
-    let tokenizer_path = args.tokenizer.clone();
-    let tokenizer = tokio::task::spawn_blocking(move || {
-        ModelTokenizer::from_files(&tokenizer_path, config_path.as_deref())
-    })
-    .await
-    .map_err(|e| io("loading the tokenizer")(std::io::Error::other(e)))??;
-    let http = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .map_err(io(format!("binding {}", args.listen)))?;
+    let tokenizer = args.engine.load_tokenizer().await?;
+    let http = args.engine.bind().await?;
     let bootstrap = match args.role {
         SimRole::Prefill => {
-            let addr = SocketAddr::new(args.listen.ip(), args.bootstrap_port);
+            let addr = SocketAddr::new(args.engine.listen.ip(), args.bootstrap_port);
             Some(
                 tokio::net::TcpListener::bind(addr)
                     .await
@@ -90,7 +110,7 @@ pub async fn run_cli(args: SimArgs) -> Result<(), SimError> {
     };
     let config = SimConfig {
         role: args.role,
-        model: args.model,
+        model: args.engine.model,
         kv_tokens: args.kv_tokens,
         context_length: args.context_length,
         page_size: args.page_size,

@@ -47,7 +47,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
-pub use cli::{run_cli, SimArgs, SimError};
+pub use cli::{run_cli, EngineArgs, SimArgs, SimError};
 pub use config::{SimConfig, SimFault, SimRole, DEFAULT_BOOTSTRAP_PORT};
 pub use engine::SimEngine;
 pub use loadgen::{run_load, run_load_cli, LoadArgs, LoadReport};

@@ -12,7 +12,6 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -24,7 +23,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::cli::{wait_for_signal, SimError};
+use super::cli::{io, wait_for_signal, EngineArgs, SimError};
 use super::config::SimConfig;
 use super::listen::{full, json_response, Body, ResetConnection};
 use super::reply::{Event, Reply};
@@ -47,15 +46,8 @@ const MAX_BODY_BYTES: usize = 64 << 20;
 /// Command-line arguments of the mock engine.
 #[derive(clap::Args, Clone, Debug)]
 pub struct MockArgs {
-    /// Address of the HTTP API.
-    #[arg(long, default_value = "127.0.0.1:30000")]
-    pub listen: SocketAddr,
-    /// Served model name.
-    #[arg(long, default_value = "sim-model")]
-    pub model: String,
-    /// Path of tokenizer.json; tokenizer_config.json is looked up beside it.
-    #[arg(long)]
-    pub tokenizer: PathBuf,
+    #[command(flatten)]
+    pub engine: EngineArgs,
 }
 
 /// One request's answer, ready to write again.
@@ -124,23 +116,10 @@ pub fn spawn_mock(
 
 /// Runs the mock engine described by `args` until Ctrl-C or SIGTERM.
 pub async fn run_mock_cli(args: MockArgs) -> Result<(), SimError> {
-    let config_path = args.tokenizer.with_file_name("tokenizer_config.json");
-    let config_path = config_path.exists().then_some(config_path);
-    let tokenizer_path = args.tokenizer.clone();
-    let tokenizer = tokio::task::spawn_blocking(move || {
-        ModelTokenizer::from_files(&tokenizer_path, config_path.as_deref())
-    })
-    .await
-    .map_err(|e| SimError::Io {
-        context: "loading the tokenizer".into(),
-        source: std::io::Error::other(e),
-    })??;
-    let io = |context: String| move |source| SimError::Io { context, source };
-    let http = TcpListener::bind(args.listen)
-        .await
-        .map_err(io(format!("binding {}", args.listen)))?;
-    let running = spawn_mock(&args.model, Arc::new(tokenizer), http)
-        .map_err(io("starting the mock engine".into()))?;
+    let tokenizer = args.engine.load_tokenizer().await?;
+    let http = args.engine.bind().await?;
+    let running = spawn_mock(&args.engine.model, Arc::new(tokenizer), http)
+        .map_err(io("starting the mock engine"))?;
     println!("mock-engine http=http://{}", running.http_addr);
     wait_for_signal().await?;
     running.shutdown().await;
