@@ -214,7 +214,8 @@ fn worker_labels(worker: &Worker) -> Arc<upstream::PeerLabels> {
 pub(super) fn error_message(status: StatusCode, body: &[u8]) -> String {
     if let Ok(v) = serde_json::from_slice::<Value>(body) {
         let found = v
-            .pointer("/error/message")
+            .get("error")
+            .and_then(|x| x.get("message"))
             .or_else(|| v.get("message"))
             .or_else(|| v.get("error"))
             .or_else(|| v.get("detail"))

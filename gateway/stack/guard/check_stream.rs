@@ -228,17 +228,26 @@ impl StreamCheck {
                 self.finished.insert(index);
             }
             let piece = choice
-                .pointer("/delta/content")
+                .get("delta")
+                .and_then(|x| x.get("content"))
                 .or_else(|| choice.get("text"))
                 .and_then(Value::as_str);
             if let Some(piece) = piece {
                 self.scan(index, piece, false)?;
             }
-            if let Some(n) = v.pointer("/usage/prompt_tokens").and_then(Value::as_u64) {
+            if let Some(n) = v
+                .get("usage")
+                .and_then(|x| x.get("prompt_tokens"))
+                .and_then(Value::as_u64)
+            {
                 self.expect.check_prompt_tokens(Some(index), Some(n))?;
             }
         }
-        if let Some(total) = v.pointer("/usage/total_tokens").and_then(Value::as_u64) {
+        if let Some(total) = v
+            .get("usage")
+            .and_then(|x| x.get("total_tokens"))
+            .and_then(Value::as_u64)
+        {
             match choices.and_then(|c| c.first()) {
                 Some(c) => {
                     let index = c.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
@@ -250,7 +259,9 @@ impl StreamCheck {
         if choices.is_none_or(|c| c.is_empty()) {
             self.expect.check_prompt_tokens(
                 None,
-                v.pointer("/usage/prompt_tokens").and_then(Value::as_u64),
+                v.get("usage")
+                    .and_then(|x| x.get("prompt_tokens"))
+                    .and_then(Value::as_u64),
             )?;
         }
         Ok(())
@@ -290,7 +301,8 @@ impl StreamCheck {
                     .flatten()
                     .filter_map(|c| {
                         let piece = c
-                            .pointer("/delta/content")
+                            .get("delta")
+                            .and_then(|x| x.get("content"))
                             .or_else(|| c.get("text"))
                             .and_then(Value::as_str)?;
                         Some((
@@ -371,6 +383,14 @@ impl StreamCheck {
             return None;
         }
         if !no_choices && self.rewrite.strip_chunk_usage {
+            // Cut from the engine's text; re-serialise only what the scanner declines.
+            let stripped = event
+                .data
+                .as_deref()
+                .and_then(|d| super::strip_key::without_top_level_key(d, "usage"));
+            if let Some(stripped) = stripped {
+                return Some(SseEvent::data_event(&stripped));
+            }
             if let Some(map) = value.as_object_mut() {
                 map.remove("usage");
             }

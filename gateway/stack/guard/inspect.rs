@@ -275,7 +275,8 @@ fn check_openai(v: &Value, markers: &Markers, expect: &Expectation) -> Result<()
             });
         }
         let text = choice
-            .pointer("/message/content")
+            .get("message")
+            .and_then(|x| x.get("content"))
             .or_else(|| choice.get("text"))
             .and_then(Value::as_str);
         if text.is_some_and(|t| markers.matches(t)) {
@@ -284,7 +285,9 @@ fn check_openai(v: &Value, markers: &Markers, expect: &Expectation) -> Result<()
     }
     expect.check_prompt_tokens(
         None,
-        v.pointer("/usage/prompt_tokens").and_then(Value::as_u64),
+        v.get("usage")
+            .and_then(|x| x.get("prompt_tokens"))
+            .and_then(Value::as_u64),
     )
 }
 
@@ -325,7 +328,10 @@ impl Answer {
     pub fn usage(&self, shape: Shape) -> Option<u64> {
         let v = self.0.as_ref()?;
         match shape {
-            Shape::OpenAi => v.pointer("/usage/total_tokens").and_then(Value::as_u64),
+            Shape::OpenAi => v
+                .get("usage")
+                .and_then(|x| x.get("total_tokens"))
+                .and_then(Value::as_u64),
             Shape::Native => {
                 let items: Vec<&Value> = match v {
                     Value::Array(items) => items.iter().collect(),
@@ -364,7 +370,7 @@ impl Answer {
             .into_iter()
             .filter_map(|i| {
                 i.get("text")
-                    .or_else(|| i.pointer("/message/content"))
+                    .or_else(|| i.get("message").and_then(|x| x.get("content")))
                     .and_then(Value::as_str)
             })
             .collect()
@@ -431,7 +437,9 @@ pub fn check_prefill(shape: Shape, body: &[u8], expect: &Expectation) -> Result<
                 }
                 expect.check_prompt_tokens(
                     None,
-                    v.pointer("/usage/prompt_tokens").and_then(Value::as_u64),
+                    v.get("usage")
+                        .and_then(|x| x.get("prompt_tokens"))
+                        .and_then(Value::as_u64),
                 )?;
             }
         }

@@ -17,6 +17,7 @@ pub mod inspect;
 pub mod leak;
 pub mod sse;
 mod stream;
+mod strip_key;
 
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
