@@ -224,3 +224,66 @@ impl std::fmt::Debug for GuardedStream {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stack::guard::check_stream::UsageRewrite;
+    use crate::stack::guard::inspect::{Expectation, Markers, Shape};
+
+    fn chunk(content: &str) -> String {
+        format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{content}\"}},\"finish_reason\":null}}]}}\n\n")
+    }
+
+    /// One frame holding a burst of events, then an engine that stays silent.
+    fn burst_then_silence() -> BoxBody {
+        let burst = format!("{}{}{}", chunk("a"), chunk("b"), chunk("c"));
+        use futures_util::StreamExt;
+        let frames = futures_util::stream::iter([Ok::<_, BoxError>(http_body::Frame::data(
+            Bytes::from(burst),
+        ))])
+        .chain(futures_util::stream::pending());
+        body::boxed(http_body_util::StreamBody::new(frames))
+    }
+
+    #[tokio::test]
+    async fn the_first_event_of_a_burst_goes_out_before_the_rest_is_checked() {
+        let check = StreamCheck::new(
+            Shape::OpenAi,
+            Markers::default(),
+            Expectation {
+                prompt_tokens: None,
+                tolerance: 0,
+            },
+            1,
+            UsageRewrite::default(),
+        );
+        let audit = crate::audit::AuditLog::open(&crate::config::AuditConfig {
+            sink: crate::config::AuditSink::None,
+            ..Default::default()
+        })
+        .unwrap();
+        let report = TripReport {
+            audit,
+            fields: serde_json::Map::new(),
+            pool: "p".into(),
+        };
+        let mut stream = GuardedStream::new(burst_then_silence(), check, report);
+        stream.prime(Duration::from_secs(5)).await.unwrap();
+        assert_eq!(
+            stream.check.data_events(),
+            1,
+            "priming checks one event, not the burst"
+        );
+        let mut client = stream.into_body();
+        let first = client.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(first, Bytes::from(chunk("a")));
+        // The rest of the burst follows, checked one by one; then the silence holds.
+        for piece in ["b", "c"] {
+            let next = client.frame().await.unwrap().unwrap().into_data().unwrap();
+            assert_eq!(next, Bytes::from(chunk(piece)));
+        }
+        let more = tokio::time::timeout(Duration::from_millis(50), client.frame()).await;
+        assert!(more.is_err(), "nothing more until the engine speaks");
+    }
+}
