@@ -238,7 +238,7 @@ impl SseReframer {
     /// Events completed before it in the same chunk are still appended. The stream cannot be
     /// re-synchronised after that, so every later call fails the same way and
     /// [`finish`](Self::finish) returns None.
-    pub fn push(&mut self, chunk: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+    pub fn push(&mut self, chunk: &[u8], out: &mut impl Extend<SseEvent>) -> Result<(), SseError> {
         if let Some(error) = &self.failed {
             return Err(error.clone());
         }
@@ -284,7 +284,7 @@ impl SseReframer {
     }
 
     /// Parse every complete line in `buf`, emitting events at blank lines.
-    fn scan(&mut self, out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+    fn scan(&mut self, out: &mut impl Extend<SseEvent>) -> Result<(), SseError> {
         if self.at_start {
             let len = self.buf.len().min(BOM.len());
             // Wait while the buffer could still be the start of a BOM.
@@ -307,7 +307,7 @@ impl SseReframer {
         Ok(())
     }
 
-    fn scan_lines(&mut self, out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+    fn scan_lines(&mut self, out: &mut impl Extend<SseEvent>) -> Result<(), SseError> {
         loop {
             if self.after_cr {
                 let Some(&next) = self.buf.get(self.line_start) else {
@@ -354,7 +354,7 @@ impl SseReframer {
     }
 
     /// Cut the event ending at `line_start` off the buffer.
-    fn emit(&mut self, out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+    fn emit(&mut self, out: &mut impl Extend<SseEvent>) -> Result<(), SseError> {
         let len = self.line_start;
         if len > self.max_event_bytes {
             return Err(SseError::EventTooLarge {
@@ -364,7 +364,7 @@ impl SseReframer {
         let raw = self.buf.split_to(len).freeze();
         self.line_start = 0;
         self.search_from = 0;
-        out.push(self.fields.take(raw, true));
+        out.extend([self.fields.take(raw, true)]);
         Ok(())
     }
 }

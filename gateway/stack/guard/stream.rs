@@ -36,8 +36,6 @@ pub struct GuardedStream {
     /// Events read from the engine, not checked yet: checked one at a time, so the first
     /// goes out before the rest of a large chunk is looked at.
     pending: VecDeque<SseEvent>,
-    /// Scratch for the reframer's output.
-    events: Vec<SseEvent>,
     /// The engine's body ended (its tail is in `pending`).
     upstream_ended: bool,
     usage: Option<UsageCell>,
@@ -56,7 +54,6 @@ impl GuardedStream {
             delivered: false,
             report,
             pending: VecDeque::new(),
-            events: Vec::new(),
             upstream_ended: false,
             usage: None,
         }
@@ -109,12 +106,11 @@ impl GuardedStream {
                 let Ok(data) = frame.into_data() else {
                     return Ok(()); // trailers: nothing to check
                 };
-                if self.reframer.push(&data, &mut self.events).is_err() {
+                if self.reframer.push(&data, &mut self.pending).is_err() {
                     return self.trip(Trip::Truncated {
                         detail: "an SSE event from the engine exceeded the size limit",
                     });
                 }
-                self.pending.extend(self.events.drain(..));
                 Ok(())
             }
             Some(Err(e)) => match crate::error::GatewayError::from_boxed(e) {

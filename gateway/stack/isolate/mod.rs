@@ -21,6 +21,7 @@ use http::Request;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 use tower::filter::{FilterLayer, Predicate};
 
 use crate::body::BoxError;
@@ -174,23 +175,41 @@ fn material(parsed: &InferenceRequest) -> Option<PromptMaterial<'_>> {
     }
 }
 
-/// The units of the last `limit` bytes of `texts` (joined; whitespace between them).
-fn tail_units(texts: &[&str], limit: usize) -> Vec<u32> {
+/// The last `limit` bytes of `texts` (joined, one separator between them): the pieces a
+/// prompt is fingerprinted from. Its key and its units both come from these, so a huge
+/// prompt costs `limit` bytes of work either way.
+fn tail_pieces<'a>(texts: &[&'a str], limit: usize) -> Vec<&'a str> {
     let total: usize = texts.iter().map(|t| t.len() + 1).sum();
     let mut skip = total.saturating_sub(limit);
-    let mut splitter = leak::units::TextUnits::new();
-    let mut out = Vec::new();
+    let mut pieces = Vec::with_capacity(texts.len());
     for t in texts {
         if skip > t.len() {
             skip -= t.len() + 1;
             continue;
         }
-        splitter.push(tail(t, t.len().saturating_sub(skip)), &mut out);
+        pieces.push(tail(t, t.len().saturating_sub(skip)));
         skip = 0;
+    }
+    pieces
+}
+
+/// The units of `pieces` (whitespace between them).
+fn units_of_pieces(pieces: &[&str]) -> Vec<u32> {
+    let mut splitter = leak::units::TextUnits::new();
+    let mut out = Vec::new();
+    for piece in pieces {
+        splitter.push(piece, &mut out);
         splitter.push("\n", &mut out);
     }
     splitter.finish(&mut out);
     out
+}
+
+/// Record a prompt given as text, keyed by the pieces it is fingerprinted from.
+fn record_text(store: &FingerprintStore, tenant: &str, texts: &[&str], limit: usize, now: Instant) {
+    let pieces = tail_pieces(texts, limit);
+    let key = leak::hash::text_key(&pieces, limit);
+    store.record_text_prompt(tenant, key, now, || units_of_pieces(&pieces));
 }
 
 fn tail(text: &str, bytes: usize) -> &str {
@@ -257,19 +276,17 @@ impl Predicate<Request<Bytes>> for Isolate {
         };
         let store = self.state.store.clone();
         let limit = self.state.fingerprint_bytes;
-        let now = std::time::Instant::now();
+        let now = Instant::now();
         let all_ids = match material {
             PromptMaterial::Texts(texts) => {
                 // One record per sample: each is its own sequence of KV pages.
                 for t in texts {
-                    let key = leak::hash::text_key(&[t], limit);
-                    store.record_text_prompt(&tenant, key, now, || tail_units(&[t], limit));
+                    record_text(&store, &tenant, &[t], limit, now);
                 }
                 return Ok(request);
             }
             PromptMaterial::Chat(texts) => {
-                let key = leak::hash::text_key(&texts, limit);
-                store.record_text_prompt(&tenant, key, now, || tail_units(&texts, limit));
+                record_text(&store, &tenant, &texts, limit, now);
                 return Ok(request);
             }
             PromptMaterial::Ids(all) => all,
@@ -282,7 +299,11 @@ impl Predicate<Request<Bytes>> for Isolate {
             for ids in &all_ids {
                 let tail_ids = &ids[ids.len().saturating_sub(limit / 4)..];
                 if let Ok(text) = tokenizer.decode(tail_ids, false) {
-                    store.record_prompt(&tenant, &tail_units(&[&text], limit), now);
+                    store.record_prompt(
+                        &tenant,
+                        &units_of_pieces(&tail_pieces(&[&text], limit)),
+                        now,
+                    );
                 }
             }
         });

@@ -187,20 +187,12 @@ impl FingerprintStore {
     /// (`window / 10`) is not recorded again, as its n-grams are already stored: a prompt is
     /// remembered for at least `window - window / 10` after its last send.
     pub fn record_prompt(&self, tenant: &str, prompt_ids: &[u32], now: Instant) {
-        let n = self.inner.config.ngram;
-        if prompt_ids.len() < n || self.inner.limits.shard_cap == 0 {
+        if prompt_ids.len() < self.inner.config.ngram {
             return;
         }
-        let Some(owner) = self.inner.tenant_id(tenant, true) else {
-            return;
-        };
-        if self
-            .inner
-            .recorded_lately(owner, prompt_hash(prompt_ids), now)
-        {
-            return;
-        }
-        self.record_ngrams(owner, prompt_ids, now);
+        self.record_once(tenant, prompt_hash(prompt_ids), now, || {
+            std::borrow::Cow::Borrowed(prompt_ids)
+        });
     }
 
     /// As [`Self::record_prompt`] for a prompt known by `text_key` (a hash of its text, see
@@ -213,20 +205,31 @@ impl FingerprintStore {
         now: Instant,
         units: impl FnOnce() -> Vec<u32>,
     ) {
+        // Tagged apart from unit-sequence hashes of the same store.
+        self.record_once(tenant, text_key ^ TEXT_KEY_TAG, now, || {
+            std::borrow::Cow::Owned(units())
+        });
+    }
+
+    /// Record the prompt `key` names, unless this tenant recorded it within the last span;
+    /// `ids` makes its units only when they are needed.
+    fn record_once<'a>(
+        &self,
+        tenant: &str,
+        key: u64,
+        now: Instant,
+        ids: impl FnOnce() -> std::borrow::Cow<'a, [u32]>,
+    ) {
         if self.inner.limits.shard_cap == 0 {
             return;
         }
         let Some(owner) = self.inner.tenant_id(tenant, true) else {
             return;
         };
-        // Tagged apart from unit-sequence hashes of the same store.
-        if self
-            .inner
-            .recorded_lately(owner, text_key ^ TEXT_KEY_TAG, now)
-        {
+        if self.inner.recorded_lately(owner, key, now) {
             return;
         }
-        let ids = units();
+        let ids = ids();
         if ids.len() >= self.inner.config.ngram {
             self.record_ngrams(owner, &ids, now);
         }

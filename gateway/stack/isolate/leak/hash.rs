@@ -19,24 +19,25 @@ const SEED: u64 = 0x243f_6a88_85a3_08d3;
 /// Hash of one n-gram of token ids.
 #[inline]
 pub(crate) fn ngram_hash(ids: &[u32]) -> u64 {
-    let mut h = SEED;
-    for &id in ids {
-        h = (h.rotate_left(5) ^ u64::from(id)).wrapping_mul(MUL);
-    }
-    fmix64(h)
+    fmix64(fold(SEED, ids))
+}
+
+/// FxHash's step over every id, from state `h`.
+#[inline]
+fn fold(h: u64, ids: &[u32]) -> u64 {
+    ids.iter().fold(h, |h, &id| {
+        (h.rotate_left(5) ^ u64::from(id)).wrapping_mul(MUL)
+    })
 }
 
 /// Hash of a whole prompt (its length included), to tell a prompt sent again.
 pub(crate) fn prompt_hash(ids: &[u32]) -> u64 {
-    let mut h = SEED ^ ids.len() as u64;
-    for &id in ids {
-        h = (h.rotate_left(5) ^ u64::from(id)).wrapping_mul(MUL);
-    }
-    fmix64(h)
+    fmix64(fold(SEED ^ ids.len() as u64, ids))
 }
 
-/// Key of a prompt's text (its pieces and the byte limit it is fingerprinted with), for
-/// telling a prompt sent again before turning it into units: eight bytes per step.
+/// Key of the text pieces a prompt is fingerprinted from (see `isolate::tail_pieces`) and
+/// the byte limit that cut them, for telling a prompt sent again before turning it into
+/// units: eight bytes per step.
 pub fn text_key(texts: &[&str], limit: usize) -> u64 {
     let mut h = SEED ^ limit as u64;
     for t in texts {
