@@ -66,9 +66,10 @@ fn bench(c: &mut Criterion) {
             rt.block_on(async {
                 let mut parsed =
                     parse_inference(Endpoint::ChatCompletions, body.as_bytes(), &catalog).unwrap();
-                let (count, pools) = kvgate::stack::admission::admit(&state, &mut parsed, None)
-                    .await
-                    .unwrap();
+                let (count, pools) =
+                    kvgate::stack::admission::admit(&state, &mut parsed, None, None)
+                        .await
+                        .unwrap();
                 (count.prompt_total(), pools.0.len())
             })
         })

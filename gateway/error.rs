@@ -65,6 +65,12 @@ pub enum GatewayError {
     UnsupportedParameter { param: String, reason: &'static str },
     #[error("Tenant `{tenant}` may not use the LoRA adapter `{adapter}`.")]
     LoraNotAllowed { tenant: String, adapter: String },
+    /// `x-kvgate-pool` from a tenant without `choose_pool`.
+    #[error("Tenant `{tenant}` may not choose a pool (x-kvgate-pool).")]
+    PoolChoiceNotAllowed { tenant: String },
+    /// `x-kvgate-pool` naming no pool of the request's model.
+    #[error("x-kvgate-pool: `{pool}` is not a pool of model `{model}`.")]
+    UnknownPool { pool: String, model: String },
     /// The client was too slow sending its request (body idle or total deadline).
     #[error("The request body was not received within {timeout:?} ({what}).")]
     RequestTimeout {
@@ -194,6 +200,10 @@ impl GatewayError {
             ModelNotAllowed { .. } => class(S::FORBIDDEN, "permission_error", "model_not_allowed"),
             UnsupportedParameter { .. } => class(S::BAD_REQUEST, INVALID, "unsupported_parameter"),
             LoraNotAllowed { .. } => class(S::FORBIDDEN, "permission_error", "lora_not_allowed"),
+            PoolChoiceNotAllowed { .. } => {
+                class(S::FORBIDDEN, "permission_error", "pool_choice_not_allowed")
+            }
+            UnknownPool { .. } => class(S::BAD_REQUEST, INVALID, "unknown_pool"),
             RequestTimeout { .. } => class(S::REQUEST_TIMEOUT, INVALID, "request_timeout"),
             HeaderTooLarge { .. } => class(
                 S::REQUEST_HEADER_FIELDS_TOO_LARGE,

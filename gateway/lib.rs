@@ -17,7 +17,9 @@
 //! stack::tenant_rules models and LoRA adapters the tenant may use (403)
 //! stack::admission    exact token count vs. every pool's smallest KV bound: 400 before dispatch (I2)
 //! stack::rate_limit   tenant RPM/TPM/concurrency; the permit lives in the response body (429)
-//! stack::routing      pool by weight among the admitted, least-loaded eligible workers (I3)
+//! stack::routing      pool by weight (sticky per tenant) or by x-kvgate-pool among the
+//!                     admitted; least-loaded eligible workers (I3)
+//! stack::observe      the outcome of each routed request in its pool's window (rollouts)
 //! stack::isolate      the tenant's cache salt, prompt fingerprints for the leak detector (I5)
 //! stack::guard        aborts, placeholders, count mismatch, foreign data: never a false 2xx (I1)
 //! stack::dispatch     builds the engine body once; unified or prefill/decode legs, deadlines
@@ -38,6 +40,7 @@ pub mod config;
 pub mod error;
 pub mod load;
 pub mod metrics;
+pub mod rollout;
 pub mod runtime;
 pub mod secure_random;
 pub mod stack;
@@ -69,6 +72,7 @@ use crate::stack::guard::{Guard, GuardState};
 use crate::stack::header_limits::HeaderLimits;
 use crate::stack::isolate::{Isolate, IsolationState};
 use crate::stack::load_shed::LoadShedLayer;
+use crate::stack::observe::Observe;
 use crate::stack::rate_limit::RateLimit;
 use crate::stack::request_id::RequestIdLayer;
 use crate::stack::rescue::RescueLayer;
@@ -82,6 +86,7 @@ pub struct StackParts {
     pub keys: ApiKeys,
     pub catalog: ModelCatalog,
     pub router: Arc<Router>,
+    pub rollouts: Arc<crate::rollout::Rollouts>,
     pub admission: Arc<AdmissionState>,
     pub guard: Arc<GuardState>,
     pub isolation: Arc<IsolationState>,
@@ -154,6 +159,9 @@ where
         .layer(RateLimit::layer(parts.limiter))
         // Pool by weight, then least-loaded eligible workers (I3: unknown capacity never serves).
         .layer(Route::layer(parts.router))
+        // Every routed request's outcome counts in its pool's window: canary rollouts roll
+        // back on these, the admin port shows them.
+        .layer(Observe::layer(parts.rollouts))
         // Tenant cache namespaces (strip client keys, inject our salt) and prompt
         // fingerprints for the leak detector; needs the pool, so after routing (I5).
         .layer(Isolate::layer(parts.isolation))

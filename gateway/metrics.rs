@@ -37,6 +37,14 @@ pub const LOAD_SHED_TOTAL: &str = "kvgate_load_shed_total";
 pub const AUDIT_LINES_DROPPED_TOTAL: &str = "kvgate_audit_lines_dropped_total";
 /// Retries on another worker after a connect failure, by pool.
 pub const UPSTREAM_RETRIES_TOTAL: &str = "kvgate_upstream_retries_total";
+/// Canary rollbacks, by model, canary pool, signal and origin.
+pub const ROLLBACKS_TOTAL: &str = "kvgate_rollout_rollbacks_total";
+/// A rollout's phase: 0 canary, 1 rolled back, 2 promoted.
+pub const ROLLOUT_PHASE: &str = "kvgate_rollout_phase";
+/// A pool's current traffic weight.
+pub const POOL_WEIGHT: &str = "kvgate_pool_weight";
+/// 1 while this replica can read and publish shared rollout decisions in Redis.
+pub const ROLLOUT_SHARED_OK: &str = "kvgate_rollout_shared_ok";
 
 const DURATION_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -100,5 +108,12 @@ fn describe_all() {
         "Answers with other tenants' prompt fragments"
     );
     describe_counter!(REQUEST_OUTCOMES_TOTAL, "Request outcomes, one per request");
+    describe_counter!(ROLLBACKS_TOTAL, "Canary pools rolled back, by signal");
+    describe_gauge!(ROLLOUT_PHASE, "0 canary, 1 rolled back, 2 promoted");
+    describe_gauge!(POOL_WEIGHT, "A pool's current traffic weight");
+    describe_gauge!(
+        ROLLOUT_SHARED_OK,
+        "1 while shared rollout decisions in Redis are reachable"
+    );
     crate::stack::rate_limit::limiter::describe_metrics();
 }

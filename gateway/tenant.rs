@@ -45,6 +45,8 @@ pub struct TenantPolicy {
     pub limits: TenantLimits,
     /// LoRA adapter names it may use (empty: none).
     pub lora_adapters: HashSet<String>,
+    /// May choose a pool with `x-kvgate-pool`.
+    pub choose_pool: bool,
 }
 
 impl TenantPolicy {
@@ -62,6 +64,7 @@ impl TenantPolicy {
                 max_concurrent: t.max_concurrent,
             },
             lora_adapters: t.lora_adapters.iter().cloned().collect(),
+            choose_pool: t.choose_pool,
         }
     }
 
@@ -74,6 +77,7 @@ impl TenantPolicy {
             pools: None,
             limits: TenantLimits::UNLIMITED,
             lora_adapters: HashSet::new(),
+            choose_pool: false,
         }
     }
 

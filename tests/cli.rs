@@ -73,8 +73,10 @@ fn every_subcommand_has_help() {
 #[tokio::test]
 async fn demo_serves_both_pools_on_loopback() {
     let args = kvgate::runtime::demo::DemoArgs {
-        config: repo().join("config/demo.toml"),
+        config: Some(repo().join("config/demo.toml")),
         fault: kvgate_sim::SimFault::None,
+        canary: false,
+        canary_fault: None,
         token_latency_ms: 0,
         ephemeral: true,
     };
@@ -85,21 +87,26 @@ async fn demo_serves_both_pools_on_loopback() {
     let banner = kvgate::runtime::demo::banner(&demo);
     assert!(banner.contains(kvgate::runtime::demo::DEMO_API_KEY));
     let base = format!("http://{}", demo.gateway.data_addr());
+    let url = format!("{base}/v1/chat/completions");
     let mut pools = std::collections::HashSet::new();
     for stream in [false, true] {
         for _ in 0..2 {
             let body = json!({"model": "qwen3", "stream": stream, "max_tokens": 4,
                               "messages": [{"role": "user", "content": "Hello from the demo"}]});
-            let reply = post(&format!("{base}/v1/chat/completions"), Some(KEY), &body).await;
+            let reply = post(&url, Some(KEY), &body).await;
             assert_eq!(reply.status, 200, "{}", reply.text());
             pools.insert(reply.headers["x-kvgate-pool"].to_str().unwrap().to_owned());
         }
     }
-    assert_eq!(
-        pools.len(),
-        2,
-        "both the PD and the unified pool served: {pools:?}"
-    );
+    assert_eq!(pools.len(), 1, "one tenant sticks to one pool: {pools:?}");
+    // The demo tenant may choose a pool: both the PD and the unified pool serve.
+    for pool in ["pd", "unified"] {
+        let body = json!({"model": "qwen3", "max_tokens": 4,
+                          "messages": [{"role": "user", "content": "Hello from the demo"}]});
+        let reply = post_with(&url, Some(KEY), &[("x-kvgate-pool", pool)], &body).await;
+        assert_eq!(reply.status, 200, "{pool}: {}", reply.text());
+        assert_eq!(reply.headers["x-kvgate-pool"], pool);
+    }
     let ready = get(&format!("http://{}/ready", demo.gateway.admin_addr()), None).await;
     assert_eq!(ready.status, 200, "{}", ready.text());
     demo.shutdown().await;

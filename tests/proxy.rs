@@ -453,20 +453,23 @@ async fn pools_share_traffic_by_weight() {
         unified_pool("stable", &[worker(&a, None)]),
         unified_pool("canary", &[worker(&b, None)])
     );
-    let gw = gateway(&config_with_pools(WINDOW, &pools)).await;
+    let config = config_with_pools(WINDOW, &pools)
+        .replace("[server]\n", "[server]\nallow_anonymous = true\n");
+    let gw = gateway(&config).await;
+    let url = format!("http://{}/generate", gw.data_addr());
     let body = json!({"text": "hi", "sampling_params": {"max_new_tokens": 1}});
+    // Anonymous traffic has no tenant to stick to: split request by request, exactly.
     for _ in 0..8 {
-        assert_eq!(
-            post(
-                &format!("http://{}/generate", gw.data_addr()),
-                Some(KEY),
-                &body
-            )
-            .await
-            .status,
-            200
-        );
+        assert_eq!(post(&url, None, &body).await.status, 200);
     }
     assert_eq!((generations(&a).len(), generations(&b).len()), (6, 2));
+    // A tenant sticks to one pool while the weights stand still.
+    let mut served = std::collections::HashSet::new();
+    for _ in 0..8 {
+        let reply = post(&url, Some(KEY), &body).await;
+        assert_eq!(reply.status, 200);
+        served.insert(reply.headers["x-kvgate-pool"].to_str().unwrap().to_owned());
+    }
+    assert_eq!(served.len(), 1, "{served:?}");
     gw.shutdown().await;
 }

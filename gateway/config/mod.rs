@@ -7,6 +7,7 @@
 //!
 //! The reference for every key is `config/example.toml` and `config/README.md`.
 
+mod rollout;
 mod server;
 mod upstream;
 mod validate;
@@ -15,6 +16,7 @@ use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use rollout::{PromotionConfig, RollbackMargins, RolloutConfig};
 pub use server::{ServerConfig, TlsConfig};
 pub use upstream::UpstreamConfig;
 pub use validate::validate;
@@ -72,6 +74,9 @@ pub struct Config {
     /// Tenant rate and concurrency counters.
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// Canary rollouts: a canary pool beside a stable one, with automatic rollback.
+    #[serde(default)]
+    pub rollouts: Vec<RolloutConfig>,
     /// The file this was read from; relative paths inside were resolved against its folder.
     #[serde(skip)]
     pub source: PathBuf,
@@ -165,6 +170,10 @@ pub struct ModelConfig {
     /// engines' defaults (`/generate` 128, completions 16, chat the rest of the window).
     #[serde(default)]
     pub default_max_new_tokens: Option<u64>,
+    /// Workers whose engine reports an older version (or none) may not serve this model,
+    /// e.g. "0.5.22" (the first SGLang release that refuses over-long prompts up front).
+    #[serde(default)]
+    pub min_engine_version: Option<String>,
 }
 
 /// Which HTTP API the engines of a pool speak.
@@ -199,7 +208,8 @@ pub struct PoolConfig {
     /// Share of the model's traffic (canary rollouts); 0 takes the pool out of rotation.
     #[serde(default = "default_weight")]
     pub weight: u32,
-    /// Engine version label, reported in metrics (canary bookkeeping).
+    /// The engine version the pool runs; what the engines report (`/get_server_info`,
+    /// `/version`) takes precedence, and a disagreement is a warning in `kvgate check`.
     #[serde(default)]
     pub version: Option<String>,
     /// The `model` value the engines expect on OpenAI routes (default: the model's name).
@@ -379,6 +389,10 @@ pub struct TenantConfig {
     /// Requests in flight at once (until the response body ends).
     #[serde(default)]
     pub max_concurrent: Option<u32>,
+    /// May choose a pool of the model with the `x-kvgate-pool` header (testing a canary by
+    /// hand, even at weight 0); others get 403 when they send it.
+    #[serde(default)]
+    pub choose_pool: bool,
 }
 
 mod http_serde_uri {

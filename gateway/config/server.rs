@@ -17,6 +17,9 @@ pub struct ServerConfig {
     /// mutating admin route) requires as `Authorization: Bearer <token>`. Unset: mutating
     /// admin routes answer 403.
     pub admin_token_env: Option<String>,
+    /// A file holding the admin token (e.g. a mounted secret), read at start; instead of
+    /// `admin_token_env`.
+    pub admin_token_file: Option<PathBuf>,
     /// Largest accepted request body, e.g. "64MiB".
     pub max_body_bytes: bytesize::ByteSize,
     /// How long in-flight requests and streams may run after SIGTERM/SIGINT.
@@ -67,6 +70,7 @@ impl Default for ServerConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
             admin_token_env: None,
+            admin_token_file: None,
             max_body_bytes: bytesize::ByteSize::mib(64),
             drain_timeout: Duration::from_secs(30),
             allow_anonymous: false,

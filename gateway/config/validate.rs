@@ -24,6 +24,15 @@ pub fn validate(mut config: Config) -> Result<Config, ConfigError> {
         ));
     }
     check_limits(&config).map_err(|(key, reason)| invalid(key, reason))?;
+    if config.server.admin_token_env.is_some() && config.server.admin_token_file.is_some() {
+        return Err(invalid(
+            "server.admin_token_file".into(),
+            "set admin_token_env or admin_token_file, not both".into(),
+        ));
+    }
+    if let Some(f) = config.server.admin_token_file.as_mut() {
+        *f = existing_file(&base, f).map_err(|r| invalid("server.admin_token_file".into(), r))?;
+    }
     if let Some(tls) = config.server.tls.as_mut() {
         tls.cert =
             existing_file(&base, &tls.cert).map_err(|r| invalid("server.tls.cert".into(), r))?;
@@ -92,6 +101,10 @@ pub fn validate(mut config: Config) -> Result<Config, ConfigError> {
                 key("default_max_new_tokens"),
                 "must be at least 1, or left out to use the engines' defaults".into(),
             ));
+        }
+        if let Some(v) = &model.min_engine_version {
+            crate::stack::routing::EngineVersion::parse(v)
+                .map_err(|e| invalid(key("min_engine_version"), e.to_string()))?;
         }
         model.tokenizer =
             existing_file(&base, &model.tokenizer).map_err(|r| invalid(key("tokenizer"), r))?;
@@ -284,6 +297,7 @@ pub fn validate(mut config: Config) -> Result<Config, ConfigError> {
             }
         }
     }
+    super::rollout::check(&config).map_err(|(key, reason)| invalid(key, reason))?;
     if key_hashes.is_empty() && !config.server.allow_anonymous {
         return Err(invalid(
             "tenants".into(),

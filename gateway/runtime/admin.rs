@@ -1,18 +1,23 @@
 //! The admin port: `GET /health` (the process is up; 503 while draining), `GET /ready`
-//! (every model has an eligible worker; says why not), `GET /metrics` (Prometheus text) and
-//! `POST /reload` (re-read tenants and API keys from the config file). Every mutating route
-//! needs the admin token (`server.admin_token_env`) as `Authorization: Bearer <token>`:
-//! 401 without it, 403 when no token is configured.
+//! (every model has an eligible worker; says why not), `GET /metrics` (Prometheus text),
+//! `POST /reload` (re-read tenants and API keys from the config file) and the pools and
+//! rollouts API (`admin_api`). `/reload` and the API need the admin token
+//! (`server.admin_token_env` or `server.admin_token_file`) as `Authorization: Bearer
+//! <token>`: 401 without it, 403 when no token is configured.
 
+use futures_util::future::BoxFuture;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http_body::Body;
+use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use std::convert::Infallible;
-use std::future::{ready, Ready};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower::Service;
 
-use crate::body::{self, BoxBody};
+use crate::body::{self, BoxBody, BoxError};
+use crate::rollout::Rollouts;
+use crate::runtime::admin_api;
 use crate::runtime::reload::Reloader;
 use crate::runtime::server::Shutdown;
 use crate::stack::routing::{Discovery, Router};
@@ -21,6 +26,7 @@ use crate::stack::routing::{Discovery, Router};
 #[derive(Clone, Debug)]
 pub struct Admin {
     router: Arc<Router>,
+    rollouts: Arc<Rollouts>,
     shutdown: Shutdown,
     reloader: Option<Reloader>,
     /// SHA-256 of the admin token (compared digest to digest, in constant time).
@@ -33,10 +39,17 @@ impl Admin {
     pub fn new(router: Arc<Router>, shutdown: Shutdown, reloader: Option<Reloader>) -> Self {
         Self {
             router,
+            rollouts: Arc::new(Rollouts::default()),
             shutdown,
             reloader,
             token_sha256: None,
         }
+    }
+
+    /// Serve the rollouts API for `rollouts`.
+    pub fn with_rollouts(mut self, rollouts: Arc<Rollouts>) -> Self {
+        self.rollouts = rollouts;
+        self
     }
 
     /// Require `token` for mutating routes (None: they are refused).
@@ -113,6 +126,7 @@ pub fn readiness(router: &Router) -> (bool, Value) {
                         "worker": w.authority,
                         "eligible": w.is_eligible(),
                         "reason": w.ineligibility(),
+                        "version": w.version(),
                         "kv_tokens": w.kv_tokens(),
                         "outstanding": w.outstanding(),
                         "discovery": match w.discovery() {
@@ -139,19 +153,62 @@ fn json_response(status: StatusCode, value: Value) -> Response<BoxBody> {
     r
 }
 
+/// Largest admin request body read (a weight, a reason).
+const MAX_ADMIN_BODY: usize = 64 * 1024;
+
 // === impl Admin ===
 
-impl<B> Service<Request<B>> for Admin {
+impl<B> Service<Request<B>> for Admin
+where
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
     type Response = Response<BoxBody>;
     type Error = Infallible;
-    type Future = Ready<Result<Response<BoxBody>, Infallible>>;
+    type Future = BoxFuture<'static, Result<Response<BoxBody>, Infallible>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let response = match (request.method(), request.uri().path()) {
+        let this = self.clone();
+        Box::pin(async move { Ok(this.answer(request).await) })
+    }
+}
+
+impl Admin {
+    async fn answer<B>(&self, request: Request<B>) -> Response<BoxBody>
+    where
+        B: Body + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let path = request.uri().path().to_owned();
+        if admin_api::is_api_path(&path) {
+            if let Err(refused) = self.authorize(&request) {
+                return *refused;
+            }
+            let method = request.method().clone();
+            let limited = http_body_util::Limited::new(request.into_body(), MAX_ADMIN_BODY);
+            let body =
+                match tokio::time::timeout(std::time::Duration::from_secs(10), limited.collect())
+                    .await
+                {
+                    Ok(Ok(b)) => b.to_bytes(),
+                    _ => {
+                        return admin_error(
+                            StatusCode::BAD_REQUEST,
+                            "the request body could not be read (at most 64 KiB, within 10 s)",
+                            "invalid_request",
+                        )
+                    }
+                };
+            let (status, value) =
+                admin_api::handle(&self.router, &self.rollouts, &method, &path, &body);
+            return json_response(status, value);
+        }
+        match (request.method(), path.as_str()) {
             (&Method::GET, "/health") => {
                 if self.shutdown.is_triggered() {
                     json_response(
@@ -195,9 +252,8 @@ impl<B> Service<Request<B>> for Admin {
             }
             (_, path) => json_response(
                 StatusCode::NOT_FOUND,
-                json!({"error": {"message": format!("unknown admin path {path}; try /health, /ready or /metrics"), "type": "invalid_request_error", "param": null, "code": "not_found"}}),
+                json!({"error": {"message": format!("unknown admin path {path}; try /health, /ready, /metrics, /pools or /rollouts"), "type": "invalid_request_error", "param": null, "code": "not_found"}}),
             ),
-        };
-        ready(Ok(response))
+        }
     }
 }

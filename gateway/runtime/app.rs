@@ -10,6 +10,7 @@ use crate::audit::AuditLog;
 use crate::config::Config;
 use crate::config::{LimitsBackend, LimitsFailurePolicy};
 use crate::load::{BufferBudget, InFlightLimit};
+use crate::rollout::{sync_loop, Rollouts, SharedDecisions};
 use crate::runtime::admin::Admin;
 use crate::runtime::check::CapacityReport;
 use crate::runtime::reload::Reloader;
@@ -54,6 +55,11 @@ pub enum StartError {
     },
     #[error("{0}")]
     Limits(String),
+    #[error("cannot read server.admin_token_file {path}: {source}")]
+    AdminToken {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot open the audit log: {0}")]
     Audit(std::io::Error),
     #[error("admission.strict is set and the configuration is mismatched:\n{0}")]
@@ -85,6 +91,7 @@ pub fn load_tokenizer(
 pub struct Gateway {
     config: Arc<Config>,
     router: Arc<Router>,
+    rollouts: Arc<Rollouts>,
     upstream: Upstream,
     admission: Arc<AdmissionState>,
     guard: Arc<GuardState>,
@@ -140,11 +147,18 @@ impl Gateway {
             isolation.clone(),
         ));
         let keys = ApiKeys::from_config(&config);
+        let rollouts = Arc::new(Rollouts::from_config(
+            &config,
+            &router,
+            &replica_name(),
+            &audit,
+        ));
         let budget = BufferBudget::new(config.server.max_buffered_bytes.as_u64());
         let in_flight = InFlightLimit::new(config.server.max_in_flight);
         Ok(Self {
             config: Arc::new(config),
             router,
+            rollouts,
             upstream,
             admission,
             guard,
@@ -175,6 +189,7 @@ impl Gateway {
             keys: self.keys.clone(),
             catalog: ModelCatalog::from_config(&self.config),
             router: self.router.clone(),
+            rollouts: self.rollouts.clone(),
             admission: self.admission.clone(),
             guard: self.guard.clone(),
             isolation: self.isolation.clone(),
@@ -269,6 +284,11 @@ impl Gateway {
             self.config.upstream.discovery_interval,
             shutdown.clone(),
         )));
+        tasks.push(tokio::spawn(sync_loop(
+            self.rollouts.clone(),
+            self.shared_decisions(),
+            shutdown.clone(),
+        )));
         tasks.push(tokio::spawn(housekeeping_loop(
             self.limiter.clone(),
             self.isolation.clone(),
@@ -294,23 +314,13 @@ impl Gateway {
             path: self.config.source.clone(),
             keys: self.keys.clone(),
         };
-        let admin_token = self
-            .config
-            .server
-            .admin_token_env
-            .as_deref()
-            .and_then(|v| std::env::var(v).ok())
-            .filter(|t| !t.is_empty());
-        if self.config.server.admin_token_env.is_some() && admin_token.is_none() {
-            tracing::warn!(
-                "server.admin_token_env names an unset or empty variable: POST /reload is refused"
-            );
-        }
+        let admin_token = admin_token(&self.config.server)?;
         let admin_service = Admin::new(
             self.router.clone(),
             shutdown.clone(),
             Some(reloader.clone()),
         )
+        .with_rollouts(self.rollouts.clone())
         .with_token(admin_token);
         tasks.push(tokio::spawn(server::serve(
             admin,
@@ -327,10 +337,71 @@ impl Gateway {
             trigger,
             tasks,
             router: self.router,
+            rollouts: self.rollouts,
             audit: self.audit,
             reloader,
         })
     }
+
+    /// Where rollout decisions are shared: the limits' Redis, when `[limits]` uses one.
+    fn shared_decisions(&self) -> Option<Arc<SharedDecisions>> {
+        let limits = &self.config.limits;
+        if limits.backend != LimitsBackend::Redis || self.rollouts.all().is_empty() {
+            return None;
+        }
+        let url = limits.redis_url.as_deref()?;
+        match SharedDecisions::new(url, &limits.key_prefix) {
+            Ok(shared) => Some(Arc::new(shared)),
+            Err(e) => {
+                tracing::warn!(error = %redact_in(&e.to_string(), url), "rollout decisions stay per replica: the Redis URL is unusable");
+                None
+            }
+        }
+    }
+}
+
+/// The admin token: from `server.admin_token_env` or `server.admin_token_file` (trimmed);
+/// None (mutating admin routes refused) when unset or empty.
+fn admin_token(server: &crate::config::ServerConfig) -> Result<Option<String>, StartError> {
+    if let Some(path) = &server.admin_token_file {
+        let text = std::fs::read_to_string(path).map_err(|source| StartError::AdminToken {
+            path: path.clone(),
+            source,
+        })?;
+        let token = text.trim().to_owned();
+        if token.is_empty() {
+            tracing::warn!("server.admin_token_file is empty: the admin API is refused");
+        }
+        return Ok(Some(token).filter(|t| !t.is_empty()));
+    }
+    let token = server
+        .admin_token_env
+        .as_deref()
+        .and_then(|v| std::env::var(v).ok())
+        .filter(|t| !t.trim().is_empty())
+        .map(|t| t.trim().to_owned());
+    if server.admin_token_env.is_some() && token.is_none() {
+        tracing::warn!(
+            "server.admin_token_env names an unset or empty variable: the admin API is refused"
+        );
+    }
+    Ok(token)
+}
+
+/// This replica's name in shared decisions and audit lines: the host name (a pod's name
+/// in Kubernetes) and a random suffix, so two processes on one host differ.
+fn replica_name() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+                .filter(|h| !h.is_empty())
+        })
+        .unwrap_or_else(|| "kvgate".to_owned());
+    format!("{host}-{:04x}", crate::secure_random::u64() & 0xffff)
 }
 
 fn bytes_usize(b: bytesize::ByteSize) -> usize {
@@ -436,6 +507,7 @@ pub struct RunningGateway {
     trigger: ShutdownTrigger,
     tasks: Vec<JoinHandle<()>>,
     router: Arc<Router>,
+    rollouts: Arc<Rollouts>,
     audit: AuditLog,
     reloader: Reloader,
 }
@@ -459,6 +531,11 @@ impl RunningGateway {
     /// The live pools.
     pub fn router(&self) -> &Arc<Router> {
         &self.router
+    }
+
+    /// The canary rollouts.
+    pub fn rollouts(&self) -> &Arc<Rollouts> {
+        &self.rollouts
     }
 
     /// The audit log (recent lines in memory).

@@ -58,6 +58,16 @@ impl CapacityReport {
                 for reason in &limits.ineligible {
                     warnings.push(format!("pool `{}`: {reason}", pool.name));
                 }
+                for w in pool.all_workers() {
+                    if let Some((configured, reported)) = w.version_mismatch() {
+                        warnings.push(format!(
+                            "pool `{}`: {} {} reports engine version {reported} but the pool's `version` says {configured}; kvgate uses what the engine reports",
+                            pool.name,
+                            w.role.as_str(),
+                            w.authority
+                        ));
+                    }
+                }
                 pools.push(limits);
             }
             models.push((model.name.clone(), window, pools));
@@ -106,7 +116,7 @@ fn pool_limits(pool: &Pool, window: u64) -> PoolLimits {
         description: format!(
             "{:?} engine, {mode}, weight {}{}",
             pool.engine,
-            pool.weight,
+            pool.weight(),
             pool.version
                 .as_deref()
                 .map(|v| format!(", version {v}"))
@@ -144,6 +154,11 @@ fn describe_worker(w: &Worker, window: u64) -> String {
     if let Some(limit) = worker_input_limit(w, window) {
         let _ = write!(line, "; max_req_input_len {limit}");
     }
+    let _ = write!(
+        line,
+        "; version {}",
+        w.version().as_deref().unwrap_or("unknown")
+    );
     if let Some(reason) = w.ineligibility() {
         let _ = write!(line, "; NOT ELIGIBLE: {reason}");
     }

@@ -15,15 +15,29 @@ use kvgate_tokenize::ModelTokenizer;
 /// The demo tenant's API key (its SHA-256 is in `config/demo.toml`).
 pub const DEMO_API_KEY: &str = "kvgate-demo-key";
 
+/// The demo deployment.
+pub const DEFAULT_CONFIG: &str = "config/demo.toml";
+/// The canary demo: a stable and a canary pool with a rollout (`--canary`).
+pub const CANARY_CONFIG: &str = "config/demo-canary.toml";
+
 /// `kvgate demo` options.
 #[derive(clap::Args, Debug, Clone)]
 pub struct DemoArgs {
-    /// The demo deployment.
-    #[arg(long, short, default_value = "config/demo.toml")]
-    pub config: PathBuf,
+    /// The demo deployment [default: config/demo.toml, or config/demo-canary.toml with
+    /// --canary].
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
     /// Make the simulated engines misbehave, e.g. `incident` to replay the incident's engine bug.
     #[arg(long, value_enum, default_value = "none")]
     pub fault: SimFault,
+    /// A canary rollout: config/demo-canary.toml, whose canary pool's engines are faulty
+    /// (`--canary-fault`), so the gateway rolls it back by itself.
+    #[arg(long)]
+    pub canary: bool,
+    /// The fault of the rollouts' canary pools [default: wrong-prompt-tokens with --canary,
+    /// else --fault].
+    #[arg(long, value_enum)]
+    pub canary_fault: Option<SimFault>,
     /// Delay between generated tokens, to watch streams arrive.
     #[arg(long, default_value_t = 20)]
     pub token_latency_ms: u64,
@@ -56,6 +70,8 @@ pub enum DemoError {
 pub struct RunningDemo {
     pub gateway: RunningGateway,
     pub engines: Vec<RunningSim>,
+    /// The canary rollout demo (`--canary`).
+    pub canary: bool,
 }
 
 impl RunningDemo {
@@ -84,7 +100,19 @@ fn loopback(ephemeral: bool, configured: SocketAddr) -> SocketAddr {
 
 /// Start engines and gateway.
 pub async fn start(args: &DemoArgs) -> Result<RunningDemo, DemoError> {
-    let mut config = Config::load(&args.config)?;
+    let path = match (&args.config, args.canary) {
+        (Some(path), _) => path.clone(),
+        (None, true) => PathBuf::from(CANARY_CONFIG),
+        (None, false) => PathBuf::from(DEFAULT_CONFIG),
+    };
+    let mut config = Config::load(&path)?;
+    // With --canary, the canary pools of the config's rollouts run the faulty engine.
+    let canary_fault = match (args.canary, args.canary_fault) {
+        (_, Some(fault)) => fault,
+        (true, None) => SimFault::WrongPromptTokens,
+        (false, None) => args.fault,
+    };
+    let canary_pools: Vec<String> = config.rollouts.iter().map(|r| r.canary.clone()).collect();
     let mut engines = Vec::new();
     let mut tokenizers: Vec<(String, Arc<ModelTokenizer>)> = Vec::new();
     for model in &config.models {
@@ -114,9 +142,23 @@ pub async fn start(args: &DemoArgs) -> Result<RunningDemo, DemoError> {
             continue;
         };
         let served = pool_model(pool);
+        let faulty = canary_pools.contains(&pool.name);
+        let engine_args = EngineSetup {
+            fault: if faulty { canary_fault } else { args.fault },
+            // The demo's engines report the version their pool says it runs.
+            version: pool.version.clone(),
+        };
         for (role, worker) in workers_mut(pool) {
-            let engine =
-                start_engine(args, role, worker, window, &served, tokenizer.clone()).await?;
+            let engine = start_engine(
+                args,
+                &engine_args,
+                role,
+                worker,
+                window,
+                &served,
+                tokenizer.clone(),
+            )
+            .await?;
             engines.push(engine);
         }
     }
@@ -127,7 +169,11 @@ pub async fn start(args: &DemoArgs) -> Result<RunningDemo, DemoError> {
     let data = bind(config.server.listen).await?;
     let admin = bind(config.server.admin_listen).await?;
     let gateway = Gateway::new(config)?.start(data, admin).await?;
-    Ok(RunningDemo { gateway, engines })
+    Ok(RunningDemo {
+        gateway,
+        engines,
+        canary: args.canary,
+    })
 }
 
 fn pool_model(pool: &PoolConfig) -> String {
@@ -144,8 +190,15 @@ fn workers_mut(pool: &mut PoolConfig) -> Vec<(SimRole, &mut WorkerConfig)> {
     out
 }
 
+/// What one pool's simulated engines are told.
+struct EngineSetup {
+    fault: SimFault,
+    version: Option<String>,
+}
+
 async fn start_engine(
     args: &DemoArgs,
+    setup: &EngineSetup,
     role: SimRole,
     worker: &mut WorkerConfig,
     window: u64,
@@ -178,8 +231,12 @@ async fn start_engine(
         model: model.to_owned(),
         kv_tokens: usize::try_from(kv_tokens).unwrap_or(usize::MAX),
         context_length: usize::try_from(window).unwrap_or(usize::MAX),
-        fault: args.fault,
+        fault: setup.fault,
         token_latency: Duration::from_millis(args.token_latency_ms),
+        version: setup
+            .version
+            .clone()
+            .unwrap_or_else(|| SimConfig::default().version),
         ..SimConfig::default()
     };
     let running = kvgate_sim::spawn(sim_config, tokenizer, http, bootstrap)
@@ -218,8 +275,47 @@ pub async fn wait_for_signal() {
     }
 }
 
+/// The canary demo's admin token (`config/demo-admin-token`).
+pub const DEMO_ADMIN_TOKEN: &str = "kvgate-demo-admin";
+
+/// What `kvgate demo --canary` prints once everything listens.
+fn canary_banner(demo: &RunningDemo) -> String {
+    let base = format!("http://{}", demo.gateway.data_addr());
+    let admin = format!("http://{}", demo.gateway.admin_addr());
+    let auth = format!("-H 'Authorization: Bearer {DEMO_ADMIN_TOKEN}'");
+    format!(
+        r#"kvgate canary demo is ready.
+  gateway:  {base}   (admin: {admin}/ready, /metrics, /rollouts, /pools)
+  pools:    "stable" (engine 0.5.22-sim, weight 75) and "canary" (engine 0.5.23-sim, weight
+            25, faulty: it misreports prompt_tokens, so the guard stops every answer it gives)
+  tenants:  demo (key {DEMO_API_KEY}) lands on stable, demo-2 (key {DEMO_API_KEY}-2) on the
+            canary: the split is sticky per tenant
+  admin:    token {DEMO_ADMIN_TOKEN}
+
+Send traffic as both tenants; demo-2 gets 502s from the canary until it is rolled back
+(after 20 canary requests), then 200s from stable. No client ever gets a false 200:
+  for i in $(seq 1 30); do for key in {DEMO_API_KEY} {DEMO_API_KEY}-2; do
+    curl -s -o /dev/null -w "$key %{{http_code}} %header{{x-kvgate-pool}}
+" {base}/v1/chat/completions       -H "Authorization: Bearer $key" -H 'Content-Type: application/json'       -d '{{"model":"qwen3","messages":[{{"role":"user","content":"Hello canary"}}],"max_tokens":8}}'
+  done; done
+
+Watch it roll back (phase, the signal, both pools' rates):
+  curl -s {admin}/rollouts {auth}
+Try the canary by hand (tenant demo may choose a pool):
+  curl -s {base}/v1/chat/completions -H 'Authorization: Bearer {DEMO_API_KEY}' -H 'x-kvgate-pool: canary'     -H 'Content-Type: application/json' -d '{{"model":"qwen3","messages":[{{"role":"user","content":"Hi"}}],"max_tokens":8}}'
+Clear the rollback (the canary was fixed) or promote it:
+  curl -s -X POST {admin}/rollouts/qwen3/clear {auth}
+  curl -s -X POST {admin}/rollouts/qwen3/promote {auth}
+
+Ctrl-C stops everything."#
+    )
+}
+
 /// What `kvgate demo` prints once everything listens.
 pub fn banner(demo: &RunningDemo) -> String {
+    if demo.canary {
+        return canary_banner(demo);
+    }
     let addr = demo.gateway.data_addr();
     let admin = demo.gateway.admin_addr();
     let base = format!("http://{addr}");

@@ -1,8 +1,9 @@
 //! The runtime around the stack: the process (`app`: config, state, reload), the listeners
-//! (`server`: TCP/TLS accept loop, drain; `conn_deadlines`), the admin port (`admin`), reloading the config (`reload`), and the commands that
+//! (`server`: TCP/TLS accept loop, drain; `conn_deadlines`), the admin port (`admin`, its pools and rollouts API `admin_api`), reloading the config (`reload`), and the commands that
 //! are not the request path (`check`, `demo`).
 
 pub mod admin;
+pub mod admin_api;
 pub mod app;
 pub mod check;
 pub mod conn_deadlines;

@@ -12,6 +12,7 @@ pub mod guard;
 pub mod header_limits;
 pub mod isolate;
 pub mod load_shed;
+pub mod observe;
 pub mod rate_limit;
 pub mod request_id;
 pub mod rescue;

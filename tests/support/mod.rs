@@ -216,6 +216,23 @@ pub async fn post(url: &str, key: Option<&str>, body: &Value) -> Reply {
     read(send(request(Method::POST, url, key, body.to_string())).await).await
 }
 
+/// POST with extra headers (e.g. `x-kvgate-pool`).
+pub async fn post_with(
+    url: &str,
+    key: Option<&str>,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> Reply {
+    let mut req = request(Method::POST, url, key, body.to_string());
+    for (name, value) in headers {
+        req.headers_mut().insert(
+            http::HeaderName::from_bytes(name.as_bytes()).expect("header name"),
+            http::HeaderValue::from_str(value).expect("header value"),
+        );
+    }
+    read(send(req).await).await
+}
+
 pub async fn get(url: &str, key: Option<&str>) -> Reply {
     read(send(request(Method::GET, url, key, Bytes::new())).await).await
 }

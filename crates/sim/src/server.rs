@@ -30,6 +30,7 @@ const KNOWN_PATHS: &[&str] = &[
     "/v1/models",
     "/get_server_info",
     "/server_info",
+    "/version",
     "/get_model_info",
     "/model_info",
     "/health",
@@ -79,6 +80,10 @@ pub(crate) async fn handle(
         (&Method::GET, "/v1/models") => json_response(StatusCode::OK, &models(&engine)),
         (&Method::GET, "/get_server_info" | "/server_info") if engine.config.server_info => {
             json_response(StatusCode::OK, &server_info(&engine))
+        }
+        // SGLang and vLLM both answer this, even where the server-info routes are missing.
+        (&Method::GET, "/version") => {
+            json_response(StatusCode::OK, &json!({"version": engine.config.version}))
         }
         (&Method::GET, "/get_model_info" | "/model_info") => {
             json_response(StatusCode::OK, &model_info(&engine))

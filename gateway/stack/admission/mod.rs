@@ -31,7 +31,7 @@ use tower::ServiceExt;
 use crate::error::GatewayError;
 use crate::stack::api::InferenceRequest;
 use crate::stack::auth::{AuthContext, TenantPolicy};
-use crate::stack::routing::Router;
+use crate::stack::routing::{PoolChoice, Router};
 use crate::stack::stage::{Next, Stage, StageFuture, StageLayer};
 use count::Measured;
 use kvgate_tokenize::ModelTokenizer;
@@ -122,11 +122,16 @@ impl Stage for Admit {
         let state = self.state.clone();
         Box::pin(async move {
             let auth = request.extensions().get::<AuthContext>().cloned();
+            let choice = request
+                .extensions()
+                .get::<PoolChoice>()
+                .map(|c| c.0.clone());
             let parsed = request
                 .extensions_mut()
                 .get_mut::<InferenceRequest>()
                 .ok_or_else(|| GatewayError::Internal("admission ran before parsing".into()))?;
-            let (count, pools) = admit(&state, parsed, auth.as_ref().map(|a| &*a.policy)).await?;
+            let tenant = auth.as_ref().map(|a| &*a.policy);
+            let (count, pools) = admit(&state, parsed, tenant, choice.as_deref()).await?;
             let clamped = count.clamped_max_new;
             request.extensions_mut().insert(count);
             request.extensions_mut().insert(pools);
@@ -142,11 +147,13 @@ impl Stage for Admit {
     }
 }
 
-/// The admission decision for one parsed request.
+/// The admission decision for one parsed request; `choice` is the pool the client named
+/// (`x-kvgate-pool`, already allowed for the tenant), the only one it may then land on.
 pub async fn admit(
     state: &AdmissionState,
     parsed: &mut InferenceRequest,
     tenant: Option<&TenantPolicy>,
+    choice: Option<&str>,
 ) -> Result<(TokenCount, AdmittedPools), GatewayError> {
     let model = state.models.get(&parsed.model).ok_or_else(|| {
         GatewayError::Internal(format!("no tokenizer loaded for `{}`", parsed.model))
@@ -175,7 +182,7 @@ pub async fn admit(
     };
     let window = model.context_window;
     let fanout = parsed.fanout()?;
-    let budgets = candidate_budgets(state, parsed, tenant, window)?;
+    let budgets = candidate_budgets(state, parsed, tenant, window, choice)?;
     let param = parsed.prompt_param();
     let cap = tenant.and_then(|t| t.max_prompt_tokens.map(|c| (t.name.clone(), c)));
 
@@ -253,10 +260,18 @@ fn candidate_budgets(
     parsed: &InferenceRequest,
     tenant: Option<&TenantPolicy>,
     window: u64,
+    choice: Option<&str>,
 ) -> Result<Vec<PoolBudget>, GatewayError> {
     let of_model = state.router.pools_of(&parsed.model);
+    if let Some(chosen) = choice.filter(|c| !of_model.iter().any(|p| &*p.name == *c)) {
+        return Err(GatewayError::UnknownPool {
+            pool: chosen.to_owned(),
+            model: parsed.model.clone(),
+        });
+    }
     let allowed: Vec<_> = of_model
         .iter()
+        .filter(|p| choice.is_none_or(|c| c == &*p.name))
         .filter(|p| tenant.is_none_or(|t| p.serves_tenant(&t.name, t.pools.as_ref())))
         .collect();
     if allowed.is_empty() && !of_model.is_empty() {
@@ -268,7 +283,7 @@ fn candidate_budgets(
     let mut reasons = Vec::new();
     let budgets: Vec<PoolBudget> = allowed
         .into_iter()
-        .filter(|p| match p.refusal_for(parsed.endpoint) {
+        .filter(|p| match p.refusal_for(parsed.endpoint, choice.is_some()) {
             Some(r) => {
                 reasons.push(r);
                 false

@@ -31,6 +31,7 @@ use crate::body;
 use crate::config::{Config, GuardConfig, LeakMode};
 use crate::error::GatewayError;
 use crate::metrics;
+use crate::rollout::RequestSignals;
 use crate::stack::admission::TokenCount;
 use crate::stack::api::{Endpoint, InferenceRequest};
 use crate::stack::auth::AuthContext;
@@ -107,6 +108,8 @@ pub struct TripReport {
     audit: AuditLog,
     fields: Map<String, Value>,
     pool: String,
+    /// The request's signals for its pool's window (rollouts count trips and leaks).
+    signals: Option<Arc<RequestSignals>>,
 }
 
 impl TripReport {
@@ -119,6 +122,9 @@ impl TripReport {
     pub fn record(&self, trip: &Trip) -> GatewayError {
         ::metrics::counter!(metrics::GUARD_TRIPS_TOTAL, "reason" => trip.reason(), "pool" => self.pool.clone())
             .increment(1);
+        if let Some(signals) = &self.signals {
+            signals.trip(trip.reason());
+        }
         let mut fields = self.fields.clone();
         fields.insert("reason".into(), Value::from(trip.reason()));
         match trip {
@@ -144,6 +150,9 @@ impl TripReport {
     pub fn leak(&self, suspicion: crate::stack::isolate::leak::LeakSuspicion) {
         ::metrics::counter!(metrics::LEAK_SUSPECTED_TOTAL, "pool" => self.pool.clone())
             .increment(1);
+        if let Some(signals) = &self.signals {
+            signals.leak();
+        }
         let mut fields = self.fields.clone();
         fields.insert("owner_tenants".into(), Value::from(suspicion.owner_tenants));
         fields.insert(
@@ -271,6 +280,7 @@ impl Stage for Guard {
                 pool_guard.config.prompt_tokens_tolerance
             };
             let count = request.extensions().get::<TokenCount>().cloned();
+            let signals = request.extensions().get::<Arc<RequestSignals>>().cloned();
             let usage = request.extensions().get::<UsageCell>().cloned();
             let mut fields = Map::new();
             fields.insert("pool".into(), Value::from(pool.clone()));
@@ -308,6 +318,7 @@ impl Stage for Guard {
                 audit: state.audit.clone(),
                 fields,
                 pool: pool.clone(),
+                signals,
             };
             let leak = match (leak_mode, &tenant) {
                 (LeakMode::Off, _) | (_, None) => None,

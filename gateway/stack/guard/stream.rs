@@ -263,6 +263,7 @@ mod tests {
             audit,
             fields: serde_json::Map::new(),
             pool: "p".into(),
+            signals: None,
         };
         let mut stream = GuardedStream::new(burst_then_silence(), check, report);
         stream.prime(Duration::from_secs(5)).await.unwrap();

@@ -1,5 +1,6 @@
-//! Capacity discovery: ask each engine for its KV pool (`/get_server_info`, newer SGLang
-//! `/server_info`) at start-up and on an interval.
+//! Capacity and version discovery: ask each engine for its KV pool and version
+//! (`/get_server_info`, newer SGLang `/server_info`; `/version` where that is all there is,
+//! as on vLLM) at start-up and on an interval.
 
 use http::StatusCode;
 use serde_json::Value;
@@ -8,7 +9,7 @@ use std::sync::Arc;
 use super::{Discovery, Router, ServerInfo, Worker};
 use crate::upstream::{read_body, Upstream};
 
-const INFO_PATHS: [&str; 2] = ["/get_server_info", "/server_info"];
+const INFO_PATHS: [&str; 3] = ["/get_server_info", "/server_info", "/version"];
 const MAX_INFO_BYTES: usize = 4 * 1024 * 1024;
 
 /// Probe every worker once, concurrently.
@@ -32,7 +33,8 @@ pub async fn discover_worker(worker: Arc<Worker>, upstream: Upstream) {
             Discovery::Found(info) => tracing::info!(
                 pool = %worker.pool, role = worker.role.as_str(), worker = %worker.authority,
                 kv_tokens = ?info.max_total_num_tokens, max_req_input_len = ?info.max_req_input_len,
-                context_length = ?info.context_length, "discovered worker capacity"
+                context_length = ?info.context_length, version = ?info.version,
+                "discovered worker capacity"
             ),
             Discovery::Failed(e) => tracing::warn!(
                 pool = %worker.pool, role = worker.role.as_str(), worker = %worker.authority,
@@ -76,6 +78,7 @@ async fn probe(worker: &Worker, upstream: &Upstream) -> Discovery {
         if !status.is_success() {
             return Discovery::Failed(format!("{path} answered {status}"));
         }
+        // `/version` answers only {"version": ...}: capacity must then be configured.
         return match serde_json::from_slice::<Value>(&body) {
             Ok(v) => Discovery::Found(parse_server_info(&v)),
             Err(e) => Discovery::Failed(format!("{path} is not JSON: {e}")),

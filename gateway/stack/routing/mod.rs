@@ -1,19 +1,26 @@
 //! Routing: which pool and which workers serve a request.
 //!
-//! A model's pools share its traffic by weight (canary rollouts); inside a pool the least
-//! loaded eligible worker is picked, per role. Only eligible workers (known capacity, I3)
-//! are ever chosen.
+//! A model's pools share its traffic by weight (canary rollouts). The split is sticky per
+//! tenant ([`pick::rendezvous`]): while weights stand still a tenant's requests all land on
+//! one pool, so a conversation is not spread over two engine versions; when weights change
+//! only the tenants at the moving edge move. Anonymous traffic has no tenant to stick to
+//! and is split request by request. A tenant with `choose_pool` may name a pool with
+//! `x-kvgate-pool` (even at weight 0: a canary tried by hand). Inside a pool the least
+//! loaded eligible worker is picked, per role. Only eligible workers (known capacity, a new
+//! enough engine, not draining; I3) are ever chosen.
 //!
-//! Reads: `InferenceRequest`, `AdmittedPools`. Writes: the [`RoutePlan`] extension, whose worker loads live
-//! until the response body ends.
+//! Reads: `InferenceRequest`, `AdmittedPools`, `AuthContext`, `PoolChoice`. Writes: the
+//! [`RoutePlan`] extension, whose worker loads live until the response body ends.
 
 mod discovery;
 mod pick;
 mod pool;
+mod version;
 mod worker;
 
 pub use discovery::{discover_all, discover_worker, parse_server_info};
 pub use pool::{Pool, PoolWorkers, Target};
+pub use version::{EngineVersion, VersionError};
 pub use worker::{Discovery, Role, ServerInfo, Worker, WorkerLoad};
 
 use bytes::Bytes;
@@ -28,6 +35,17 @@ use crate::config::Config;
 use crate::error::GatewayError;
 use crate::load::InFlightSlot;
 use crate::stack::api::InferenceRequest;
+use crate::stack::auth::AuthContext;
+
+/// The header naming the pool a tenant with `choose_pool` wants.
+pub const POOL_CHOICE_HEADER: &str = "x-kvgate-pool";
+
+/// The pool the client chose with `x-kvgate-pool` (written by tenant rules, once allowed).
+#[derive(Debug, Clone)]
+pub struct PoolChoice(pub Arc<str>);
+
+/// A pool's signal window when no rollout names it (the admin port still shows its rates).
+const DEFAULT_WINDOW: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// The pools a request was admitted to (never empty; written by admission); routing
 /// picks among them.
@@ -57,7 +75,19 @@ impl Router {
         let pools: Vec<Arc<Pool>> = config
             .pools
             .iter()
-            .map(|p| Arc::new(Pool::new(p)))
+            .map(|p| {
+                let window = config
+                    .rollouts
+                    .iter()
+                    .find(|r| r.stable == p.name || r.canary == p.name)
+                    .map_or(DEFAULT_WINDOW, |r| r.window);
+                // Validated at load; an unreadable minimum cannot reach here.
+                let min = config
+                    .model(&p.model)
+                    .and_then(|m| m.min_engine_version.as_deref())
+                    .and_then(|v| EngineVersion::parse(v).ok());
+                Arc::new(Pool::new(p, window, min.as_ref()))
+            })
             .collect();
         let mut by_model: HashMap<String, (Vec<Arc<Pool>>, AtomicU64)> = HashMap::new();
         for pool in &pools {
@@ -88,12 +118,20 @@ impl Router {
         self.pools.iter().flat_map(|p| p.all_workers())
     }
 
-    /// Choose a pool by weight among those able to serve `request`, then its workers.
-    /// `admitted` (when not empty) limits the choice to the pools admission let through.
+    /// A pool by name.
+    pub fn pool(&self, name: &str) -> Option<&Arc<Pool>> {
+        self.pools.iter().find(|p| &*p.name == name)
+    }
+
+    /// Choose a pool among those able to serve `request` — the chosen one, else by weight,
+    /// sticky per `tenant` when there is one — then its workers. `admitted` (when not
+    /// empty) limits the choice to the pools admission let through.
     pub fn route(
         &self,
         request: &InferenceRequest,
         admitted: &[Arc<str>],
+        tenant: Option<&str>,
+        choice: Option<&str>,
     ) -> Result<RoutePlan, GatewayError> {
         let no_worker = |reason: String| GatewayError::NoEligibleWorker {
             model: request.model.clone(),
@@ -109,7 +147,10 @@ impl Router {
                 if !admitted.is_empty() && !admitted.contains(&pool.name) {
                     return false;
                 }
-                match pool.refusal_for(request.endpoint) {
+                if choice.is_some_and(|c| c != &*pool.name) {
+                    return false;
+                }
+                match pool.refusal_for(request.endpoint, choice.is_some()) {
                     Some(r) => {
                         reasons.push(r);
                         false
@@ -118,18 +159,31 @@ impl Router {
                 }
             })
             .collect();
-        let weights: Vec<u32> = candidates.iter().map(|p| p.weight).collect();
-        let first =
-            pick::weighted(&weights, counter).ok_or_else(|| no_worker(reasons.join("; ")))?;
-        // The weighted choice first; a pool at its in-flight cap passes the request on to
-        // the next candidate, and all of them full is 503 `overloaded` (no queue).
+        // Weights are read once: a rollout changing them meanwhile affects the next request.
+        let weights: Vec<u32> = candidates.iter().map(|p| p.weight()).collect();
+        let order: Vec<usize> = match (choice, tenant) {
+            (Some(_), _) => (0..candidates.len()).collect(),
+            (None, Some(tenant)) => {
+                let names: Vec<&str> = candidates.iter().map(|p| &*p.name).collect();
+                pick::rendezvous(tenant, &names, &weights)
+            }
+            (None, None) => match pick::weighted(&weights, counter) {
+                Some(first) => (0..candidates.len())
+                    .map(|k| (first + k) % candidates.len())
+                    .filter(|&i| weights[i] > 0)
+                    .collect(),
+                None => Vec::new(),
+            },
+        };
+        if order.is_empty() {
+            return Err(no_worker(reasons.join("; ")));
+        }
+        // The first choice first; a pool at its in-flight cap passes the request on to the
+        // next in order, and all of them full is 503 `overloaded` (no queue).
         let mut slot = None;
         let mut chosen = None;
-        for i in (0..candidates.len()).map(|k| (first + k) % candidates.len()) {
+        for i in order {
             let pool = candidates[i];
-            if pool.weight == 0 {
-                continue;
-            }
             match &pool.in_flight {
                 None => {
                     chosen = Some(pool);
@@ -181,7 +235,19 @@ impl Predicate<Request<Bytes>> for Route {
             .get::<AdmittedPools>()
             .map(|a| a.0.clone())
             .unwrap_or_else(|| Arc::from(Vec::new()));
-        let plan = self.router.route(parsed, &admitted)?;
+        // Anonymous traffic has no tenant to stick to: split request by request.
+        let tenant = request
+            .extensions()
+            .get::<AuthContext>()
+            .filter(|a| &*a.tenant != crate::tenant::ANONYMOUS_TENANT)
+            .map(|a| a.tenant.clone());
+        let choice = request
+            .extensions()
+            .get::<PoolChoice>()
+            .map(|c| c.0.clone());
+        let plan = self
+            .router
+            .route(parsed, &admitted, tenant.as_deref(), choice.as_deref())?;
         request.extensions_mut().insert(plan);
         Ok(request)
     }

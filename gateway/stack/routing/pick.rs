@@ -52,6 +52,52 @@ pub fn weighted(weights: &[u32], counter: &AtomicU64) -> Option<usize> {
     None
 }
 
+/// A tenant's order of preference over pools (weighted rendezvous hashing): pool `i`
+/// scores `weights[i] / -ln(u)`, `u` a stable hash of (tenant, pool name) in (0, 1); the
+/// highest score first, weight-0 pools left out.
+///
+/// Over many tenants pool `i` is first for `weights[i] / Σ weights` of them. The hash does
+/// not depend on the weights, so while weights stand still a tenant always lands on the
+/// same pool, on every replica; when a pool's weight rises, only tenants move *to* it, and
+/// when it falls only tenants *on* it move away (a rollback sends the canary's tenants to
+/// the stable pool, and no one else moves).
+pub fn rendezvous(tenant: &str, names: &[&str], weights: &[u32]) -> Vec<usize> {
+    let mut scored: Vec<(f64, usize)> = names
+        .iter()
+        .zip(weights)
+        .enumerate()
+        .filter(|(_, (_, &w))| w > 0)
+        .map(|(i, (name, &w))| {
+            let h = stable_hash(tenant, name);
+            // 53 random bits, centred in their interval so u is never 0 or 1.
+            let u = ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+            (f64::from(w) / -u.ln(), i)
+        })
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+    scored.into_iter().map(|(_, i)| i).collect()
+}
+
+/// FNV-1a then a SplitMix64 finish: the same on every replica and every build (std's
+/// hashers promise neither).
+fn stable_hash(tenant: &str, pool: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in tenant
+        .as_bytes()
+        .iter()
+        .chain(&[0xff])
+        .chain(pool.as_bytes())
+    {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,5 +147,39 @@ mod tests {
         }
         assert_eq!(hits, [95, 5]);
         assert_eq!(weighted(&[0, 0], &counter), None);
+    }
+
+    fn first_choices(weights: &[u32]) -> Vec<usize> {
+        (0..2000)
+            .map(|t| rendezvous(&format!("tenant-{t}"), &["stable", "canary"], weights)[0])
+            .collect()
+    }
+
+    #[test]
+    fn sticky_shares_follow_the_weights() {
+        let canary = first_choices(&[95, 5]).iter().filter(|&&i| i == 1).count();
+        // 5 % of 2000 = 100; the hash spreads tenants, it does not count them exactly.
+        assert!(
+            (60..=140).contains(&canary),
+            "{canary} tenants on the canary"
+        );
+        assert!(rendezvous("t", &["a", "b"], &[0, 0]).is_empty());
+        assert_eq!(rendezvous("t", &["a", "b"], &[0, 7]), vec![1]);
+    }
+
+    #[test]
+    fn a_tenant_stays_while_weights_stand_and_moves_only_toward_a_growing_pool() {
+        let at_5 = first_choices(&[95, 5]);
+        assert_eq!(at_5, first_choices(&[95, 5]), "same weights, same pools");
+        let at_25 = first_choices(&[75, 25]);
+        for (before, after) in at_5.iter().zip(&at_25) {
+            // Canary tenants stay on the canary as it grows; some stable ones join them.
+            assert!(!(*before == 1 && *after == 0));
+        }
+        assert!(
+            at_25.iter().filter(|&&i| i == 1).count() > at_5.iter().filter(|&&i| i == 1).count()
+        );
+        // Rolled back: everyone on the stable pool.
+        assert!(first_choices(&[95, 0]).iter().all(|&i| i == 0));
     }
 }

@@ -1,11 +1,13 @@
 //! Engine pools: the workers of one model behind one engine version, with a traffic weight.
 
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::{pick, Role, Worker, WorkerLoad};
 use crate::config::{EngineKind, PoolConfig, PoolMode};
 use crate::load::InFlightLimit;
+use crate::rollout::SignalWindow;
 use crate::stack::api::Endpoint;
 
 /// The workers of a pool, by mode.
@@ -26,8 +28,15 @@ pub struct Pool {
     pub name: Arc<str>,
     pub model: String,
     pub engine: EngineKind,
-    pub weight: u32,
+    /// The weight in the config file (the starting weight; a cleared rollback returns to it).
+    pub configured_weight: u32,
+    /// The weight now: the config's, or what a rollout or the admin API set.
+    weight: AtomicU32,
+    /// The configured engine version (the engines' own report takes precedence).
     pub version: Option<String>,
+    /// Recent trips, engine failures, leak suspicions and first-byte times (canary rollouts
+    /// compare these; the admin port shows them for every pool).
+    pub signals: SignalWindow,
     /// The `model` value sent to the engines.
     pub served_model: String,
     pub workers: PoolWorkers,
@@ -49,12 +58,21 @@ pub enum Target {
 }
 
 impl Pool {
-    /// Build a pool from validated config.
-    pub fn new(config: &PoolConfig) -> Self {
+    /// Build a pool from validated config; its signals cover `window`, and workers whose
+    /// engine is older than `min_version` may not serve.
+    pub fn new(
+        config: &PoolConfig,
+        window: Duration,
+        min_version: Option<&super::EngineVersion>,
+    ) -> Self {
         let name: Arc<str> = Arc::from(config.name.as_str());
         let build = |list: &[crate::config::WorkerConfig], role| {
             list.iter()
-                .map(|w| Arc::new(Worker::new(name.clone(), role, w)))
+                .map(|w| {
+                    let worker = Worker::new(name.clone(), role, w)
+                        .with_versions(config.version.as_deref(), min_version.cloned());
+                    Arc::new(worker)
+                })
                 .collect::<Vec<_>>()
         };
         let workers = match config.mode {
@@ -68,8 +86,10 @@ impl Pool {
             name: name.clone(),
             model: config.model.clone(),
             engine: config.engine,
-            weight: config.weight,
+            configured_weight: config.weight,
+            weight: AtomicU32::new(config.weight),
             version: config.version.clone(),
+            signals: SignalWindow::new(window),
             served_model: config
                 .served_model
                 .clone()
@@ -79,6 +99,19 @@ impl Pool {
             in_flight: config.max_in_flight.map(InFlightLimit::new),
             cursors: [AtomicUsize::new(0), AtomicUsize::new(0)],
         }
+    }
+
+    /// The traffic weight now.
+    pub fn weight(&self) -> u32 {
+        self.weight.load(Ordering::Relaxed)
+    }
+
+    /// Change the traffic weight (rollouts, the admin API); requests already routed keep
+    /// their pool.
+    pub fn set_weight(&self, weight: u32) {
+        self.weight.store(weight, Ordering::Relaxed);
+        ::metrics::gauge!(crate::metrics::POOL_WEIGHT, "pool" => self.name.to_string())
+            .set(f64::from(weight));
     }
 
     /// Whether `tenant` (pinned to `pinned` pools, if any) may use this pool.
@@ -101,19 +134,32 @@ impl Pool {
     }
 
     /// Why this pool cannot take a request for `endpoint` now (None: it can). Admission
-    /// and routing both filter pools with it.
-    pub fn refusal_for(&self, endpoint: Endpoint) -> Option<String> {
+    /// and routing both filter pools with it. `chosen`: the client named this pool
+    /// (`x-kvgate-pool`), so weight 0 does not refuse it (a canary tried by hand).
+    pub fn refusal_for(&self, endpoint: Endpoint, chosen: bool) -> Option<String> {
         if endpoint.needs_sglang() && self.engine != EngineKind::Sglang {
             return Some(format!(
                 "pool `{}` is not an SGLang pool (/generate)",
                 self.name
             ));
         }
-        self.ineligibility()
+        if chosen {
+            self.worker_ineligibility()
+        } else {
+            self.ineligibility()
+        }
     }
 
-    /// Whether the pool can take a request now, or why not.
+    /// Whether the pool takes a share of traffic now, or why not.
     pub fn ineligibility(&self) -> Option<String> {
+        if self.weight() == 0 {
+            return Some(format!("pool `{}` has weight 0", self.name));
+        }
+        self.worker_ineligibility()
+    }
+
+    /// Whether the pool's workers can serve, or why not.
+    pub fn worker_ineligibility(&self) -> Option<String> {
         let none_eligible = |ws: &[Arc<Worker>], role: &str| {
             (!ws.iter().any(|w| w.is_eligible())).then(|| {
                 let reasons: Vec<String> = ws
@@ -127,9 +173,6 @@ impl Pool {
                 )
             })
         };
-        if self.weight == 0 {
-            return Some(format!("pool `{}` has weight 0", self.name));
-        }
         match &self.workers {
             PoolWorkers::Unified(ws) => none_eligible(ws, "unified"),
             PoolWorkers::Disaggregated { prefill, decode } => {

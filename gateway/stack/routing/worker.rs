@@ -4,9 +4,10 @@
 //! (`/get_server_info` → `scheduler_info.max_total_num_tokens`); a worker whose capacity is
 //! neither configured nor discovered is not eligible to serve (I3).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
+use super::EngineVersion;
 use crate::config::WorkerConfig;
 use crate::metrics;
 
@@ -77,6 +78,12 @@ pub struct Worker {
     configured_kv_tokens: Option<u64>,
     configured_bootstrap_port: Option<u16>,
     discovery: RwLock<Discovery>,
+    /// The pool's configured `version` (what the engine reports takes precedence).
+    configured_version: Option<String>,
+    /// The model's `min_engine_version`.
+    min_version: Option<EngineVersion>,
+    /// Drained through the admin API: no new requests, in-flight ones finish.
+    draining: AtomicBool,
     outstanding: AtomicUsize,
     /// The outstanding-requests gauge, looked up once (on first use, so after the
     /// recorder is installed) instead of on every request start and end.
@@ -102,9 +109,51 @@ impl Worker {
             configured_kv_tokens: config.kv_tokens,
             configured_bootstrap_port: config.bootstrap_port,
             discovery: RwLock::new(Discovery::Pending),
+            configured_version: None,
+            min_version: None,
+            draining: AtomicBool::new(false),
             outstanding: AtomicUsize::new(0),
             outstanding_gauge: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The pool's configured version and the model's minimum.
+    pub fn with_versions(mut self, configured: Option<&str>, min: Option<EngineVersion>) -> Self {
+        self.configured_version = configured.map(str::to_owned);
+        self.min_version = min;
+        self
+    }
+
+    /// The engine version: what the engine reported, else the pool's configured one.
+    pub fn version(&self) -> Option<String> {
+        self.discovered()
+            .and_then(|i| i.version)
+            .or_else(|| self.configured_version.clone())
+    }
+
+    /// The reported version when it differs from the configured one.
+    pub fn version_mismatch(&self) -> Option<(String, String)> {
+        let reported = self.discovered().and_then(|i| i.version)?;
+        let configured = self.configured_version.clone()?;
+        let same = match (
+            EngineVersion::parse(&reported),
+            EngineVersion::parse(&configured),
+        ) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => reported == configured,
+        };
+        (!same).then_some((configured, reported))
+    }
+
+    /// Stop (or resume) giving this worker new requests; in-flight ones are not touched.
+    pub fn set_draining(&self, draining: bool) {
+        self.draining.store(draining, Ordering::Relaxed);
+        self.publish_gauges();
+    }
+
+    /// Whether the worker is being drained.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
     }
 
     /// The configured KV pool size, if any.
@@ -170,6 +219,25 @@ impl Worker {
 
     /// Why this worker may not serve, or `None` when it may.
     pub fn ineligibility(&self) -> Option<String> {
+        if self.is_draining() {
+            return Some("draining (admin API): in-flight requests finish, no new ones".into());
+        }
+        if let Some(min) = &self.min_version {
+            match self.version().map(|v| EngineVersion::parse(&v)) {
+                None => {
+                    return Some(format!(
+                        "engine version unknown; min_engine_version {min} needs one (the engine reports none and the pool sets no `version`)"
+                    ))
+                }
+                Some(Err(e)) => return Some(format!("engine version unreadable: {e}")),
+                Some(Ok(v)) if v < *min => {
+                    return Some(format!(
+                        "engine version {v} is older than min_engine_version {min}"
+                    ))
+                }
+                Some(Ok(_)) => {}
+            }
+        }
         if self.kv_tokens().is_none() {
             let why = match self.discovery() {
                 Discovery::Pending => "not discovered yet".to_owned(),

@@ -1,0 +1,116 @@
+//! Canary rollouts of engine upgrades: a canary pool beside the stable pool of a model,
+//! rolled back at once when it does measurably worse, promoted in steps when it does not.
+//!
+//! - `window`: every pool's sliding window of guard trips (by reason), engine failures, leak
+//!   suspicions and time to first byte; fed once per request through [`RequestSignals`].
+//! - `decide`: the rule: the canary's rate above the stable pool's by more than a margin,
+//!   on at least `min_requests` canary requests.
+//! - `controller`: one model's [`Rollout`]: phase, weights, audit lines, metrics.
+//! - `shared`: replicas publish and read decisions in Redis (when `[limits]` uses it), so
+//!   one replica's rollback holds for all.
+//!
+//! Each replica decides from its own traffic. Decisions survive `POST /reload` (which does
+//! not rebuild pools) and, when shared through Redis, a restart; the config file stays the
+//! source of truth for the starting weights.
+
+mod controller;
+mod decide;
+mod shared;
+mod signals;
+mod window;
+
+pub use controller::{Decision, Phase, Rollout};
+pub use decide::{judge, Breach};
+pub use shared::{sync_loop, SharedDecisions};
+pub use signals::RequestSignals;
+pub use window::{Outcome, Rates, SignalWindow};
+
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::audit::AuditLog;
+use crate::config::Config;
+use crate::stack::routing::Router;
+
+/// Every rollout of the config, by model and by canary pool.
+#[derive(Debug, Default)]
+pub struct Rollouts {
+    list: Vec<Arc<Rollout>>,
+    by_canary: HashMap<String, Arc<Rollout>>,
+}
+
+impl Rollouts {
+    /// The rollouts of `config` over `router`'s live pools; `replica` names this gateway in
+    /// shared decisions and audit lines.
+    pub fn from_config(config: &Config, router: &Router, replica: &str, audit: &AuditLog) -> Self {
+        let replica: Arc<str> = Arc::from(replica);
+        let find = |name: &str| router.pools().iter().find(|p| &*p.name == name).cloned();
+        let mut rollouts = Self::default();
+        for r in &config.rollouts {
+            // Validation guarantees both pools exist.
+            let (Some(stable), Some(canary)) = (find(&r.stable), find(&r.canary)) else {
+                continue;
+            };
+            let rollout = Arc::new(Rollout::new(
+                r.clone(),
+                stable,
+                canary,
+                replica.clone(),
+                audit.clone(),
+            ));
+            rollouts.by_canary.insert(r.canary.clone(), rollout.clone());
+            rollouts.list.push(rollout);
+        }
+        rollouts
+    }
+
+    /// Every rollout.
+    pub fn all(&self) -> &[Arc<Rollout>] {
+        &self.list
+    }
+
+    /// The rollout of `model`.
+    pub fn of_model(&self, model: &str) -> Option<&Arc<Rollout>> {
+        self.list.iter().find(|r| r.config.model == model)
+    }
+
+    /// The rollout whose canary is `pool`.
+    pub fn of_canary(&self, pool: &str) -> Option<&Arc<Rollout>> {
+        self.by_canary.get(pool)
+    }
+
+    /// Evaluate every rollout (the once-a-second tick: promotions need time to pass even
+    /// when no request arrives).
+    pub fn evaluate(&self, now: Instant) {
+        for r in &self.list {
+            r.evaluate(now);
+        }
+    }
+}
+
+/// A window's rates as the admin port shows them.
+pub fn rates_json(r: &Rates) -> Value {
+    let trips: serde_json::Map<String, Value> = r
+        .trips
+        .iter()
+        .map(|(reason, n)| {
+            (
+                (*reason).to_owned(),
+                json!({"count": n, "rate": r.share(*n)}),
+            )
+        })
+        .collect();
+    json!({
+        "requests": r.requests,
+        "guard_trip_rate": r.share(r.trip_total()),
+        "guard_trips": trips,
+        "engine_error_rate": r.share(r.engine_errors),
+        "engine_errors": r.engine_errors,
+        "leak_suspicion_rate": r.share(r.leaks),
+        "leak_suspicions": r.leaks,
+        "ttft_samples": r.ttft_samples,
+        "ttft_p99_seconds": r.ttft_p99.map(decide::seconds),
+    })
+}

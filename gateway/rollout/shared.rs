@@ -1,0 +1,171 @@
+//! Rollout decisions shared between replicas through Redis.
+//!
+//! Each replica decides from its own traffic; when `[limits]` uses Redis, a replica also
+//! publishes each change of a rollout (`{prefix}:rollout:{model}`, JSON, kept seven days)
+//! and reads the others' once a second, so one replica's rollback holds for all, and for
+//! a replica started later. Decisions are ordered by epoch: a write lands only when it is
+//! newer than what Redis holds (one Lua script, so two replicas cannot interleave); the
+//! loser of a race adopts the stored decision.
+//!
+//! A replica that cannot reach Redis (at start or later) keeps serving and keeps deciding
+//! from its own traffic; it publishes what it decided meanwhile once Redis answers again,
+//! and until then it does not see the others' decisions. `kvgate_rollout_shared_ok` says
+//! which it is.
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::Script;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{Decision, Rollouts};
+use crate::metrics;
+use crate::runtime::server::Shutdown;
+
+const PUBLISH: &str = r#"
+local current = redis.call('GET', KEYS[1])
+if current then
+  local ok, stored = pcall(cjson.decode, current)
+  if ok and type(stored) == 'table' and tonumber(stored.epoch) and tonumber(stored.epoch) >= tonumber(ARGV[1]) then
+    return current
+  end
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return false
+"#;
+
+/// How long a shared decision is kept after its last change.
+const KEEP: Duration = Duration::from_secs(7 * 24 * 3600);
+/// One Redis operation, connecting included.
+const OP_TIMEOUT: Duration = Duration::from_millis(500);
+/// How often decisions are evaluated, published and read.
+pub const SYNC_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The Redis side of rollout decisions.
+pub struct SharedDecisions {
+    client: redis::Client,
+    conn: tokio::sync::Mutex<Option<ConnectionManager>>,
+    prefix: String,
+    publish: Script,
+}
+
+impl std::fmt::Debug for SharedDecisions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedDecisions")
+            .field("prefix", &self.prefix)
+            .finish()
+    }
+}
+
+impl SharedDecisions {
+    /// Decisions under `prefix` in the Redis at `url` (connected on first use, so a Redis
+    /// that is down at start only delays sharing).
+    pub fn new(url: &str, prefix: &str) -> Result<Self, redis::RedisError> {
+        Ok(Self {
+            client: redis::Client::open(url)?,
+            conn: tokio::sync::Mutex::new(None),
+            prefix: prefix.to_owned(),
+            publish: Script::new(PUBLISH),
+        })
+    }
+
+    fn key(&self, model: &str) -> String {
+        format!("{}:rollout:{model}", self.prefix)
+    }
+
+    async fn connection(&self) -> Result<ConnectionManager, String> {
+        let mut slot = self.conn.lock().await;
+        if let Some(c) = slot.as_ref() {
+            return Ok(c.clone());
+        }
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(OP_TIMEOUT))
+            .set_response_timeout(Some(OP_TIMEOUT))
+            .set_number_of_retries(1);
+        let conn = tokio::time::timeout(
+            OP_TIMEOUT,
+            ConnectionManager::new_with_config(self.client.clone(), config),
+        )
+        .await
+        .map_err(|_| "connecting timed out".to_owned())?
+        .map_err(|e| e.to_string())?;
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Publish this replica's unpublished decisions, then adopt newer ones from Redis.
+    pub async fn sync(&self, rollouts: &Rollouts) -> Result<(), String> {
+        let mut conn = self.connection().await?;
+        for rollout in rollouts.all() {
+            let key = self.key(&rollout.config.model);
+            if let Some(mine) = rollout.unpublished() {
+                let json = serde_json::to_string(&mine).map_err(|e| e.to_string())?;
+                let mut invocation = self.publish.key(&key);
+                invocation
+                    .arg(mine.epoch)
+                    .arg(json)
+                    .arg(KEEP.as_millis() as u64);
+                let stored: Option<String> = bounded(invocation.invoke_async(&mut conn)).await?;
+                rollout.published(mine.epoch);
+                if let Some(theirs) = stored.and_then(|s| serde_json::from_str::<Decision>(&s).ok())
+                {
+                    // Lost a race (or Redis held a newer decision): theirs stands.
+                    rollout.adopt(theirs);
+                }
+                continue;
+            }
+            let stored: Option<String> =
+                bounded(redis::cmd("GET").arg(&key).query_async(&mut conn)).await?;
+            match stored.map(|s| serde_json::from_str::<Decision>(&s)) {
+                Some(Ok(theirs)) => {
+                    rollout.apply_shared(theirs);
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(%key, error = %e, "ignoring an unreadable shared rollout decision")
+                }
+                None => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn bounded<T>(
+    op: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(OP_TIMEOUT, op).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {OP_TIMEOUT:?}")),
+    }
+}
+
+/// Once a second: evaluate every rollout (promotions need time to pass), then publish and
+/// read shared decisions when Redis is configured.
+pub async fn sync_loop(
+    rollouts: Arc<Rollouts>,
+    shared: Option<Arc<SharedDecisions>>,
+    mut shutdown: Shutdown,
+) {
+    let mut reachable: Option<bool> = None;
+    loop {
+        rollouts.evaluate(Instant::now());
+        if let Some(shared) = &shared {
+            let result = shared.sync(&rollouts).await;
+            let ok = result.is_ok();
+            if reachable != Some(ok) {
+                match &result {
+                    Ok(()) => tracing::info!("shared rollout decisions: Redis reachable"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "shared rollout decisions: Redis unreachable; deciding from this replica's traffic alone until it answers")
+                    }
+                }
+                reachable = Some(ok);
+            }
+            ::metrics::gauge!(metrics::ROLLOUT_SHARED_OK).set(if ok { 1.0 } else { 0.0 });
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(SYNC_INTERVAL) => {}
+            _ = shutdown.wait() => return,
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! The admin API for engine pools and canary rollouts (on the admin port, every route
+//! behind the admin token — rates say how much traffic each tenant-facing pool has):
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /pools` | pools and workers: capacity, version, eligibility, weight, live rates |
+//! | `POST /pools/{pool}/weight` `{"weight": N}` | set a pool's traffic weight |
+//! | `POST /pools/{pool}/workers/{host:port}/drain` | no new requests; in-flight ones finish |
+//! | `POST /pools/{pool}/workers/{host:port}/undrain` | take requests again |
+//! | `GET /rollouts` | every rollout: phase, weights, both pools' rates, the last decision |
+//! | `POST /rollouts/{model}/rollback` `{"reason": "..."}` | roll the canary back now |
+//! | `POST /rollouts/{model}/clear` | back to the configured weights, fresh canary window |
+//! | `POST /rollouts/{model}/promote` | the next promotion step (all traffic without steps) |
+//!
+//! Changes apply to this replica at once and survive `POST /reload` (which does not rebuild
+//! pools), not a restart: the config file stays the source of truth for weights. Rollout
+//! decisions (rollback, clear, promote) are also shared with the other replicas through
+//! Redis when `[limits]` uses it; plain weight and drain changes are per replica.
+
+use http::{Method, StatusCode};
+use serde_json::{json, Value};
+use std::time::Instant;
+
+use crate::rollout::{rates_json, Rollouts};
+use crate::stack::routing::{Discovery, Pool, Router};
+
+/// An admin API answer: status and JSON body.
+pub type Answer = (StatusCode, Value);
+
+fn error(status: StatusCode, message: String, code: &str) -> Answer {
+    (
+        status,
+        json!({"error": {"message": message, "type": "invalid_request_error", "param": null, "code": code}}),
+    )
+}
+
+fn not_found(what: &str, name: &str) -> Answer {
+    error(
+        StatusCode::NOT_FOUND,
+        format!("no {what} named `{name}`"),
+        "not_found",
+    )
+}
+
+/// Whether `path` is an admin API route (then [`handle`] answers it).
+pub fn is_api_path(path: &str) -> bool {
+    path == "/pools"
+        || path == "/rollouts"
+        || path.starts_with("/pools/")
+        || path.starts_with("/rollouts/")
+}
+
+/// Answer one admin API request; `body` is the (bounded) request body.
+pub fn handle(
+    router: &Router,
+    rollouts: &Rollouts,
+    method: &Method,
+    path: &str,
+    body: &[u8],
+) -> Answer {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match (method, parts.as_slice()) {
+        (&Method::GET, ["pools"]) => (StatusCode::OK, pools(router)),
+        (&Method::GET, ["rollouts"]) => {
+            let now = Instant::now();
+            let list: Vec<Value> = rollouts.all().iter().map(|r| r.report(now)).collect();
+            (StatusCode::OK, json!({"rollouts": list}))
+        }
+        (&Method::POST, ["pools", pool, "weight"]) => {
+            let Some(pool) = router.pool(pool) else {
+                return not_found("pool", pool);
+            };
+            let weight = serde_json::from_slice::<Value>(body)
+                .ok()
+                .and_then(|v| v.get("weight").and_then(Value::as_u64))
+                .and_then(|w| u32::try_from(w).ok());
+            let Some(weight) = weight else {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "send {\"weight\": N} with N a whole number ≥ 0".into(),
+                    "invalid_request",
+                );
+            };
+            pool.set_weight(weight);
+            tracing::info!(pool = %pool.name, weight, "pool weight set through the admin API");
+            (StatusCode::OK, pool_json(pool, Instant::now()))
+        }
+        (&Method::POST, ["pools", pool, "workers", worker, action @ ("drain" | "undrain")]) => {
+            let Some(p) = router.pool(pool) else {
+                return not_found("pool", pool);
+            };
+            let Some(w) = p.all_workers().find(|w| w.authority == *worker) else {
+                return not_found(&format!("worker of pool `{pool}`"), worker);
+            };
+            w.set_draining(*action == "drain");
+            tracing::info!(pool = %p.name, worker = %w.authority, action, "worker drain changed through the admin API");
+            (
+                StatusCode::OK,
+                json!({"pool": &*p.name, "worker": w.authority, "draining": w.is_draining(), "outstanding": w.outstanding()}),
+            )
+        }
+        (&Method::POST, ["rollouts", model, action @ ("rollback" | "clear" | "promote")]) => {
+            let Some(rollout) = rollouts.of_model(model) else {
+                return not_found("rollout for model", model);
+            };
+            match *action {
+                "rollback" => {
+                    let reason = serde_json::from_slice::<Value>(body)
+                        .ok()
+                        .and_then(|v| v.get("reason").and_then(Value::as_str).map(str::to_owned))
+                        .unwrap_or_else(|| "rolled back by hand".into());
+                    rollout.roll_back(&reason);
+                }
+                "clear" => rollout.clear(),
+                _ => rollout.promote(),
+            }
+            (StatusCode::OK, rollout.report(Instant::now()))
+        }
+        (_, ["pools" | "rollouts", ..]) => error(
+            StatusCode::NOT_FOUND,
+            format!("no admin route {method} {path}; see GET /pools and GET /rollouts"),
+            "not_found",
+        ),
+        _ => error(
+            StatusCode::NOT_FOUND,
+            format!("no admin route {method} {path}"),
+            "not_found",
+        ),
+    }
+}
+
+fn pools(router: &Router) -> Value {
+    let now = Instant::now();
+    let list: Vec<Value> = router.pools().iter().map(|p| pool_json(p, now)).collect();
+    json!({"pools": list})
+}
+
+fn pool_json(pool: &Pool, now: Instant) -> Value {
+    let workers: Vec<Value> = pool
+        .all_workers()
+        .map(|w| {
+            json!({
+                "role": w.role.as_str(),
+                "worker": w.authority,
+                "version": w.version(),
+                "kv_tokens": w.kv_tokens(),
+                "eligible": w.is_eligible(),
+                "reason": w.ineligibility(),
+                "draining": w.is_draining(),
+                "outstanding": w.outstanding(),
+                "discovery": match w.discovery() {
+                    Discovery::Pending => "pending".to_owned(),
+                    Discovery::Found(_) => "ok".to_owned(),
+                    Discovery::Failed(e) => e,
+                },
+            })
+        })
+        .collect();
+    json!({
+        "pool": &*pool.name,
+        "model": pool.model,
+        "version": pool.version,
+        "weight": pool.weight(),
+        "configured_weight": pool.configured_weight,
+        "eligible": pool.ineligibility().is_none(),
+        "reason": pool.ineligibility(),
+        "window_seconds": pool.signals.length().as_secs_f64(),
+        "rates": rates_json(&pool.signals.rates(now)),
+        "workers": workers,
+    })
+}
