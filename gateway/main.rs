@@ -47,6 +47,24 @@ enum Command {
         #[arg(long)]
         strict: bool,
     },
+    /// Probe every worker straight (not through admission) for the incident's bug class
+    /// before it takes traffic: capacity, boundary prompts, isolation. Exit 0 only when
+    /// every probe passes; 1 when one fails; 2 for an invalid config or a probe left unrun
+    /// by the token budget.
+    Preflight {
+        /// The gateway config (TOML).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Only this pool (repeatable).
+        #[arg(long = "pool", value_name = "NAME")]
+        pools: Vec<String>,
+        /// Print the report as JSON (for pipelines).
+        #[arg(long)]
+        json: bool,
+        /// Prompt tokens all probes together may send (overrides preflight.token_budget).
+        #[arg(long, value_name = "TOKENS")]
+        token_budget: Option<u64>,
+    },
     /// Run a simulated SGLang engine (tests, demo, benchmarks).
     SimEngine(kvgate_sim::SimArgs),
     /// Run the load harness's engine: real prompt counts, a fixed answer, almost no CPU.
@@ -100,6 +118,12 @@ async fn run(command: Command) -> ExitCode {
             discover,
             strict,
         } => check(config, discover, strict).await,
+        Command::Preflight {
+            config,
+            pools,
+            json,
+            token_budget,
+        } => preflight(config, pools, json, token_budget).await,
         Command::SimEngine(args) => match kvgate_sim::run_cli(args).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -255,6 +279,41 @@ async fn check(path: PathBuf, discover: bool, strict: bool) -> ExitCode {
         return ExitCode::from(3);
     }
     ExitCode::SUCCESS
+}
+
+async fn preflight(
+    path: PathBuf,
+    pools: Vec<String>,
+    json: bool,
+    token_budget: Option<u64>,
+) -> ExitCode {
+    use kvgate::runtime::preflight::{run, PreflightOptions};
+    let Some(config) = load(&path) else {
+        return ExitCode::from(2);
+    };
+    let options = PreflightOptions {
+        pools,
+        token_budget,
+    };
+    let report = match run(&config, &options).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("kvgate preflight: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                eprintln!("kvgate preflight: cannot encode the report: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        print!("{report}");
+    }
+    ExitCode::from(report.exit_code())
 }
 
 fn hash_key(key: Option<String>) -> ExitCode {

@@ -7,6 +7,7 @@
 //!
 //! The reference for every key is `config/example.toml` and `config/README.md`.
 
+mod preflight;
 mod rollout;
 mod server;
 mod upstream;
@@ -16,6 +17,7 @@ use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use preflight::PreflightConfig;
 pub use rollout::{PromotionConfig, RollbackMargins, RolloutConfig};
 pub use server::{ServerConfig, TlsConfig};
 pub use upstream::UpstreamConfig;
@@ -77,6 +79,9 @@ pub struct Config {
     /// Canary rollouts: a canary pool beside a stable one, with automatic rollback.
     #[serde(default)]
     pub rollouts: Vec<RolloutConfig>,
+    /// What `kvgate preflight` may spend.
+    #[serde(default)]
+    pub preflight: PreflightConfig,
     /// The file this was read from; relative paths inside were resolved against its folder.
     #[serde(skip)]
     pub source: PathBuf,

@@ -8,5 +8,6 @@ pub mod app;
 pub mod check;
 pub mod conn_deadlines;
 pub mod demo;
+pub mod preflight;
 pub mod reload;
 pub mod server;

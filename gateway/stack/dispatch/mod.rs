@@ -20,6 +20,8 @@ mod leg;
 mod relay;
 
 pub use bootstrap::new_room;
+/// The engine body dispatch sends, for `kvgate preflight` to probe with exactly that.
+pub use engine_body::build as build_engine_body;
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;

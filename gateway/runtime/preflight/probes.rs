@@ -1,0 +1,714 @@
+//! The probes of one target (a unified worker, or a prefill/decode pair): capacity against
+//! the model's window, isolation between two probe tenants, and boundary prompts around the
+//! worker's input limit — sent straight to the engine with the body dispatch would build
+//! (the same `engine_body`, so PD pairs get the bootstrap fields the gateway sends).
+//!
+//! Isolation runs first, while the engine's KV pool still holds nothing of the boundary
+//! probes: a stale page then can only hold tenant A's nonce, which is what is looked for.
+
+use bytes::Bytes;
+use http::HeaderValue;
+use serde_json::{Map, Value};
+use std::sync::Arc;
+use tokio::time::Instant;
+
+use super::answer::Observed;
+use super::prompt::{Prompt, PromptMaker};
+use super::report::{Finding, ProbeResult, Verdict, WorkerCapacity};
+use crate::config::{EngineKind, PreflightConfig};
+use crate::secure_random;
+use crate::stack::admission::worker_input_limit;
+use crate::stack::api::{Endpoint, EngineDirectives, InferenceRequest};
+use crate::stack::dispatch::build_engine_body;
+use crate::stack::guard::inspect::{Expectation, Markers, Shape};
+use crate::stack::isolate::CacheSalter;
+use crate::stack::routing::{Discovery, Pool, Worker};
+use crate::upstream::{read_body, Upstream};
+
+/// Largest answer a probe reads.
+const MAX_ANSWER_BYTES: usize = 8 << 20;
+/// Tokens of tenant A's planted prompt at most (long enough to fill many KV pages).
+const PLANT_TOKENS: u64 = 8192;
+/// Tokens of tenant B's short prompt.
+const SHORT_TOKENS: u64 = 64;
+/// New tokens of the isolation probes: enough that an answer read from A's pages shows a
+/// whole nonce.
+const ISOLATION_NEW_TOKENS: u64 = 48;
+
+/// One worker, or a prefill/decode pair.
+pub enum Target<'a> {
+    Unified(&'a Worker),
+    Pair {
+        prefill: &'a Worker,
+        decode: &'a Worker,
+    },
+}
+
+impl Target<'_> {
+    pub fn describe(&self) -> String {
+        match self {
+            Target::Unified(w) => w.authority.clone(),
+            Target::Pair { prefill, decode } => {
+                format!(
+                    "prefill {} → decode {}",
+                    prefill.authority, decode.authority
+                )
+            }
+        }
+    }
+
+    fn workers(&self) -> Vec<&Worker> {
+        match self {
+            Target::Unified(w) => vec![w],
+            Target::Pair { prefill, decode } => vec![prefill, decode],
+        }
+    }
+}
+
+/// The prompt tokens all probes may still send.
+pub struct TokenBudget {
+    pub limit: u64,
+    pub spent: u64,
+}
+
+impl TokenBudget {
+    fn take(&mut self, tokens: u64) -> bool {
+        if self.spent.saturating_add(tokens) > self.limit {
+            return false;
+        }
+        self.spent += tokens;
+        true
+    }
+}
+
+/// Everything a target's probes need.
+pub struct Prober<'a> {
+    pub upstream: &'a Upstream,
+    pub pool: &'a Pool,
+    pub target: Target<'a>,
+    pub prompts: &'a PromptMaker<'a>,
+    pub markers: &'a Markers,
+    /// The pool's `prompt_tokens_tolerance` for chat; token ids are compared exactly.
+    pub chat_tolerance: u64,
+    pub window: u64,
+    pub settings: &'a PreflightConfig,
+    /// Salts for the two probe tenants, when the pool sends cache salts.
+    pub salts: Option<(String, String)>,
+}
+
+/// The capacity of the target's workers, and the findings about it.
+pub fn capacity(
+    target: &Target<'_>,
+    window: u64,
+) -> (Vec<WorkerCapacity>, Vec<Finding>, Option<u64>) {
+    let mut workers = Vec::new();
+    let mut findings = Vec::new();
+    let mut limit: Option<u64> = None;
+    for w in target.workers() {
+        let (info, discovery_error) = match w.discovery() {
+            Discovery::Found(info) => (Some(info), None),
+            Discovery::Failed(e) => (None, Some(e)),
+            Discovery::Pending => (None, Some("not probed".to_owned())),
+        };
+        let input_limit = worker_input_limit(w, window);
+        if let Some(l) = input_limit {
+            limit = Some(limit.map_or(l, |m| m.min(l)));
+        }
+        let kv = w.kv_tokens();
+        if let Some(kv) = kv {
+            if window > kv {
+                findings.push(Finding {
+                    verdict: Verdict::Warn,
+                    detail: format!(
+                        "{} {}: the model's context window {window} > KV pool {kv} tokens (max input {}) — the incident's mismatch; kvgate refuses longer prompts, so clients get less than the configured window. Size the KV pool to the window or lower context_window.",
+                        w.role.as_str(),
+                        w.authority,
+                        input_limit.map_or_else(|| "?".to_owned(), |l| l.to_string())
+                    ),
+                });
+            }
+        }
+        if let Some(ctx) = info.as_ref().and_then(|i| i.context_length) {
+            if ctx < window {
+                findings.push(Finding {
+                    verdict: Verdict::Warn,
+                    detail: format!(
+                        "{} {}: the engine's context_length {ctx} < the model's context window {window}",
+                        w.role.as_str(),
+                        w.authority
+                    ),
+                });
+            }
+        }
+        if input_limit.is_none() {
+            findings.push(Finding {
+                verdict: Verdict::Fail,
+                detail: format!(
+                    "{} {}: no input limit known ({}); set kv_tokens for it or let /get_server_info answer",
+                    w.role.as_str(),
+                    w.authority,
+                    discovery_error.as_deref().unwrap_or("the engine reports no KV pool")
+                ),
+            });
+        }
+        if let Some(reason) = w.ineligibility() {
+            findings.push(Finding {
+                verdict: Verdict::Warn,
+                detail: format!(
+                    "{} {}: kvgate will not send it traffic: {reason}",
+                    w.role.as_str(),
+                    w.authority
+                ),
+            });
+        }
+        workers.push(WorkerCapacity {
+            role: w.role.as_str(),
+            worker: w.authority.clone(),
+            version: w.version(),
+            context_length: info.as_ref().and_then(|i| i.context_length),
+            max_total_num_tokens: info.as_ref().and_then(|i| i.max_total_num_tokens),
+            max_req_input_len: info.as_ref().and_then(|i| i.max_req_input_len),
+            input_limit,
+            discovery_error,
+            ineligible: w.ineligibility(),
+        });
+    }
+    if findings.iter().all(|f| f.verdict == Verdict::Pass) {
+        findings.push(Finding {
+            verdict: Verdict::Pass,
+            detail: format!(
+                "input limit {} within the model's context window {window}",
+                limit.map_or_else(|| "?".to_owned(), |l| l.to_string())
+            ),
+        });
+    }
+    (workers, findings, limit)
+}
+
+/// What a probe must get.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    /// Served, correctly counted, no marker.
+    Accept,
+    /// A clear error.
+    Refuse,
+}
+
+impl Expect {
+    fn as_str(self) -> &'static str {
+        match self {
+            Expect::Accept => "accept",
+            Expect::Refuse => "refuse",
+        }
+    }
+}
+
+struct Exchange {
+    answer: Observed,
+    prefill: Option<Observed>,
+}
+
+impl Prober<'_> {
+    fn endpoints(&self) -> Vec<Endpoint> {
+        let mut e = Vec::new();
+        if self.pool.engine == EngineKind::Sglang {
+            e.push(Endpoint::Generate);
+        }
+        if self.prompts.has_chat() {
+            e.push(Endpoint::ChatCompletions);
+        }
+        e
+    }
+
+    fn prompt(&self, endpoint: Endpoint, tokens: u64) -> Result<Prompt, String> {
+        match endpoint {
+            Endpoint::Generate => Ok(self.prompts.generate(tokens)),
+            _ => self.prompts.chat(tokens).map_err(|e| e.to_string()),
+        }
+    }
+
+    fn text_prompt(&self, endpoint: Endpoint, unit: &str, tokens: u64) -> Result<Prompt, String> {
+        match endpoint {
+            Endpoint::Generate => self.prompts.generate_text(unit, tokens),
+            _ => self.prompts.chat_text(unit, tokens),
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    /// Every probe of the target, in order: isolation, then the boundaries.
+    pub async fn run(&self, limit: u64, budget: &mut TokenBudget) -> Vec<ProbeResult> {
+        let mut results = Vec::new();
+        let endpoints = self.endpoints();
+        // Isolation on the first route the engine speaks (the native one where there is one).
+        if let Some(&endpoint) = endpoints.first() {
+            results.extend(self.isolation(endpoint, limit, budget).await);
+        }
+        let mut sizes = vec![
+            (limit.saturating_sub(1), "limit - 1", Expect::Accept),
+            (limit, "limit", Expect::Refuse),
+            (limit + 1, "limit + 1", Expect::Refuse),
+        ];
+        if self.window > limit + 1 {
+            sizes.push((self.window, "model context window", Expect::Refuse));
+        }
+        for (tokens, name, expect) in sizes {
+            for &endpoint in &endpoints {
+                for stream in [false, true] {
+                    let prompt = match self.prompt(endpoint, tokens) {
+                        Ok(p) => p,
+                        Err(e) => {
+                            results.push(failed_to_build(endpoint, stream, name, tokens, &e));
+                            continue;
+                        }
+                    };
+                    let r = self
+                        .probe(
+                            "boundary",
+                            name.to_owned(),
+                            endpoint,
+                            stream,
+                            prompt,
+                            expect,
+                            limit,
+                            None,
+                            self.settings.max_new_tokens,
+                            budget,
+                        )
+                        .await;
+                    results.push(r);
+                }
+            }
+        }
+        results
+    }
+
+    async fn isolation(
+        &self,
+        endpoint: Endpoint,
+        limit: u64,
+        budget: &mut TokenBudget,
+    ) -> Vec<ProbeResult> {
+        let nonce = format!("kvgate{:016x}", secure_random::u64());
+        let unit = format!("preflight tenant A nonce {nonce} ");
+        let (salt_a, salt_b) = match &self.salts {
+            Some((a, b)) => (Some(a.clone()), Some(b.clone())),
+            None => (None, None),
+        };
+        let plant_tokens = PLANT_TOKENS.min(limit.saturating_sub(1 + ISOLATION_NEW_TOKENS));
+        let mut results = Vec::new();
+        let plant = match self.text_prompt(endpoint, &unit, plant_tokens) {
+            Ok(p) => p,
+            Err(e) => {
+                results.push(failed_to_build(
+                    endpoint,
+                    false,
+                    "tenant A plants a nonce",
+                    plant_tokens,
+                    &e,
+                ));
+                return results;
+            }
+        };
+        if !plant.text.as_deref().is_some_and(|t| t.contains(&nonce)) {
+            let e = "the nonce does not survive tokenizing and decoding";
+            results.push(failed_to_build(
+                endpoint,
+                false,
+                "tenant A plants a nonce",
+                plant_tokens,
+                e,
+            ));
+            return results;
+        }
+        let mut planted = self
+            .probe(
+                "isolation",
+                "tenant A plants a nonce".into(),
+                endpoint,
+                false,
+                plant,
+                Expect::Accept,
+                limit,
+                salt_a,
+                ISOLATION_NEW_TOKENS,
+                budget,
+            )
+            .await;
+        if planted.verdict == Verdict::Pass {
+            planted.detail = format!("served; its prompt holds nonce {nonce}");
+        }
+        let planted_ok = planted.verdict == Verdict::Pass;
+        results.push(planted);
+        if !planted_ok {
+            // Without A's prompt in the engine there is nothing for B to find.
+            for name in ["tenant B over-limit prompt", "tenant B short prompt"] {
+                results.push(ProbeResult {
+                    kind: "isolation",
+                    name: name.into(),
+                    endpoint: endpoint.path(),
+                    stream: false,
+                    prompt_tokens: 0,
+                    expect: "no foreign text",
+                    verdict: Verdict::Skipped,
+                    detail: "tenant A's prompt was not served, so there is nothing to look for"
+                        .into(),
+                    evidence: None,
+                    prefill_evidence: None,
+                });
+            }
+            return results;
+        }
+        // The over-limit prompt asks for as many new tokens as fit the window beside it, so
+        // the engine's input-limit path answers it, not its context-length check.
+        let over_new = self
+            .window
+            .saturating_sub(limit + 2)
+            .min(ISOLATION_NEW_TOKENS)
+            .max(self.settings.max_new_tokens);
+        let probes = [
+            (
+                "tenant B over-limit prompt",
+                limit + 1,
+                Expect::Refuse,
+                over_new,
+            ),
+            (
+                "tenant B short prompt",
+                SHORT_TOKENS,
+                Expect::Accept,
+                ISOLATION_NEW_TOKENS,
+            ),
+        ];
+        for (name, tokens, expect, max_new) in probes {
+            let prompt = match self.prompt(endpoint, tokens) {
+                Ok(p) => p,
+                Err(e) => {
+                    results.push(failed_to_build(endpoint, false, name, tokens, &e));
+                    continue;
+                }
+            };
+            let mut r = self
+                .probe(
+                    "isolation",
+                    name.into(),
+                    endpoint,
+                    false,
+                    prompt,
+                    expect,
+                    limit,
+                    salt_b.clone(),
+                    max_new,
+                    budget,
+                )
+                .await;
+            let leaked = r.evidence.as_ref().is_some_and(|o| o.text.contains(&nonce));
+            if leaked {
+                r.verdict = Verdict::Fail;
+                r.detail = format!(
+                    "tenant B's answer holds tenant A's nonce {nonce}: the engine served another tenant's KV (stale pages or a shared prefix cache){}",
+                    if r.detail.is_empty() { String::new() } else { format!("; also: {}", r.detail) }
+                );
+            } else if r.verdict == Verdict::Pass {
+                r.detail = format!("{}; no trace of tenant A's nonce", r.detail);
+            }
+            r.expect = if expect == Expect::Accept {
+                "accept, no foreign text"
+            } else {
+                "refuse, no foreign text"
+            };
+            results.push(r);
+        }
+        results
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn probe(
+        &self,
+        kind: &'static str,
+        name: String,
+        endpoint: Endpoint,
+        stream: bool,
+        prompt: Prompt,
+        expect: Expect,
+        limit: u64,
+        salt: Option<String>,
+        max_new: u64,
+        budget: &mut TokenBudget,
+    ) -> ProbeResult {
+        let tokens = prompt.tokens;
+        let mut result = ProbeResult {
+            kind,
+            name,
+            endpoint: endpoint.path(),
+            stream,
+            prompt_tokens: tokens,
+            expect: expect.as_str(),
+            verdict: Verdict::Skipped,
+            detail: String::new(),
+            evidence: None,
+            prefill_evidence: None,
+        };
+        if !budget.take(tokens) {
+            result.detail = format!(
+                "over the token budget ({} of {} spent)",
+                budget.spent, budget.limit
+            );
+            return result;
+        }
+        let tolerance = if endpoint == Endpoint::Generate {
+            0
+        } else {
+            self.chat_tolerance
+        };
+        let expectation = Expectation {
+            prompt_tokens: Some(Arc::from(vec![tokens])),
+            tolerance,
+        };
+        let exchange = self
+            .exchange(endpoint, stream, prompt.fields, salt, max_new, &expectation)
+            .await;
+        let (verdict, detail) = judge(&exchange, expect, tokens, limit);
+        result.verdict = verdict;
+        result.detail = detail;
+        result.evidence = Some(exchange.answer);
+        result.prefill_evidence = exchange.prefill;
+        result
+    }
+
+    async fn exchange(
+        &self,
+        endpoint: Endpoint,
+        stream: bool,
+        prompt: Map<String, Value>,
+        salt: Option<String>,
+        max_new: u64,
+        expect: &Expectation,
+    ) -> Exchange {
+        let mut fields = prompt;
+        match endpoint {
+            Endpoint::Generate => {
+                fields.insert(
+                    "sampling_params".into(),
+                    serde_json::json!({ "max_new_tokens": max_new, "temperature": 0 }),
+                );
+            }
+            _ => {
+                fields.insert("max_tokens".into(), Value::from(max_new));
+                fields.insert("temperature".into(), Value::from(0));
+            }
+        }
+        fields.insert("stream".into(), Value::Bool(stream));
+        let request = InferenceRequest {
+            endpoint,
+            model: self.pool.model.clone(),
+            stream,
+            batch: 1,
+            fields,
+            directives: EngineDirectives {
+                default_max_new_tokens: None,
+                cache_salt: salt,
+                stream_usage: stream && endpoint != Endpoint::Generate,
+            },
+        };
+        let rid = format!("kvgate-preflight-{}", secure_random::hex_id());
+        let prefill = match &self.target {
+            Target::Pair { prefill, .. } => Some(*prefill),
+            Target::Unified(_) => None,
+        };
+        let body = match build_engine_body(request, self.pool, prefill, &rid) {
+            Ok(b) => b,
+            Err(e) => {
+                return Exchange {
+                    answer: Observed::unanswered(format!("building the body: {e}")),
+                    prefill: None,
+                }
+            }
+        };
+        let shape = if endpoint == Endpoint::Generate {
+            Shape::Native
+        } else {
+            Shape::OpenAi
+        };
+        let path = endpoint.path();
+        let deadline = Instant::now() + self.settings.probe_timeout;
+        match &self.target {
+            Target::Unified(w) => Exchange {
+                answer: self
+                    .send(w, path, body, &rid, deadline, stream, shape, expect)
+                    .await,
+                prefill: None,
+            },
+            Target::Pair { prefill, decode } => {
+                // Both legs at once, as dispatch sends them: the decode side waits for the
+                // prefill side's KV under the shared bootstrap room.
+                let (p, d) = tokio::join!(
+                    self.send(
+                        prefill,
+                        path,
+                        body.clone(),
+                        &rid,
+                        deadline,
+                        stream,
+                        shape,
+                        expect
+                    ),
+                    self.send(decode, path, body, &rid, deadline, stream, shape, expect),
+                );
+                Exchange {
+                    answer: d,
+                    prefill: Some(p),
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn send(
+        &self,
+        worker: &Worker,
+        path: &str,
+        body: Bytes,
+        rid: &str,
+        deadline: Instant,
+        stream: bool,
+        shape: Shape,
+        expect: &Expectation,
+    ) -> Observed {
+        let request_id = HeaderValue::from_str(rid).ok();
+        let response = match self
+            .upstream
+            .post_json(worker, path, body, request_id.as_ref(), deadline)
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => return Observed::unanswered(e.to_string()),
+        };
+        let status = response.status().as_u16();
+        match read_body(
+            worker,
+            response.into_body(),
+            MAX_ANSWER_BYTES,
+            deadline,
+            None,
+        )
+        .await
+        {
+            Ok(bytes) => Observed::read(status, &bytes, stream, shape, self.markers, expect),
+            Err(e) => {
+                let mut o = Observed::unanswered(e.to_string());
+                o.status = status;
+                o
+            }
+        }
+    }
+}
+
+/// The verdict on one exchange.
+fn judge(exchange: &Exchange, expect: Expect, tokens: u64, limit: u64) -> (Verdict, String) {
+    let a = &exchange.answer;
+    match expect {
+        Expect::Accept => {
+            if let Some(p) = &exchange.prefill {
+                if !(200..300).contains(&p.status) || p.refusal.is_some() {
+                    return (
+                        Verdict::Fail,
+                        format!(
+                            "the prefill worker did not serve a prompt below the limit ({tokens} < {limit}): {}",
+                            p.refusal.as_deref().unwrap_or("no answer")
+                        ),
+                    );
+                }
+            }
+            if !a.success_like {
+                return (
+                    Verdict::Fail,
+                    format!(
+                        "a prompt below the limit ({tokens} < {limit}) was not served: {}",
+                        a.refusal
+                            .as_deref()
+                            .or(a.guard_trip.as_deref())
+                            .unwrap_or("no final finish reason")
+                    ),
+                );
+            }
+            if let Some(trip) = &a.guard_trip {
+                return (
+                    Verdict::Fail,
+                    format!("served, but the answer is wrong: {trip}"),
+                );
+            }
+            (
+                Verdict::Pass,
+                format!(
+                    "served, prompt_tokens {}",
+                    a.prompt_tokens
+                        .map_or_else(|| "not reported".to_owned(), |n| n.to_string())
+                ),
+            )
+        }
+        Expect::Refuse => {
+            if a.success_like {
+                let cause = match a.prompt_tokens {
+                    Some(n) if n != tokens => format!(
+                        "; the engine reports prompt_tokens {n} for the {tokens} sent: it answered from a placeholder, not the prompt — the incident (an over-long prompt aborted inside the engine, then served from stale KV pages with a 200)"
+                    ),
+                    _ => String::new(),
+                };
+                return (
+                    Verdict::Fail,
+                    format!(
+                        "an over-limit prompt ({tokens} ≥ limit {limit}) got a success (HTTP {}, finish_reason {}) instead of a clear error{cause}",
+                        a.status,
+                        a.finish_reason.as_deref().unwrap_or("none")
+                    ),
+                );
+            }
+            if a.status == 0 {
+                return (
+                    Verdict::Fail,
+                    format!(
+                        "an over-limit prompt got no answer at all, not a clear error: {}",
+                        a.refusal.as_deref().unwrap_or("no answer")
+                    ),
+                );
+            }
+            (
+                Verdict::Pass,
+                format!("refused: {}", a.refusal.as_deref().unwrap_or("no success")),
+            )
+        }
+    }
+}
+
+fn failed_to_build(
+    endpoint: Endpoint,
+    stream: bool,
+    name: &str,
+    tokens: u64,
+    e: &str,
+) -> ProbeResult {
+    ProbeResult {
+        kind: "boundary",
+        name: name.into(),
+        endpoint: endpoint.path(),
+        stream,
+        prompt_tokens: tokens,
+        expect: "-",
+        verdict: Verdict::Fail,
+        detail: format!("the probe prompt could not be built: {e}"),
+        evidence: None,
+        prefill_evidence: None,
+    }
+}
+
+/// Salts for the two probe tenants, derived like the gateway's (an HMAC of the tenant name)
+/// under a secret of this run, so they differ from each other and from every real tenant's.
+pub fn probe_salts() -> (String, String) {
+    let mut secret = [0u8; 32];
+    secure_random::fill(&mut secret);
+    let salter = CacheSalter::new(&secret);
+    (
+        salter.salt("kvgate-preflight-tenant-a"),
+        salter.salt("kvgate-preflight-tenant-b"),
+    )
+}
