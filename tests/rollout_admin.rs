@@ -241,3 +241,73 @@ async fn a_drained_worker_finishes_in_flight_requests_and_gets_no_new_ones() {
         "an undrained worker takes traffic again"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weights_set_through_the_admin_api_survive_a_reload_and_the_file_stays_the_start() {
+    let a = versioned("0.5.22").await;
+    let b = versioned("0.5.22").await;
+    let pools = format!(
+        "{}\n{}",
+        unified_pool("a", &[worker(&a, None)]),
+        unified_pool("b", &[worker(&b, None)])
+    );
+    let text = with_admin_token(config_with_pools(WINDOW, &pools)).replace(
+        "\"tokenizers/",
+        &format!("\"{}/", repo().join("config/tokenizers").display()),
+    );
+    let dir = std::env::temp_dir().join(format!("kvgate-weights-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("kvgate.toml");
+    std::fs::write(&path, &text).unwrap();
+    let start = || async {
+        let config = kvgate::config::Config::load(&path).unwrap();
+        kvgate::runtime::app::Gateway::new(config)
+            .unwrap()
+            .start(bind().await, bind().await)
+            .await
+            .unwrap()
+    };
+    let weight_of = |pools: &Value, name: &str| {
+        pools["pools"]
+            .as_array()
+            .and_then(|p| p.iter().find(|p| p["pool"] == name))
+            .map(|p| p["weight"].clone())
+            .unwrap_or(Value::Null)
+    };
+    let gw = start().await;
+    let url = format!("http://{}/pools/b/weight", gw.admin_addr());
+    let set = read(
+        send(request(
+            Method::POST,
+            &url,
+            Some(TOKEN),
+            json!({"weight": 0}).to_string(),
+        ))
+        .await,
+    )
+    .await;
+    assert_eq!(set.status, StatusCode::OK, "{}", set.text());
+
+    let reload = admin(&gw, Method::POST, "/reload", Some(TOKEN)).await;
+    assert_eq!(reload.status, StatusCode::OK, "{}", reload.text());
+    let pools = admin(&gw, Method::GET, "/pools", Some(TOKEN)).await.json();
+    assert_eq!(
+        weight_of(&pools, "b"),
+        0,
+        "the admin change survives a reload"
+    );
+    let gen = format!("http://{}/v1/chat/completions", gw.data_addr());
+    let before = generations(&b).len();
+    for _ in 0..6 {
+        assert_eq!(post(&gen, Some(KEY), &chat()).await.status, StatusCode::OK);
+    }
+    assert_eq!(generations(&b).len(), before, "weight 0 takes no traffic");
+    gw.shutdown().await;
+
+    // A restart starts from the file again.
+    let gw = start().await;
+    let pools = admin(&gw, Method::GET, "/pools", Some(TOKEN)).await.json();
+    assert_eq!(weight_of(&pools, "b"), 100);
+    gw.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
