@@ -18,6 +18,17 @@ async fn unified(fault: SimFault, kv: usize) -> RunningSim {
     engine(SimRole::Unified, fault, kv, WINDOW as usize).await
 }
 
+/// A prefill (with `fault`) and a healthy decode engine of `kv` tokens, and their config.
+async fn pd(fault: SimFault, kv: usize) -> (RunningSim, RunningSim, String) {
+    let prefill = engine(SimRole::Prefill, fault, kv, WINDOW as usize).await;
+    let decode = engine(SimRole::Decode, SimFault::None, kv, WINDOW as usize).await;
+    let config = config_with_pools(
+        WINDOW,
+        &pd_pool("pd", &[worker(&prefill, None)], &[worker(&decode, None)]),
+    );
+    (prefill, decode, config)
+}
+
 async fn preflight(config: &str) -> PreflightReport {
     run(&parse_config(config), &PreflightOptions::default())
         .await
@@ -146,24 +157,7 @@ async fn the_incidents_unified_deployment_fails_naming_the_cause() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_healthy_prefill_decode_pair_passes_with_the_bootstrap_fields() {
-    let prefill = engine(
-        SimRole::Prefill,
-        SimFault::None,
-        WINDOW as usize,
-        WINDOW as usize,
-    )
-    .await;
-    let decode = engine(
-        SimRole::Decode,
-        SimFault::None,
-        WINDOW as usize,
-        WINDOW as usize,
-    )
-    .await;
-    let config = config_with_pools(
-        WINDOW,
-        &pd_pool("pd", &[worker(&prefill, None)], &[worker(&decode, None)]),
-    );
+    let (prefill, decode, config) = pd(SimFault::None, WINDOW as usize).await;
     let report = preflight(&config).await;
     assert_eq!(report.result, Verdict::Pass, "{report}");
     assert_complete(&report);
@@ -181,12 +175,7 @@ async fn a_healthy_prefill_decode_pair_passes_with_the_bootstrap_fields() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_incidents_prefill_decode_pair_fails() {
-    let prefill = engine(SimRole::Prefill, SimFault::Incident, 2048, WINDOW as usize).await;
-    let decode = engine(SimRole::Decode, SimFault::None, 2048, WINDOW as usize).await;
-    let config = config_with_pools(
-        WINDOW,
-        &pd_pool("pd", &[worker(&prefill, None)], &[worker(&decode, None)]),
-    );
+    let (_prefill, _decode, config) = pd(SimFault::Incident, 2048).await;
     let report = preflight(&config).await;
     assert_eq!(report.result, Verdict::Fail, "{report}");
     let failed = failures(&report);

@@ -20,7 +20,7 @@ use crate::rollout::Rollouts;
 use crate::runtime::admin_api;
 use crate::runtime::reload::Reloader;
 use crate::runtime::server::Shutdown;
-use crate::stack::routing::{Discovery, Router};
+use crate::stack::routing::Router;
 
 /// The admin service.
 #[derive(Clone, Debug)]
@@ -119,23 +119,7 @@ pub fn readiness(router: &Router) -> (bool, Value) {
             let workers: Vec<Value> = pools
                 .iter()
                 .flat_map(|p| p.all_workers())
-                .map(|w| {
-                    json!({
-                        "pool": &*w.pool,
-                        "role": w.role.as_str(),
-                        "worker": w.authority,
-                        "eligible": w.is_eligible(),
-                        "reason": w.ineligibility(),
-                        "version": w.version(),
-                        "kv_tokens": w.kv_tokens(),
-                        "outstanding": w.outstanding(),
-                        "discovery": match w.discovery() {
-                            Discovery::Pending => "pending".to_owned(),
-                            Discovery::Found(_) => "ok".to_owned(),
-                            Discovery::Failed(e) => e,
-                        },
-                    })
-                })
+                .map(|w| crate::runtime::admin_api::worker_json(w))
                 .collect();
             json!({"model": model, "ready": ready, "reasons": reasons, "workers": workers})
         })

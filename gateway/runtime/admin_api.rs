@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use std::time::Instant;
 
 use crate::rollout::{rates_json, Rollouts};
-use crate::stack::routing::{Discovery, Pool, Router};
+use crate::stack::routing::{Discovery, Pool, Router, Worker};
 
 /// An admin API answer: status and JSON body.
 pub type Answer = (StatusCode, Value);
@@ -135,27 +135,28 @@ fn pools(router: &Router) -> Value {
     json!({"pools": list})
 }
 
+/// One worker as the admin port shows it (`GET /pools` and `/ready`).
+pub fn worker_json(w: &Worker) -> Value {
+    json!({
+        "pool": &*w.pool,
+        "role": w.role.as_str(),
+        "worker": w.authority,
+        "version": w.version(),
+        "kv_tokens": w.kv_tokens(),
+        "eligible": w.is_eligible(),
+        "reason": w.ineligibility(),
+        "draining": w.is_draining(),
+        "outstanding": w.outstanding(),
+        "discovery": match w.discovery() {
+            Discovery::Pending => "pending".to_owned(),
+            Discovery::Found(_) => "ok".to_owned(),
+            Discovery::Failed(e) => e,
+        },
+    })
+}
+
 fn pool_json(pool: &Pool, now: Instant) -> Value {
-    let workers: Vec<Value> = pool
-        .all_workers()
-        .map(|w| {
-            json!({
-                "role": w.role.as_str(),
-                "worker": w.authority,
-                "version": w.version(),
-                "kv_tokens": w.kv_tokens(),
-                "eligible": w.is_eligible(),
-                "reason": w.ineligibility(),
-                "draining": w.is_draining(),
-                "outstanding": w.outstanding(),
-                "discovery": match w.discovery() {
-                    Discovery::Pending => "pending".to_owned(),
-                    Discovery::Found(_) => "ok".to_owned(),
-                    Discovery::Failed(e) => e,
-                },
-            })
-        })
-        .collect();
+    let workers: Vec<Value> = pool.all_workers().map(|w| worker_json(w)).collect();
     json!({
         "pool": &*pool.name,
         "model": pool.model,
