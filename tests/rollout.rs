@@ -369,3 +369,79 @@ async fn tenants_stick_to_one_pool_and_raising_the_canary_only_moves_tenants_ont
     assert_eq!(reply.status, StatusCode::BAD_REQUEST);
     assert_eq!(error_code(&reply), "unknown_pool");
 }
+
+/// Send healthy chats (numbered from `i`) until the canary engine has seen `n`; the next number.
+async fn until_canary_saw(url: &str, canary: &RunningSim, n: usize, mut i: usize) -> usize {
+    while generations(canary).len() < n {
+        assert_eq!(post(url, None, &chat(i)).await.status, StatusCode::OK);
+        i += 1;
+    }
+    i
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_canary_is_promoted_in_configured_steps() {
+    let stable = healthy().await;
+    let canary = healthy().await;
+    let config = canary_config(&stable, &canary, (50, 50))
+        + "\n[rollouts.promotion]\nsteps = [75, 100]\nclean_window = \"1s\"\n";
+    let gw = gateway(&config).await;
+    let url = format!("http://{}/v1/chat/completions", gw.data_addr());
+    let mut i = 0;
+    // Clean windows pass, but below the minimum sample nothing is promoted either.
+    i = until_canary_saw(&url, &canary, MIN_REQUESTS as usize - 2, i).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let r = rollout(&gw).await;
+    assert_eq!(r["decision"]["phase"], "canary", "{r:#}");
+    assert_eq!(
+        r["canary"]["weight"], 50,
+        "promoted on a small sample: {r:#}"
+    );
+    i = until_canary_saw(&url, &canary, MIN_REQUESTS as usize, i).await;
+
+    // First step: 75 % of the model's traffic on the canary, still a canary.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let stepped = loop {
+        let r = rollout(&gw).await;
+        if r["decision"]["step"] == 0 {
+            break r;
+        }
+        assert_eq!(
+            r["decision"]["phase"], "canary",
+            "promoted without the first step: {r:#}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "never took the first step: {r:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(stepped["decision"]["phase"], "canary");
+    assert!(
+        gw.audit()
+            .recent()
+            .iter()
+            .any(|l| l["event"] == "rollout_step" && l["step"] == 0),
+        "an audit line for the step"
+    );
+    let (s, c) = (
+        stepped["stable"]["weight"].as_u64().unwrap_or_default(),
+        stepped["canary"]["weight"].as_u64().unwrap_or_default(),
+    );
+    assert_eq!(c * 100 / (s + c), 75, "{stepped:#}");
+
+    // The last step (100) after another clean window: promoted, the stable pool idle.
+    let r = until_phase(&gw, "promoted").await;
+    assert_eq!(r["stable"]["weight"], 0, "{r:#}");
+    assert!(gw
+        .audit()
+        .recent()
+        .iter()
+        .any(|l| l["event"] == "rollout_promoted"));
+    let before = generations(&stable).len();
+    for j in 0..6 {
+        let reply = post(&url, None, &chat(i + j)).await;
+        assert_eq!(reply.headers["x-kvgate-pool"], "canary");
+    }
+    assert_eq!(generations(&stable).len(), before);
+}
