@@ -10,13 +10,15 @@
 //!   the limit + 1 and the model's window (must get a clear error), streaming and not,
 //!   `/generate` and chat where the engine speaks them.
 //!
-//! Files: `prompt` (exact-count prompts), `answer` (reading an answer), `probes` (what is
-//! sent and judged), `report` (verdicts, text, JSON, exit code).
+//! Files: `capacity` (targets, budget, capacity findings), `prompt` (exact-count prompts),
+//! `answer` (reading an answer), `probes` (what is sent), `verdict` (how it is judged), `report` (verdicts, text, JSON, exit code).
 
 mod answer;
+mod capacity;
 mod probes;
 mod prompt;
 mod report;
+mod verdict;
 
 pub use answer::Observed;
 pub use report::{Finding, PreflightReport, ProbeResult, TargetReport, Verdict, WorkerCapacity};
@@ -28,7 +30,8 @@ use crate::runtime::app::load_tokenizer;
 use crate::stack::guard::inspect::Markers;
 use crate::stack::routing::{discover_all, Pool, PoolWorkers, Router, Worker};
 use crate::upstream::Upstream;
-use probes::{capacity, probe_salts, Prober, Target, TokenBudget};
+use capacity::{capacity, Target, TokenBudget};
+use probes::{probe_salts, Prober};
 use prompt::PromptMaker;
 
 /// What to probe.

@@ -1,6 +1,5 @@
-//! The probes of one target (a unified worker, or a prefill/decode pair): capacity against
-//! the model's window, isolation between two probe tenants, and boundary prompts around the
-//! worker's input limit — sent straight to the engine with the body dispatch would build
+//! The probes of one target (a unified worker, or a prefill/decode pair): isolation between
+//! two probe tenants, and boundary prompts around the worker's input limit — sent straight to the engine with the body dispatch would build
 //! (the same `engine_body`, so PD pairs get the bootstrap fields the gateway sends).
 //!
 //! Isolation runs first, while the engine's KV pool still holds nothing of the boundary
@@ -13,16 +12,17 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::answer::Observed;
+use super::capacity::{Target, TokenBudget};
 use super::prompt::{Prompt, PromptMaker};
-use super::report::{Finding, ProbeResult, Verdict, WorkerCapacity};
+use super::report::{ProbeResult, Verdict};
+use super::verdict::{judge, Exchange, Expect};
 use crate::config::{EngineKind, PreflightConfig};
 use crate::secure_random;
-use crate::stack::admission::worker_input_limit;
 use crate::stack::api::{Endpoint, EngineDirectives, InferenceRequest};
 use crate::stack::dispatch::build_engine_body;
 use crate::stack::guard::inspect::{Expectation, Markers, Shape};
 use crate::stack::isolate::CacheSalter;
-use crate::stack::routing::{Discovery, Pool, Worker};
+use crate::stack::routing::{Pool, Worker};
 use crate::upstream::{read_body, Upstream};
 
 /// Largest answer a probe reads.
@@ -34,52 +34,6 @@ const SHORT_TOKENS: u64 = 64;
 /// New tokens of the isolation probes: enough that an answer read from A's pages shows a
 /// whole nonce.
 const ISOLATION_NEW_TOKENS: u64 = 48;
-
-/// One worker, or a prefill/decode pair.
-pub enum Target<'a> {
-    Unified(&'a Worker),
-    Pair {
-        prefill: &'a Worker,
-        decode: &'a Worker,
-    },
-}
-
-impl Target<'_> {
-    pub fn describe(&self) -> String {
-        match self {
-            Target::Unified(w) => w.authority.clone(),
-            Target::Pair { prefill, decode } => {
-                format!(
-                    "prefill {} → decode {}",
-                    prefill.authority, decode.authority
-                )
-            }
-        }
-    }
-
-    fn workers(&self) -> Vec<&Worker> {
-        match self {
-            Target::Unified(w) => vec![w],
-            Target::Pair { prefill, decode } => vec![prefill, decode],
-        }
-    }
-}
-
-/// The prompt tokens all probes may still send.
-pub struct TokenBudget {
-    pub limit: u64,
-    pub spent: u64,
-}
-
-impl TokenBudget {
-    fn take(&mut self, tokens: u64) -> bool {
-        if self.spent.saturating_add(tokens) > self.limit {
-            return false;
-        }
-        self.spent += tokens;
-        true
-    }
-}
 
 /// Everything a target's probes need.
 pub struct Prober<'a> {
@@ -94,118 +48,6 @@ pub struct Prober<'a> {
     pub settings: &'a PreflightConfig,
     /// Salts for the two probe tenants, when the pool sends cache salts.
     pub salts: Option<(String, String)>,
-}
-
-/// The capacity of the target's workers, and the findings about it.
-pub fn capacity(
-    target: &Target<'_>,
-    window: u64,
-) -> (Vec<WorkerCapacity>, Vec<Finding>, Option<u64>) {
-    let mut workers = Vec::new();
-    let mut findings = Vec::new();
-    let mut limit: Option<u64> = None;
-    for w in target.workers() {
-        let (info, discovery_error) = match w.discovery() {
-            Discovery::Found(info) => (Some(info), None),
-            Discovery::Failed(e) => (None, Some(e)),
-            Discovery::Pending => (None, Some("not probed".to_owned())),
-        };
-        let input_limit = worker_input_limit(w, window);
-        if let Some(l) = input_limit {
-            limit = Some(limit.map_or(l, |m| m.min(l)));
-        }
-        let kv = w.kv_tokens();
-        if let Some(kv) = kv {
-            if window > kv {
-                findings.push(Finding {
-                    verdict: Verdict::Warn,
-                    detail: format!(
-                        "{} {}: the model's context window {window} > KV pool {kv} tokens (max input {}) — the incident's mismatch; kvgate refuses longer prompts, so clients get less than the configured window. Size the KV pool to the window or lower context_window.",
-                        w.role.as_str(),
-                        w.authority,
-                        input_limit.map_or_else(|| "?".to_owned(), |l| l.to_string())
-                    ),
-                });
-            }
-        }
-        if let Some(ctx) = info.as_ref().and_then(|i| i.context_length) {
-            if ctx < window {
-                findings.push(Finding {
-                    verdict: Verdict::Warn,
-                    detail: format!(
-                        "{} {}: the engine's context_length {ctx} < the model's context window {window}",
-                        w.role.as_str(),
-                        w.authority
-                    ),
-                });
-            }
-        }
-        if input_limit.is_none() {
-            findings.push(Finding {
-                verdict: Verdict::Fail,
-                detail: format!(
-                    "{} {}: no input limit known ({}); set kv_tokens for it or let /get_server_info answer",
-                    w.role.as_str(),
-                    w.authority,
-                    discovery_error.as_deref().unwrap_or("the engine reports no KV pool")
-                ),
-            });
-        }
-        if let Some(reason) = w.ineligibility() {
-            findings.push(Finding {
-                verdict: Verdict::Warn,
-                detail: format!(
-                    "{} {}: kvgate will not send it traffic: {reason}",
-                    w.role.as_str(),
-                    w.authority
-                ),
-            });
-        }
-        workers.push(WorkerCapacity {
-            role: w.role.as_str(),
-            worker: w.authority.clone(),
-            version: w.version(),
-            context_length: info.as_ref().and_then(|i| i.context_length),
-            max_total_num_tokens: info.as_ref().and_then(|i| i.max_total_num_tokens),
-            max_req_input_len: info.as_ref().and_then(|i| i.max_req_input_len),
-            input_limit,
-            discovery_error,
-            ineligible: w.ineligibility(),
-        });
-    }
-    if findings.iter().all(|f| f.verdict == Verdict::Pass) {
-        findings.push(Finding {
-            verdict: Verdict::Pass,
-            detail: format!(
-                "input limit {} within the model's context window {window}",
-                limit.map_or_else(|| "?".to_owned(), |l| l.to_string())
-            ),
-        });
-    }
-    (workers, findings, limit)
-}
-
-/// What a probe must get.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Expect {
-    /// Served, correctly counted, no marker.
-    Accept,
-    /// A clear error.
-    Refuse,
-}
-
-impl Expect {
-    fn as_str(self) -> &'static str {
-        match self {
-            Expect::Accept => "accept",
-            Expect::Refuse => "refuse",
-        }
-    }
-}
-
-struct Exchange {
-    answer: Observed,
-    prefill: Option<Observed>,
 }
 
 impl Prober<'_> {
@@ -599,83 +441,6 @@ impl Prober<'_> {
                 o.status = status;
                 o
             }
-        }
-    }
-}
-
-/// The verdict on one exchange.
-fn judge(exchange: &Exchange, expect: Expect, tokens: u64, limit: u64) -> (Verdict, String) {
-    let a = &exchange.answer;
-    match expect {
-        Expect::Accept => {
-            if let Some(p) = &exchange.prefill {
-                if !(200..300).contains(&p.status) || p.refusal.is_some() {
-                    return (
-                        Verdict::Fail,
-                        format!(
-                            "the prefill worker did not serve a prompt below the limit ({tokens} < {limit}): {}",
-                            p.refusal.as_deref().unwrap_or("no answer")
-                        ),
-                    );
-                }
-            }
-            if !a.success_like {
-                return (
-                    Verdict::Fail,
-                    format!(
-                        "a prompt below the limit ({tokens} < {limit}) was not served: {}",
-                        a.refusal
-                            .as_deref()
-                            .or(a.guard_trip.as_deref())
-                            .unwrap_or("no final finish reason")
-                    ),
-                );
-            }
-            if let Some(trip) = &a.guard_trip {
-                return (
-                    Verdict::Fail,
-                    format!("served, but the answer is wrong: {trip}"),
-                );
-            }
-            (
-                Verdict::Pass,
-                format!(
-                    "served, prompt_tokens {}",
-                    a.prompt_tokens
-                        .map_or_else(|| "not reported".to_owned(), |n| n.to_string())
-                ),
-            )
-        }
-        Expect::Refuse => {
-            if a.success_like {
-                let cause = match a.prompt_tokens {
-                    Some(n) if n != tokens => format!(
-                        "; the engine reports prompt_tokens {n} for the {tokens} sent: it answered from a placeholder, not the prompt — the incident (an over-long prompt aborted inside the engine, then served from stale KV pages with a 200)"
-                    ),
-                    _ => String::new(),
-                };
-                return (
-                    Verdict::Fail,
-                    format!(
-                        "an over-limit prompt ({tokens} ≥ limit {limit}) got a success (HTTP {}, finish_reason {}) instead of a clear error{cause}",
-                        a.status,
-                        a.finish_reason.as_deref().unwrap_or("none")
-                    ),
-                );
-            }
-            if a.status == 0 {
-                return (
-                    Verdict::Fail,
-                    format!(
-                        "an over-limit prompt got no answer at all, not a clear error: {}",
-                        a.refusal.as_deref().unwrap_or("no answer")
-                    ),
-                );
-            }
-            (
-                Verdict::Pass,
-                format!("refused: {}", a.refusal.as_deref().unwrap_or("no success")),
-            )
         }
     }
 }
