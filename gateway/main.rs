@@ -1,5 +1,8 @@
 //! The `kvgate` command line: serve, check, sim-engine, demo, hash-key.
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
