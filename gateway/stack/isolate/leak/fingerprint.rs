@@ -19,11 +19,13 @@
 //! keeps the time it was last recorded, so an entry older than the window never matches
 //! even while its bucket is still alive.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-use super::hash::{ngram_hash, prompt_hash, BuildPassThrough};
+use super::filter::PresenceFilter;
+use super::hash::{ngram_hash, prompt_hash};
+use super::shard::{Bucket, Limits, Shard, Slot};
 
 /// Number of lock shards (a power of two; the shard is hash bits 40..44).
 pub(crate) const SHARDS: usize = 16;
@@ -70,6 +72,8 @@ pub(crate) struct Inner {
     pub(crate) config: LeakDetectorConfig,
     shards: Box<[RwLock<Shard>]>,
     shard_mask: u64,
+    /// Which hashes may be stored: scanners skip the shards for the rest.
+    pub(crate) filter: PresenceFilter,
     limits: Limits,
     /// Tenant name → small id, so a slot is 8 bytes. Grows with the number of tenants
     /// that ever sent a prompt, which the API keys bound.
@@ -85,49 +89,21 @@ const TEXT_KEY_TAG: u64 = 0x7465_7874_6b65_7921;
 /// Prompts remembered in [`Inner::recent`]; past it the memo starts over.
 const RECENT_PROMPTS: usize = 65_536;
 
-#[derive(Clone, Copy)]
-struct Limits {
-    window: Duration,
-    /// Longest time one bucket stays open.
-    span: Duration,
-    /// Most entries one shard holds (its share of `max_entries`).
-    shard_cap: usize,
-    /// Most entries one bucket holds, so the oldest fraction can always be dropped.
-    bucket_cap: usize,
-}
-
-/// One stored n-gram: who recorded it, and when last (ms after its bucket's start).
-#[derive(Clone, Copy)]
-pub struct Slot {
-    owner: u32,
-    seen_ms: u32,
-}
-
-struct Bucket {
-    start: Instant,
-    newest: Instant,
-    map: HashMap<u64, Slot, BuildPassThrough>,
-}
-
-#[derive(Default)]
-struct Shard {
-    buckets: VecDeque<Bucket>,
-    entries: usize,
-}
-
 /// Who owns an n-gram among the live entries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Owner {
+    /// Not looked up yet (only inside [`Inner::owners`]).
+    Unknown,
     Nobody,
     Only(u32),
     Common,
 }
 
 impl Owner {
-    fn with(self, owner: u32) -> Self {
+    pub(super) fn with(self, owner: u32) -> Self {
         match self {
             _ if owner == COMMON => Owner::Common,
-            Owner::Nobody => Owner::Only(owner),
+            Owner::Nobody | Owner::Unknown => Owner::Only(owner),
             Owner::Only(t) if t == owner => self,
             _ => Owner::Common,
         }
@@ -167,6 +143,7 @@ impl FingerprintStore {
             inner: Arc::new(Inner {
                 shards: (0..shards).map(|_| RwLock::default()).collect(),
                 shard_mask: shards as u64 - 1,
+                filter: PresenceFilter::new(config.max_entries),
                 limits,
                 config,
                 tenants: RwLock::default(),
@@ -241,6 +218,7 @@ impl FingerprintStore {
         let mut per_shard: Vec<Vec<u64>> = vec![Vec::new(); self.inner.shards.len()];
         for window in prompt_ids.windows(n) {
             let hash = ngram_hash(window);
+            self.inner.filter.set(hash);
             per_shard[self.inner.shard_of(hash)].push(hash);
         }
         for (shard, hashes) in self.inner.shards.iter().zip(per_shard) {
@@ -258,12 +236,21 @@ impl FingerprintStore {
     /// Drops, in every shard, the buckets whose entries are all older than the window.
     ///
     /// Recording does this for the shards it touches, and expired entries never match
-    /// anyway; call this from a timer to give back the memory of a store gone quiet.
+    /// anyway; call this from a timer to give back the memory of a store gone quiet. Also
+    /// rebuilds the scanners' presence filter from what is left, so it forgets the dropped.
     pub fn expire(&self, now: Instant) {
         for shard in self.inner.shards.iter() {
             let mut shard = shard.write().unwrap_or_else(PoisonError::into_inner);
             shard.expire(now, self.inner.limits.window);
         }
+        self.inner.filter.rebuild(|add| {
+            for shard in self.inner.shards.iter() {
+                let shard = shard.read().unwrap_or_else(PoisonError::into_inner);
+                for bucket in &shard.buckets {
+                    bucket.map.keys().for_each(|&hash| add(hash));
+                }
+            }
+        });
     }
 
     /// Stored n-gram entries (an n-gram recorded in several buckets counts once per bucket).
@@ -284,7 +271,8 @@ impl FingerprintStore {
     /// their entries), the rings and the tenant names.
     pub fn memory_bytes(&self) -> usize {
         let mut total = std::mem::size_of::<Inner>()
-            + self.inner.shards.len() * std::mem::size_of::<RwLock<Shard>>();
+            + self.inner.shards.len() * std::mem::size_of::<RwLock<Shard>>()
+            + self.inner.filter.memory_bytes();
         for shard in self.inner.shards.iter() {
             let shard = shard.read().unwrap_or_else(PoisonError::into_inner);
             total += shard.buckets.capacity() * std::mem::size_of::<Bucket>();
@@ -373,101 +361,35 @@ impl Inner {
         false
     }
 
-    /// Who owns `hash` among entries no older than the window at `now`.
-    pub(crate) fn owner(&self, hash: u64, now: Instant) -> Owner {
-        let shard = self.shards[self.shard_of(hash)]
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
-        shard.owner(hash, now, self.limits.window)
-    }
-}
-
-// === impl Shard ===
-
-impl Shard {
-    /// Drops the buckets whose newest entry is older than the window.
-    fn expire(&mut self, now: Instant, window: Duration) {
-        while let Some(front) = self.buckets.front() {
-            if now.saturating_duration_since(front.newest) <= window {
-                break;
+    /// Who owns each of `hashes` among entries no older than the window at `now`, in order:
+    /// the presence filter answers for most, and each shard's lock is taken at most once.
+    pub(crate) fn owners(&self, hashes: &[u64], now: Instant, out: &mut Vec<Owner>) {
+        out.clear();
+        let view = self.filter.view();
+        out.extend(hashes.iter().map(|&h| {
+            if view.maybe(h) {
+                Owner::Unknown
+            } else {
+                Owner::Nobody
             }
-            self.entries -= front.map.len();
-            self.buckets.pop_front();
+        }));
+        if !view.still_valid() {
+            // A rebuild began during the batch: its "surely not" answers are not trusted.
+            out.iter_mut().for_each(|o| *o = Owner::Unknown);
         }
-    }
-
-    fn insert(&mut self, hash: u64, owner: u32, now: Instant, limits: &Limits) {
-        let current_is_open = self
-            .buckets
-            .back()
-            .is_some_and(|b| now.saturating_duration_since(b.start) < limits.span);
-        if current_is_open {
-            if let Some(bucket) = self.buckets.back_mut() {
-                let seen_ms = bucket.offset_ms(now);
-                if let Some(slot) = bucket.map.get_mut(&hash) {
-                    // Already here: refresh; a second tenant makes it common for good.
-                    if slot.owner != owner {
-                        slot.owner = COMMON;
-                    }
-                    slot.seen_ms = slot.seen_ms.max(seen_ms);
-                    bucket.newest = bucket.newest.max(now);
-                    return;
-                }
-            }
-        }
-        let full = self
-            .buckets
-            .back()
-            .is_none_or(|b| b.map.len() >= limits.bucket_cap);
-        if !current_is_open || full {
-            self.buckets.push_back(Bucket {
-                start: now,
-                newest: now,
-                map: HashMap::default(),
-            });
-        }
-        // Evict oldest first. The current bucket is never dropped: it holds at most
-        // `bucket_cap <= shard_cap` entries and has room, so the loop ends below the cap.
-        while self.entries >= limits.shard_cap && self.buckets.len() > 1 {
-            if let Some(oldest) = self.buckets.pop_front() {
-                self.entries -= oldest.map.len();
-            }
-        }
-        if let Some(bucket) = self.buckets.back_mut() {
-            let seen_ms = bucket.offset_ms(now);
-            bucket.map.insert(hash, Slot { owner, seen_ms });
-            bucket.newest = bucket.newest.max(now);
-            self.entries += 1;
-        }
-    }
-
-    fn owner(&self, hash: u64, now: Instant, window: Duration) -> Owner {
-        let mut owner = Owner::Nobody;
-        for bucket in self.buckets.iter().rev() {
-            if now.saturating_duration_since(bucket.newest) > window {
+        for (index, shard) in self.shards.iter().enumerate() {
+            let mut todo = hashes
+                .iter()
+                .zip(out.iter_mut())
+                .filter(|(&h, o)| **o == Owner::Unknown && self.shard_of(h) == index)
+                .peekable();
+            if todo.peek().is_none() {
                 continue;
             }
-            let Some(slot) = bucket.map.get(&hash) else {
-                continue;
-            };
-            let seen = bucket.start + Duration::from_millis(u64::from(slot.seen_ms));
-            if now.saturating_duration_since(seen) > window {
-                continue;
-            }
-            owner = owner.with(slot.owner);
-            if owner == Owner::Common {
-                break;
+            let shard = shard.read().unwrap_or_else(PoisonError::into_inner);
+            for (&hash, owner) in todo {
+                *owner = shard.owner(hash, now, self.limits.window);
             }
         }
-        owner
-    }
-}
-
-impl Bucket {
-    fn offset_ms(&self, now: Instant) -> u32 {
-        // Rounded down, so a stored time is never later than the real one and an entry
-        // expires no later than `window` after it was recorded.
-        let ms = now.saturating_duration_since(self.start).as_millis();
-        u32::try_from(ms).unwrap_or(u32::MAX)
     }
 }

@@ -31,12 +31,15 @@
 //! ```
 //!
 //! Costs: recording is one hash per prompt unit plus one table insert per n-gram under a
-//! shard lock; scanning is one hash and a lookup per generated unit (see
-//! `benches/fingerprint.rs`). Memory is bounded by `max_entries` (see [`ENTRY_BYTES`]).
+//! shard lock; scanning is one hash and one lock-free filter load per generated unit, and a
+//! shard lookup (each shard's lock taken once per fed piece) only for the few the filter
+//! passes (see `filter.rs` and `benches/fingerprint.rs`). Memory is bounded by `max_entries` (see [`ENTRY_BYTES`]).
 
+mod filter;
 mod fingerprint;
 pub(crate) mod hash;
 mod scan;
+mod shard;
 pub mod units;
 
 #[cfg(test)]

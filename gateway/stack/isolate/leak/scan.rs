@@ -34,6 +34,9 @@ pub struct ResponseScanner {
     me: Option<u32>,
     /// The last `ngram - 1` ids of earlier feeds, then the current feed.
     pending: Vec<u32>,
+    /// Scratch of one feed: its n-gram hashes and their owners.
+    hashes: Vec<u64>,
+    found: Vec<Owner>,
     matched: HashSet<u64, BuildPassThrough>,
     owners: Vec<u32>,
     alarmed: bool,
@@ -54,6 +57,8 @@ impl ResponseScanner {
             store,
             me,
             pending: Vec::new(),
+            hashes: Vec::new(),
+            found: Vec::new(),
             matched: HashSet::default(),
             owners: Vec::new(),
             alarmed: false,
@@ -70,12 +75,14 @@ impl ResponseScanner {
         self.pending.extend_from_slice(ids);
         // `pending` starts with fewer than n ids from earlier feeds, so every window here
         // ends in this feed and none is checked twice.
-        for window in self.pending.windows(n) {
-            let hash = ngram_hash(window);
+        self.hashes.clear();
+        self.hashes.extend(self.pending.windows(n).map(ngram_hash));
+        self.store.owners(&self.hashes, now, &mut self.found);
+        for (&hash, &found) in self.hashes.iter().zip(&self.found) {
             if self.matched.contains(&hash) {
                 continue;
             }
-            if let Owner::Only(owner) = self.store.owner(hash, now) {
+            if let Owner::Only(owner) = found {
                 if Some(owner) != self.me && self.matched.len() < MAX_TRACKED {
                     self.matched.insert(hash);
                     if !self.owners.contains(&owner) {

@@ -298,6 +298,49 @@ fn degenerate_configs_do_not_panic() {
 }
 
 #[test]
+fn the_sweep_rebuilds_the_filter_without_losing_a_live_prompt() {
+    let (store, t0) = (store(), Instant::now());
+    let window = store.config().window;
+    let old: Vec<u32> = (100..130).collect();
+    let live: Vec<u32> = (700..730).collect();
+    store.record_prompt("a", &old, t0);
+    let later = t0 + window / 2;
+    store.record_prompt("a", &live, later);
+    let found = |ids: &[u32], at: Instant| {
+        let mut scanner = store.scanner("b");
+        scanner.feed(ids, at);
+        scanner.suspicion().is_some()
+    };
+    // The sweep drops the old bucket and rebuilds the filter from the live one.
+    let sweep = t0 + window + Duration::from_secs(61);
+    store.expire(sweep);
+    assert!(
+        found(&live, sweep),
+        "a live prompt is still caught after the rebuild"
+    );
+    assert!(!found(&old, sweep));
+
+    // Sweeps racing with recording and scanning on other threads never hide a prompt
+    // recorded before the scan started.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for _ in 0..200 {
+                store.expire(sweep);
+            }
+        });
+        s.spawn(|| {
+            for i in 0..200u32 {
+                let secret: Vec<u32> = (0..24).map(|k| 10_000 + i * 100 + k).collect();
+                store.record_prompt("c", &secret, sweep);
+                let mut scanner = store.scanner("b");
+                scanner.feed(&secret[2..20], sweep);
+                assert!(scanner.suspicion().is_some(), "secret {i} missed");
+            }
+        });
+    });
+}
+
+#[test]
 fn store_and_scanner_cross_threads() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<FingerprintStore>();
