@@ -377,18 +377,18 @@ impl Inner {
             // A rebuild began during the batch: its "surely not" answers are not trusted.
             out.iter_mut().for_each(|o| *o = Owner::Unknown);
         }
-        for (index, shard) in self.shards.iter().enumerate() {
-            let mut todo = hashes
-                .iter()
-                .zip(out.iter_mut())
-                .filter(|(&h, o)| **o == Owner::Unknown && self.shard_of(h) == index)
-                .peekable();
-            if todo.peek().is_none() {
-                continue;
-            }
-            let shard = shard.read().unwrap_or_else(PoisonError::into_inner);
-            for (&hash, owner) in todo {
-                *owner = shard.owner(hash, now, self.limits.window);
+        // The few the filter passed, by shard, so each shard's lock is taken once.
+        let mut todo: Vec<(usize, usize)> = (out.iter().enumerate())
+            .filter(|(_, o)| **o == Owner::Unknown)
+            .map(|(i, _)| (self.shard_of(hashes[i]), i))
+            .collect();
+        todo.sort_unstable();
+        for group in todo.chunk_by(|a, b| a.0 == b.0) {
+            let shard = self.shards[group[0].0]
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            for &(_, i) in group {
+                out[i] = shard.owner(hashes[i], now, self.limits.window);
             }
         }
     }
