@@ -4,9 +4,12 @@
 # prompt_tokens from the real tokenizer, a fixed answer cut to max_tokens, prepared once
 # per distinct body, so it costs next to nothing and passes every guard check).
 #
-# Rows: straight to the mock (direct), nginx as a bare proxy (when installed), kvgate with
-# its default config (API keys, exact admission, guard, leak detection in block mode),
-# kvgate with leak detection off, and, with BEFORE_BIN, the same two for another build.
+# Rows: straight to the mock (direct), nginx as a bare proxy (when installed), the HTTP
+# stack's own floor (`kvgate bare-proxy`: hyper and tokio with kvgate's server and client
+# settings, buffering like kvgate, no checks), kvgate with its default config (API keys,
+# exact admission, guard, leak detection in block mode, audit lines to stderr, here a
+# file), kvgate with leak detection off, and, with BEFORE_BIN, the same two for another
+# build. AUDIT=none measures the kvgate rows without audit lines.
 # Measured:
 #   - closed-loop throughput (wrk, CONNECTIONS connections, ROUNDS interleaved rounds,
 #     medians) and each process's CPU µs per request; the same, direct and through kvgate
@@ -31,6 +34,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${DURATION:-5s}
+AUDIT=${AUDIT:-stderr}
 CONNECTIONS=${CONNECTIONS:-32}
 ROUNDS=${ROUNDS:-3}
 RATE_SECONDS=${RATE_SECONDS:-5}
@@ -103,6 +107,11 @@ NGINX
   nginx -p "$WORK" -c "$WORK/proxy.conf"
   ROWS="$ROWS nginx"
 fi
+BARE=$(free_port)
+"$BIN" bare-proxy --listen "127.0.0.1:$BARE" --upstream "http://127.0.0.1:$MOCK" >"$WORK/bare.log" 2>&1 &
+echo $! >"$WORK/bare.pid"
+wait_http "http://127.0.0.1:$BARE/health"
+ROWS="$ROWS hyper_floor"
 start_kvgate() { # name leak_mode [binary]
   local port admin bin=${3:-$BIN}; port=$(free_port); admin=$(free_port)
   cat >"$WORK/$1.toml" <<TOML
@@ -110,7 +119,7 @@ start_kvgate() { # name leak_mode [binary]
 listen = "127.0.0.1:$port"
 admin_listen = "127.0.0.1:$admin"
 [audit]
-sink = "none"
+sink = "$AUDIT"
 [[models]]
 name = "qwen3"
 tokenizer = "$TOKENIZER"
@@ -146,6 +155,7 @@ base_of() {
   case $1 in
     direct) echo "http://127.0.0.1:$MOCK" ;;
     nginx) echo "http://127.0.0.1:$PROXY" ;;
+    hyper_floor) echo "http://127.0.0.1:$BARE" ;;
     *) echo "http://127.0.0.1:$(cat "$WORK/$1.port")" ;;
   esac
 }
@@ -153,6 +163,7 @@ pids_of() {
   case $1 in
     direct) cat "$WORK/mock.pid" ;;
     nginx) pgrep -P "$(cat "$WORK/nginx.pid")" ;;
+    hyper_floor) cat "$WORK/bare.pid" ;;
     *) cat "$WORK/$1.pid" ;;
   esac
 }
@@ -269,9 +280,10 @@ for line in open(f"{work}/single"):
     single.setdefault((row, kind), []).append((code, float(t) * 1000))
 direct = med([r[0] for r in wrk["direct"]])
 floor = med([r[0] for r in wrk["nginx"]]) if "nginx" in wrk else None
+hyper = med([r[0] for r in wrk["hyper_floor"]]) if "hyper_floor" in wrk else None
 print(f"2 KB chat, 256-token answer; {len(wrk['direct'])} interleaved wrk rounds (medians), "
       f"fixed rates by kvgate load-gen; peak RSS MiB:{rss} (tokenizer alone: {tok_rss})")
-print(f"{'target':<24}{'req/s':>8}{'vs nginx':>9}{'vs direct':>10}{'CPU µs/req':>11}"
+print(f"{'target':<24}{'req/s':>8}{'vs nginx':>9}{'vs hyper':>9}{'vs direct':>10}{'CPU µs/req':>11}"
       f"{'+p50/+p99 @500 (ms)':>21}{'+p50/+p99 @2000':>17}{'+TTFB ms':>9}{'+100k ms':>9}{'errors':>7}")
 def added(row, r):
     if (row, r) not in rate or ("direct", r) not in rate:
@@ -291,7 +303,8 @@ for row, rs in wrk.items():
     distinct = row.endswith("_distinct")
     base = med([r[0] for r in wrk["direct_distinct"]]) if distinct else direct
     vs = f"{rps / floor:.3f}" if floor and not distinct else "-"
-    print(f"{row:<24}{rps:>8.0f}{vs:>9}{rps / base:>10.3f}{cpu:>11.0f}{added(row, 500):>21}{added(row, 2000):>17}"
+    vh = f"{rps / hyper:.3f}" if hyper and not distinct else "-"
+    print(f"{row:<24}{rps:>8.0f}{vs:>9}{vh:>9}{rps / base:>10.3f}{cpu:>11.0f}{added(row, 500):>21}{added(row, 2000):>17}"
           f"{one(row, 'ttfb'):>9}{one(row, 'long'):>9}{errors:>7}")
 huge = single.get(("kvgate_default", "huge"), [])
 if huge:

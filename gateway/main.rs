@@ -74,6 +74,8 @@ enum Command {
     MockEngine(kvgate_sim::MockArgs),
     /// Send requests at a fixed rate and print latency percentiles (the load harness).
     LoadGen(kvgate_sim::LoadArgs),
+    /// Run the load harness's floor: hyper forwarding to one upstream, no checks at all.
+    BareProxy(kvgate_sim::BareProxyArgs),
     /// Run the gateway with built-in simulated engines on loopback, ready for curl.
     Demo(kvgate::runtime::demo::DemoArgs),
     /// Print the SHA-256 of an API key, for `api_key_sha256`.
@@ -145,6 +147,13 @@ async fn run(command: Command) -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("kvgate load-gen: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::BareProxy(args) => match kvgate_sim::run_bare_proxy_cli(args).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("kvgate bare-proxy: {e}");
                 ExitCode::FAILURE
             }
         },

@@ -22,6 +22,7 @@
 //! pool, no faults, answers prepared once per body — the load harness's engine), `loadgen`
 //! (`kvgate load-gen`: fixed-rate arrivals, latency percentiles, for the harness).
 
+mod bare_proxy;
 mod bootstrap;
 mod cli;
 mod config;
@@ -47,6 +48,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
+pub use bare_proxy::{run_bare_proxy_cli, spawn_bare_proxy, BareProxyArgs};
 pub use cli::{run_cli, EngineArgs, SimArgs, SimError};
 pub use config::{SimConfig, SimFault, SimRole, DEFAULT_BOOTSTRAP_PORT};
 pub use engine::SimEngine;
