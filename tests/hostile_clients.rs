@@ -379,7 +379,8 @@ async fn connections_over_the_cap_wait_for_a_free_one() {
     let engine = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
     let gw = gateway(&config(
         &unified_pool("u", &[worker(&engine, None)]),
-        "max_connections = 1\nheader_read_timeout = \"2s\"",
+        // Four data threads accept on the port: the cap is one over all of them.
+        "max_connections = 1\ndata_threads = 4\nheader_read_timeout = \"2s\"",
         "",
     ))
     .await;

@@ -57,6 +57,10 @@ pub struct ServerConfig {
     pub max_header_value_bytes: bytesize::ByteSize,
     /// Client connections open at once; more wait in the kernel's accept queue.
     pub max_connections: usize,
+    /// Threads serving the data port, each with its own single-threaded runtime and engine
+    /// connections, so a request never hops threads (`runtime::data_threads`). Default: one
+    /// per CPU the process may use.
+    pub data_threads: usize,
     /// Requests in flight at once across all tenants (503 + Retry-After above it).
     pub max_in_flight: usize,
     /// Memory budget for buffered request bodies and non-streamed engine answers together
@@ -85,6 +89,7 @@ impl Default for ServerConfig {
             max_header_bytes: bytesize::ByteSize::kib(64),
             max_header_value_bytes: bytesize::ByteSize::kib(16),
             max_connections: 4096,
+            data_threads: std::thread::available_parallelism().map_or(1, usize::from),
             max_in_flight: 1024,
             max_buffered_bytes: bytesize::ByteSize::gib(1),
         }

@@ -418,6 +418,7 @@ fn check_limits(config: &Config) -> Result<(), (String, String)> {
     }
     let counts = [
         ("server.max_connections", server.max_connections),
+        ("server.data_threads", server.data_threads),
         ("server.max_in_flight", server.max_in_flight),
         (
             "server.http2_max_concurrent_streams",

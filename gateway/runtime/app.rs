@@ -13,6 +13,7 @@ use crate::load::{BufferBudget, InFlightLimit};
 use crate::rollout::{sync_loop, Rollouts, SharedDecisions};
 use crate::runtime::admin::Admin;
 use crate::runtime::check::CapacityReport;
+use crate::runtime::data_threads::serve_on_threads;
 use crate::runtime::reload::Reloader;
 use crate::runtime::server::{self, ConnectionLimits, Shutdown, ShutdownTrigger, TlsError};
 use crate::stack::admission::{AdmissionState, ModelAdmission};
@@ -294,20 +295,31 @@ impl Gateway {
             self.isolation.clone(),
             shutdown.clone(),
         )));
-        let stack = build_stack::<hyper::body::Incoming>(self.stack_parts());
         // The admin port outlives the data port's drain, so `/health` can answer 503 while
         // draining (load balancers see it) instead of refusing connections.
         let (admin_trigger, admin_shutdown) = Shutdown::new();
-        let data_server = server::serve(
+        // One stack per data thread, each with its own engine client (pooled connections
+        // stay on their thread); everything else in it is shared.
+        let parts = self.stack_parts();
+        let upstream_config = self.config.upstream.clone();
+        let data_server = serve_on_threads(
             data,
             tls,
-            stack,
+            self.config.server.data_threads,
+            move || {
+                build_stack::<hyper::body::Incoming>(StackParts {
+                    upstream: Upstream::new(&upstream_config),
+                    ..parts.clone()
+                })
+            },
             shutdown.clone(),
             drain,
             ConnectionLimits::from_config(&self.config.server),
         );
         tasks.push(tokio::spawn(async move {
-            data_server.await;
+            if let Err(e) = data_server.await {
+                tracing::error!(error = %e, "the data port could not be served");
+            }
             admin_trigger.trigger();
         }));
         let reloader = Reloader {

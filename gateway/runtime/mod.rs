@@ -7,6 +7,7 @@ pub mod admin_api;
 pub mod app;
 pub mod check;
 pub mod conn_deadlines;
+pub mod data_threads;
 pub mod demo;
 pub mod preflight;
 pub mod reload;

@@ -172,7 +172,7 @@ pub async fn serve<S, B>(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     service: S,
-    mut shutdown: Shutdown,
+    shutdown: Shutdown,
     drain_timeout: Duration,
     limits: ConnectionLimits,
 ) where
@@ -185,9 +185,41 @@ pub async fn serve<S, B>(
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
+    let connections = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    serve_within(
+        listener,
+        tls,
+        service,
+        shutdown,
+        drain_timeout,
+        limits,
+        connections,
+    )
+    .await
+}
+
+/// As [`serve`], with the connection cap's permits shared with other accept loops on the
+/// same port (`runtime::data_threads`).
+pub(crate) async fn serve_within<S, B>(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    service: S,
+    mut shutdown: Shutdown,
+    drain_timeout: Duration,
+    limits: ConnectionLimits,
+    connections: Arc<tokio::sync::Semaphore>,
+) where
+    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
     let graceful = GracefulShutdown::new();
     let builder = limits.builder();
-    let connections = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
     loop {
         // At the connection cap, stop accepting until one closes: new connections wait in
         // the kernel's (bounded) accept queue instead of costing memory here.
