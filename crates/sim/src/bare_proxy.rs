@@ -4,7 +4,8 @@
 //! It does what kvgate's own I/O does for a non-streamed answer and nothing else: the same
 //! server (hyper-util's auto builder, HTTP/1.1 and h2c), the same pooled client (hyper-util's
 //! legacy client, TCP_NODELAY), the request body and the answer buffered whole, as the
-//! guard needs them. Measured beside nginx in one run, it shows how much of the gap between
+//! guard needs them, and the same thread per core (`--threads`, one per CPU: each thread
+//! its own single-threaded runtime, accept loop and client). Measured beside nginx in one run, it shows how much of the gap between
 //! kvgate and nginx is the HTTP stack itself, and so how far kvgate's checks could go.
 
 use std::convert::Infallible;
@@ -35,19 +36,46 @@ pub struct BareProxyArgs {
     /// Where every request goes, e.g. http://127.0.0.1:30001.
     #[arg(long)]
     pub upstream: http::Uri,
+    /// Serving threads (default: one per CPU).
+    #[arg(long)]
+    pub threads: Option<usize>,
 }
 
 type UpstreamClient = Client<HttpConnector, Full<Bytes>>;
 
 /// Runs the proxy until Ctrl-C or SIGTERM.
 pub async fn run_bare_proxy_cli(args: BareProxyArgs) -> Result<(), SimError> {
-    let listener = TcpListener::bind(args.listen)
-        .await
-        .map_err(io(format!("binding {}", args.listen)))?;
-    let (addr, task) = spawn_bare_proxy(listener, args.upstream).map_err(io("starting"))?;
-    println!("bare-proxy http=http://{addr}");
+    let listener =
+        std::net::TcpListener::bind(args.listen).map_err(io(format!("binding {}", args.listen)))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(io("setting the listener non-blocking"))?;
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+    for index in 0..threads.max(1) {
+        let listener = listener.try_clone().map_err(io("sharing the listener"))?;
+        let upstream = args.upstream.clone();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(io("starting a runtime"))?;
+        std::thread::Builder::new()
+            .name(format!("bare-proxy-{index}"))
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let Ok(listener) = TcpListener::from_std(listener) else {
+                        return;
+                    };
+                    if let Ok((_, task)) = spawn_bare_proxy(listener, upstream) {
+                        let _ = task.await;
+                    }
+                })
+            })
+            .map_err(io("starting a thread"))?;
+    }
+    println!("bare-proxy http=http://{} threads={threads}", args.listen);
     wait_for_signal().await?;
-    task.abort();
     Ok(())
 }
 
