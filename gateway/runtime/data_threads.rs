@@ -14,19 +14,15 @@
 //! one of them); the connection cap is one semaphore over all of them. Shutdown reaches every
 //! thread; the returned future resolves once all of them have drained.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{Request, Response};
-use http_body::Body;
-use hyper::body::Incoming;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
-use tower::Service;
 
-use super::server::{serve_within, ConnectionLimits, Shutdown};
-use crate::body::BoxError;
+use super::server::{
+    serve_within, ConnectionLimits, ConnectionService, Listening, ResponseBody, Shutdown,
+};
 
 /// Serve `listener` on `threads` threads; `make_service` builds each thread's stack (with
 /// its own engine client, so pooled connections stay on their thread).
@@ -41,17 +37,17 @@ pub async fn serve_on_threads<F, S, B>(
 ) -> std::io::Result<()>
 where
     F: Fn() -> S,
-    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
+    S: ConnectionService<B>,
+    B: ResponseBody,
 {
     let listener = listener.into_std()?;
-    let connections = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    let template = Listening {
+        tls,
+        shutdown,
+        drain_timeout,
+        connections: Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1))),
+        limits,
+    };
     let mut finished = Vec::with_capacity(threads);
     for index in 0..threads.max(1) {
         let listener = listener.try_clone()?;
@@ -60,30 +56,13 @@ where
             .thread_name(format!("kvgate-data-{index}"))
             .build()?;
         let (done, finished_rx) = tokio::sync::oneshot::channel::<()>();
-        let (tls, service, shutdown, limits, connections) = (
-            tls.clone(),
-            make_service(),
-            shutdown.clone(),
-            limits.clone(),
-            Arc::clone(&connections),
-        );
+        let (service, listening) = (make_service(), template.clone());
         std::thread::Builder::new()
             .name(format!("kvgate-data-{index}"))
             .spawn(move || {
                 runtime.block_on(async move {
                     match TcpListener::from_std(listener) {
-                        Ok(listener) => {
-                            serve_within(
-                                listener,
-                                tls,
-                                service,
-                                shutdown,
-                                drain_timeout,
-                                limits,
-                                connections,
-                            )
-                            .await
-                        }
+                        Ok(listener) => serve_within(listener, service, listening).await,
                         Err(e) => tracing::error!(error = %e, "data thread cannot listen"),
                     }
                 });

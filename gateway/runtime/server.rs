@@ -167,6 +167,38 @@ impl Default for ConnectionLimits {
     }
 }
 
+/// What a listener serves: a cloneable HTTP service whose futures may move between tasks
+/// (one list of bounds for [`serve`], [`serve_within`] and `data_threads`).
+pub trait ConnectionService<B: ResponseBody>:
+    Service<Request<Incoming>, Response = Response<B>, Error = Infallible, Future: Send + 'static>
+    + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<S, B> ConnectionService<B> for S
+where
+    B: ResponseBody,
+    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+}
+
+/// A response body a connection can write from any task.
+pub trait ResponseBody: Body<Data: Send, Error: Into<BoxError>> + Send + 'static {}
+
+impl<B> ResponseBody for B
+where
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+}
+
 /// Serve `service` on `listener` until `shutdown`, then drain for up to `drain_timeout`.
 pub async fn serve<S, B>(
     listener: TcpListener,
@@ -176,48 +208,45 @@ pub async fn serve<S, B>(
     drain_timeout: Duration,
     limits: ConnectionLimits,
 ) where
-    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
+    S: ConnectionService<B>,
+    B: ResponseBody,
 {
     let connections = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
-    serve_within(
-        listener,
+    let listening = Listening {
         tls,
-        service,
         shutdown,
         drain_timeout,
         limits,
         connections,
-    )
-    .await
+    };
+    serve_within(listener, service, listening).await
 }
 
-/// As [`serve`], with the connection cap's permits shared with other accept loops on the
-/// same port (`runtime::data_threads`).
-pub(crate) async fn serve_within<S, B>(
-    listener: TcpListener,
-    tls: Option<TlsAcceptor>,
-    service: S,
-    mut shutdown: Shutdown,
-    drain_timeout: Duration,
-    limits: ConnectionLimits,
-    connections: Arc<tokio::sync::Semaphore>,
-) where
-    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
+/// How one accept loop serves: everything of [`serve`] but the listener and the service.
+#[derive(Clone)]
+pub(crate) struct Listening {
+    pub tls: Option<TlsAcceptor>,
+    pub shutdown: Shutdown,
+    pub drain_timeout: Duration,
+    pub limits: ConnectionLimits,
+    /// The connection cap's permits, shared by every accept loop on the port.
+    pub connections: Arc<tokio::sync::Semaphore>,
+}
+
+/// As [`serve`], with the connection cap's permits possibly shared with other accept loops
+/// on the same port (`runtime::data_threads`).
+pub(crate) async fn serve_within<S, B>(listener: TcpListener, service: S, listening: Listening)
+where
+    S: ConnectionService<B>,
+    B: ResponseBody,
 {
+    let Listening {
+        tls,
+        mut shutdown,
+        drain_timeout,
+        limits,
+        connections,
+    } = listening;
     let graceful = GracefulShutdown::new();
     let builder = limits.builder();
     loop {
