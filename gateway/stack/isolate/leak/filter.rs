@@ -10,7 +10,8 @@
 //!
 //! Bits are never cleared in the filter scanners read. The periodic sweep rebuilds the other
 //! copy from the live entries and then makes it the one read; recording sets bits in both
-//! copies, so nothing recorded during a rebuild is missed. A scan that overlaps the start of
+//! copies under the shard's write lock, after the rebuild cleared its copy or before the
+//! rebuild reads that shard, so nothing recorded during a rebuild is missed. A scan that overlaps the start of
 //! a rebuild (the epoch moved) does not trust the filter and asks the shards.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -54,8 +55,9 @@ impl Bits {
     }
 
     fn clear(&self) {
+        // Release: a scan that reads a cleared word also sees the epoch bump before it.
         for w in self.words.iter() {
-            w.store(0, Ordering::Relaxed);
+            w.store(0, Ordering::Release);
         }
     }
 }
@@ -94,7 +96,7 @@ impl PresenceFilter {
         2 * self.copies[0].words.len() * 8
     }
 
-    /// Note a recorded hash (before it is inserted into its shard).
+    /// Note a recorded hash: call under its shard's write lock (see the module docs).
     #[inline]
     pub(crate) fn set(&self, hash: u64) {
         self.copies[0].set(hash);

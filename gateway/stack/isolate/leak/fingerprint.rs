@@ -218,7 +218,6 @@ impl FingerprintStore {
         let mut per_shard: Vec<Vec<u64>> = vec![Vec::new(); self.inner.shards.len()];
         for window in prompt_ids.windows(n) {
             let hash = ngram_hash(window);
-            self.inner.filter.set(hash);
             per_shard[self.inner.shard_of(hash)].push(hash);
         }
         for (shard, hashes) in self.inner.shards.iter().zip(per_shard) {
@@ -228,6 +227,10 @@ impl FingerprintStore {
             let mut shard = shard.write().unwrap_or_else(PoisonError::into_inner);
             shard.expire(now, self.inner.limits.window);
             for hash in hashes {
+                // Under the shard's write lock: a rebuild reads this shard either before the
+                // lock (and its cleared copy gets this bit here, after the clear) or after
+                // (and copies the entry itself), so no stored entry is ever missing a bit.
+                self.inner.filter.set(hash);
                 shard.insert(hash, owner, now, &self.inner.limits);
             }
         }

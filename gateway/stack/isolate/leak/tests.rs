@@ -322,21 +322,30 @@ fn the_sweep_rebuilds_the_filter_without_losing_a_live_prompt() {
 
     // Sweeps racing with recording and scanning on other threads never hide a prompt
     // recorded before the scan started.
+    let recording = std::sync::atomic::AtomicUsize::new(2);
     std::thread::scope(|s| {
         s.spawn(|| {
-            for _ in 0..200 {
+            while recording.load(std::sync::atomic::Ordering::Relaxed) > 0 {
                 store.expire(sweep);
             }
         });
-        s.spawn(|| {
-            for i in 0..200u32 {
-                let secret: Vec<u32> = (0..24).map(|k| 10_000 + i * 100 + k).collect();
-                store.record_prompt("c", &secret, sweep);
-                let mut scanner = store.scanner("b");
-                scanner.feed(&secret[2..20], sweep);
-                assert!(scanner.suspicion().is_some(), "secret {i} missed");
-            }
-        });
+        for tenant in ["c", "d"] {
+            let (store, recording) = (&store, &recording);
+            s.spawn(move || {
+                for i in 0..3_000u32 {
+                    let base = 10_000 + i * 100 + if tenant == "c" { 0 } else { 1 << 24 };
+                    let secret: Vec<u32> = (0..24).map(|k| base + k).collect();
+                    store.record_prompt(tenant, &secret, sweep);
+                    let mut scanner = store.scanner("b");
+                    scanner.feed(&secret[2..20], sweep);
+                    assert!(
+                        scanner.suspicion().is_some(),
+                        "{tenant}'s secret {i} missed"
+                    );
+                }
+                recording.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            });
+        }
     });
 }
 
