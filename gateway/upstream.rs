@@ -1,4 +1,5 @@
-//! The one pooled HTTP client every route and every discovery probe uses.
+//! The pooled HTTP client to engines: one per data thread (`runtime::data_threads`), so a
+//! request's engine connection lives on its thread, and one for discovery and probes.
 //!
 //! Connection errors become 502 `upstream_unavailable`, missed deadlines 504
 //! `upstream_timeout`; what the engine said is interpreted by dispatch, not here.
@@ -10,6 +11,7 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -20,7 +22,9 @@ use crate::load::{BufferBudget, BufferPermit};
 /// The shared upstream client.
 #[derive(Clone, Debug)]
 pub struct Upstream {
-    client: Client<HttpConnector, Full<Bytes>>,
+    /// Behind an `Arc`: the stack clones its services per request, and a hyper client is
+    /// several reference counts of its own.
+    client: Arc<Client<HttpConnector, Full<Bytes>>>,
     request_timeout: Duration,
     response_header_timeout: Duration,
     stream_idle_timeout: Duration,
@@ -50,7 +54,7 @@ impl Upstream {
             .pool_max_idle_per_host(config.max_idle_per_host)
             .build(connector);
         Self {
-            client,
+            client: Arc::new(client),
             request_timeout: config.request_timeout,
             response_header_timeout: config.response_header_timeout,
             stream_idle_timeout: config.stream_idle_timeout,
