@@ -12,8 +12,10 @@ use crate::config::{LimitsBackend, LimitsFailurePolicy};
 use crate::load::{BufferBudget, InFlightLimit};
 use crate::rollout::{sync_loop, Rollouts, SharedDecisions};
 use crate::runtime::admin::Admin;
+use crate::runtime::background::{discovery_loop, housekeeping_loop};
 use crate::runtime::check::CapacityReport;
 use crate::runtime::data_threads::serve_on_threads;
+use crate::runtime::redact::{redact_in, redact_url};
 use crate::runtime::reload::Reloader;
 use crate::runtime::server::{self, ConnectionLimits, Shutdown, ShutdownTrigger, TlsError};
 use crate::stack::admission::{AdmissionState, ModelAdmission};
@@ -420,98 +422,7 @@ fn bytes_usize(b: bytesize::ByteSize) -> usize {
     usize::try_from(b.as_u64()).unwrap_or(usize::MAX)
 }
 
-/// `redis://user:secret@host/0` → `redis://user:***@host/0`: for logs and errors.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (authority, path) = rest
-        .split_once('/')
-        .map_or((rest, None), |(a, p)| (a, Some(p)));
-    let Some((userinfo, host)) = authority.rsplit_once('@') else {
-        return url.to_owned();
-    };
-    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-    let mut out = format!("{scheme}://{user}:***@{host}");
-    if let Some(path) = path {
-        out.push('/');
-        out.push_str(path);
-    }
-    out
-}
-
-/// `text` with the password of `url` (if any) replaced (a client error may quote the URL).
-fn redact_in(text: &str, url: &str) -> String {
-    let password = url
-        .split_once("://")
-        .and_then(|(_, rest)| rest.split('/').next())
-        .and_then(|authority| authority.rsplit_once('@'))
-        .and_then(|(userinfo, _)| userinfo.split_once(':'))
-        .map(|(_, p)| p)
-        .filter(|p| !p.is_empty());
-    match password {
-        Some(p) => text.replace(p, "***"),
-        None => text.to_owned(),
-    }
-}
-
-/// How often idle tenant counters and expired prompt fingerprints are dropped. Both are
-/// correct without it (expiry is by timestamp, memory is capped); this returns the memory.
-const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(60);
-
-async fn housekeeping_loop(
-    limiter: Limiter,
-    isolation: Arc<IsolationState>,
-    mut shutdown: Shutdown,
-) {
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(HOUSEKEEPING_INTERVAL) => {
-                limiter.sweep();
-                isolation.store.expire(std::time::Instant::now());
-            }
-            _ = shutdown.wait() => return,
-        }
-    }
-}
-
-async fn discovery_loop(
-    router: Arc<Router>,
-    upstream: Upstream,
-    every: Duration,
-    mut shutdown: Shutdown,
-) {
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(every) => discover_all(&router, &upstream).await,
-            _ = shutdown.wait() => return,
-        }
-    }
-}
-
 /// A serving gateway.
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn redis_passwords_never_reach_logs() {
-        assert_eq!(
-            redact_url("redis://default:s3cret@10.0.0.9:6379/0"),
-            "redis://default:***@10.0.0.9:6379/0"
-        );
-        assert_eq!(redact_url("redis://:s3cret@h"), "redis://:***@h");
-        assert_eq!(
-            redact_url("unix:///run/redis.sock"),
-            "unix:///run/redis.sock"
-        );
-        assert_eq!(
-            redact_in("failed: redis://:s3cret@h refused", "redis://:s3cret@h"),
-            "failed: redis://:***@h refused"
-        );
-    }
-}
-
 #[derive(Debug)]
 pub struct RunningGateway {
     data_addr: SocketAddr,

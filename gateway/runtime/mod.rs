@@ -5,10 +5,12 @@
 pub mod admin;
 pub mod admin_api;
 pub mod app;
+mod background;
 pub mod check;
 pub mod conn_deadlines;
 pub mod data_threads;
 pub mod demo;
 pub mod preflight;
+pub mod redact;
 pub mod reload;
 pub mod server;
