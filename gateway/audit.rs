@@ -39,10 +39,10 @@ pub struct AuditLog {
 #[derive(Debug)]
 struct Inner {
     /// To the writer thread; `None` for the `none` sink.
-    queue: Option<std::sync::mpsc::SyncSender<String>>,
+    queue: Option<std::sync::mpsc::SyncSender<Arc<str>>>,
     writer: Option<std::thread::JoinHandle<()>>,
     /// The latest lines as written (parsed again only when read).
-    recent: Mutex<VecDeque<String>>,
+    recent: Mutex<VecDeque<Arc<str>>>,
 }
 
 impl Drop for Inner {
@@ -108,9 +108,10 @@ impl AuditLog {
         line.insert("ts".into(), Value::from(ts));
         line.insert("event".into(), Value::from(event));
         line.extend(fields);
-        let line = Value::Object(line).to_string();
+        // One allocation shared by the queue and the ring.
+        let line: Arc<str> = Value::Object(line).to_string().into();
         if let Some(queue) = &self.inner.queue {
-            if queue.try_send(line.clone()).is_err() {
+            if queue.try_send(Arc::clone(&line)).is_err() {
                 ::metrics::counter!(crate::metrics::AUDIT_LINES_DROPPED_TOTAL).increment(1);
             }
         }
@@ -139,12 +140,12 @@ impl AuditLog {
 /// The writer thread: drains the queue into `sink`, flushes, pauses; ends when every sender
 /// is gone and the queue is empty.
 type Writer = (
-    std::sync::mpsc::SyncSender<String>,
+    std::sync::mpsc::SyncSender<Arc<str>>,
     std::thread::JoinHandle<()>,
 );
 
 fn spawn_writer(sink: Sink) -> std::io::Result<Writer> {
-    let (tx, rx) = std::sync::mpsc::sync_channel::<String>(QUEUE_LINES);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Arc<str>>(QUEUE_LINES);
     let handle = std::thread::Builder::new()
         .name("kvgate-audit".into())
         .spawn(move || {
