@@ -34,6 +34,7 @@ fn bench(c: &mut Criterion) {
         {"role": "system", "content": "You are a helpful assistant."},
         {"role": "user", "content": user}]})
     .to_string();
+    let body = bytes::Bytes::from(body);
     let messages = json!([{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": user}]);
     let rendered = tokenizer
         .apply_chat_template(&messages, None, true)
@@ -65,7 +66,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             rt.block_on(async {
                 let mut parsed =
-                    parse_inference(Endpoint::ChatCompletions, body.as_bytes(), &catalog).unwrap();
+                    parse_inference(Endpoint::ChatCompletions, &body, &catalog).unwrap();
                 let (count, pools) =
                     kvgate::stack::admission::admit(&state, &mut parsed, None, None)
                         .await

@@ -100,16 +100,43 @@ impl AuditLog {
 
     /// Record one event: `fields` plus `ts` and `event`.
     pub fn record(&self, event: &str, fields: Map<String, Value>) {
-        let mut line = Map::with_capacity(fields.len() + 2);
+        self.record_with(event, &fields, &[]);
+    }
+
+    /// Record one event: `ts`, `event`, then `base` and `extra` (a field in both is written
+    /// once, from `extra`). Serialised straight into the line: no map is built for it.
+    pub fn record_with(&self, event: &str, base: &Map<String, Value>, extra: &[(&str, Value)]) {
         let ts = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
             .unwrap_or_default();
-        line.insert("ts".into(), Value::from(ts));
-        line.insert("event".into(), Value::from(event));
-        line.extend(fields);
+        let mut out = Vec::with_capacity(256);
+        out.extend_from_slice(b"{\"ts\":");
+        let put = |out: &mut Vec<u8>, key: &str, value: &Value| {
+            // Strings and values always serialise into a Vec.
+            let _ = serde_json::to_writer(&mut *out, key);
+            out.push(b':');
+            let _ = serde_json::to_writer(&mut *out, value);
+        };
+        let _ = serde_json::to_writer(&mut out, &Value::from(ts));
+        out.push(b',');
+        put(&mut out, "event", &Value::from(event));
+        for (key, value) in base {
+            if key != "ts" && key != "event" && !extra.iter().any(|(k, _)| k == key) {
+                out.push(b',');
+                put(&mut out, key, value);
+            }
+        }
+        for (key, value) in extra {
+            out.push(b',');
+            put(&mut out, key, value);
+        }
+        out.push(b'}');
+        let Ok(line) = String::from_utf8(out) else {
+            return;
+        };
         // One allocation shared by the queue and the ring.
-        let line: Arc<str> = Value::Object(line).to_string().into();
+        let line: Arc<str> = line.into();
         if let Some(queue) = &self.inner.queue {
             if queue.try_send(Arc::clone(&line)).is_err() {
                 ::metrics::counter!(crate::metrics::AUDIT_LINES_DROPPED_TOTAL).increment(1);

@@ -407,3 +407,61 @@ async fn connections_over_the_cap_wait_for_a_free_one() {
     assert!(served >= freed, "served only once the slot was free");
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_field_sent_twice_is_refused_and_the_prompt_reaches_the_engine_as_sent() {
+    let engine = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
+    let gw = gateway(&config(
+        &unified_pool("u", &[worker(&engine, None)]),
+        "",
+        "",
+    ))
+    .await;
+    let url = format!("http://{}/generate", gw.data_addr());
+    // Two prompts in one body: the gateway would count one and an engine might run the
+    // other, so neither is sent anywhere.
+    for body in [
+        r#"{"text":"short","text":"a much longer prompt","sampling_params":{"max_new_tokens":2}}"#,
+        r#"{"text":"a","sampling_params":{"max_new_tokens":2},"sampling_params":{"max_new_tokens":9000}}"#,
+    ] {
+        let reply = read(
+            send(request(
+                http::Method::POST,
+                &url,
+                Some(KEY),
+                body.to_string(),
+            ))
+            .await,
+        )
+        .await;
+        assert_eq!(reply.status, 400, "{body}: {}", reply.text());
+        assert!(reply.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("more than once"));
+    }
+    assert!(
+        generations(&engine).is_empty(),
+        "nothing refused reached the engine"
+    );
+
+    // Escapes and spacing in the prompt are passed on as the client wrote them: the engine
+    // decodes the same text the gateway counted.
+    let body = r#"{"text" : "caf\u00e9 \"quoted\"\n",  "sampling_params":{"max_new_tokens":2}}"#;
+    let reply = read(
+        send(request(
+            http::Method::POST,
+            &url,
+            Some(KEY),
+            body.to_string(),
+        ))
+        .await,
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let received = generations(&engine);
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].body["text"], "café \"quoted\"\n");
+    assert_eq!(received[0].body["sampling_params"]["max_new_tokens"], 2);
+    gw.shutdown().await;
+}

@@ -7,7 +7,9 @@
 //! feature, health probes. A conversation's count is a pure function of its messages, tools
 //! and template arguments, so it is cached under a 128-bit keyed hash of them (two
 //! independent SipHash keys, fresh each process: a client can neither predict nor aim for a
-//! collision). Templates that read the clock (`strftime_now`) are never cached: their
+//! collision). The hash is over the JSON text exactly as the client sent it (the gateway
+//! passes that text on to the engine unchanged), so a hit needs no parse at all; the same
+//! conversation written with other whitespace is another key, and costs one render. Templates that read the clock (`strftime_now`) are never cached: their
 //! output changes by itself.
 //!
 //! The table is bounded: 16 shards of at most [`ENTRIES_PER_SHARD`] entries; a full shard
@@ -17,8 +19,6 @@ use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Mutex;
-
-use serde_json::Value;
 
 const SHARDS: usize = 16;
 /// Entries kept per shard (64 Ki conversations in all, ≈ 1.5 MiB).
@@ -42,19 +42,25 @@ impl ChatCountCache {
         }
     }
 
-    /// The key of `messages` and `tools` rendered with `add_generation_prompt`.
+    /// The key of `messages` and `tools` (their JSON text) rendered with
+    /// `add_generation_prompt`.
     pub(crate) fn key(
         &self,
-        messages: &Value,
-        tools: Option<&Value>,
+        messages: &str,
+        tools: Option<&str>,
         add_generation_prompt: bool,
     ) -> ChatKey {
         let hash = |state: &RandomState| {
             let mut h = state.build_hasher();
             h.write_u8(u8::from(add_generation_prompt));
-            hash_value(&mut h, messages);
+            // Lengths first: no two (messages, tools) pairs feed the same bytes.
+            h.write_usize(messages.len());
+            h.write(messages.as_bytes());
             match tools {
-                Some(t) => hash_value(&mut h, t),
+                Some(t) => {
+                    h.write_usize(t.len());
+                    h.write(t.as_bytes());
+                }
                 None => h.write_u8(0xff),
             }
             h.finish()
@@ -82,79 +88,41 @@ impl ChatCountCache {
     }
 }
 
-/// Feeds a JSON value to `h` without ambiguity: every node is tagged, strings and
-/// containers carry their length, so two different values never feed the same bytes.
-fn hash_value(h: &mut impl Hasher, value: &Value) {
-    match value {
-        Value::Null => h.write_u8(0),
-        Value::Bool(b) => h.write_u8(if *b { 2 } else { 1 }),
-        Value::Number(n) => {
-            if let Some(u) = n.as_u64() {
-                h.write_u8(3);
-                h.write_u64(u);
-            } else if let Some(i) = n.as_i64() {
-                h.write_u8(4);
-                h.write_i64(i);
-            } else {
-                h.write_u8(5);
-                h.write_u64(n.as_f64().map_or(0, f64::to_bits));
-            }
-        }
-        Value::String(s) => {
-            h.write_u8(6);
-            h.write_usize(s.len());
-            h.write(s.as_bytes());
-        }
-        Value::Array(items) => {
-            h.write_u8(7);
-            h.write_usize(items.len());
-            for item in items {
-                hash_value(h, item);
-            }
-        }
-        Value::Object(map) => {
-            h.write_u8(8);
-            h.write_usize(map.len());
-            for (k, v) in map {
-                h.write_usize(k.len());
-                h.write(k.as_bytes());
-                hash_value(h, v);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn keys_tell_conversations_apart_and_repeat_for_the_same_one() {
         let cache = ChatCountCache::new();
-        let a = json!([{"role": "user", "content": "ab"}]);
-        let key = cache.key(&a, None, true);
-        assert_eq!(key, cache.key(&a.clone(), None, true));
+        let a = r#"[{"role":"user","content":"ab"}]"#;
+        let key = cache.key(a, None, true);
+        assert_eq!(key, cache.key(String::from(a).as_str(), None, true));
         for other in [
-            json!([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]),
-            json!([{"role": "user", "content": "ab", "name": null}]),
-            json!([{"role": "user", "content": ["ab"]}]),
-            json!([{"role": "user", "content": 1}]),
+            r#"[{"role":"user","content":"a"},{"role":"user","content":"b"}]"#,
+            r#"[{"role":"user","content":"ab","name":null}]"#,
+            r#"[{"role":"user","content":["ab"]}]"#,
+            r#"[{"role":"user","content":1}]"#,
         ] {
-            assert_ne!(key, cache.key(&other, None, true), "{other}");
+            assert_ne!(key, cache.key(other, None, true), "{other}");
         }
-        assert_ne!(key, cache.key(&a, None, false));
-        assert_ne!(key, cache.key(&a, Some(&json!([])), true));
+        assert_ne!(key, cache.key(a, None, false));
+        assert_ne!(key, cache.key(a, Some("[]"), true));
+        // The boundary between messages and tools is part of the key.
+        assert_ne!(
+            cache.key("[1]", Some("[]"), true),
+            cache.key("[1][", Some("]"), true)
+        );
         cache.insert(key, 7);
         assert_eq!(cache.get(key), Some(7));
-        assert_eq!(cache.get(cache.key(&a, None, false)), None);
+        assert_eq!(cache.get(cache.key(a, None, false)), None);
     }
 
     #[test]
     fn a_full_shard_starts_over() {
         let cache = ChatCountCache::new();
         for i in 0..(ENTRIES_PER_SHARD * SHARDS * 2) {
-            cache.insert(cache.key(&json!(i), None, true), i);
+            cache.insert(cache.key(&i.to_string(), None, true), i);
         }
         for shard in &cache.shards {
             assert!(shard.lock().unwrap().len() <= ENTRIES_PER_SHARD);

@@ -304,14 +304,10 @@ impl ModelTokenizer {
         template.render(messages, tools, add_generation_prompt, template_kwargs)
     }
 
-    /// The key under which the count of this conversation (rendered with
-    /// `add_generation_prompt = true`, no extra template arguments) is remembered, or `None`
-    /// when it must not be: no template, or one that reads the clock.
-    pub fn chat_key(
-        &self,
-        messages: &serde_json::Value,
-        tools: Option<&serde_json::Value>,
-    ) -> Option<ChatKey> {
+    /// The key under which the count of this conversation (its `messages` and `tools` JSON
+    /// text, rendered with `add_generation_prompt = true`, no extra template arguments) is
+    /// remembered, or `None` when it must not be: no template, or one that reads the clock.
+    pub fn chat_key(&self, messages: &str, tools: Option<&str>) -> Option<ChatKey> {
         let template = self.template.as_ref()?;
         template
             .is_pure()

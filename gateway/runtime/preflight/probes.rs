@@ -340,18 +340,18 @@ impl Prober<'_> {
             }
         }
         fields.insert("stream".into(), Value::Bool(stream));
-        let request = InferenceRequest {
+        let request = InferenceRequest::from_fields(
             endpoint,
-            model: self.pool.model.clone(),
+            self.pool.model.clone(),
             stream,
-            batch: 1,
+            1,
             fields,
-            directives: EngineDirectives {
+            EngineDirectives {
                 default_max_new_tokens: None,
                 cache_salt: salt,
                 stream_usage: stream && endpoint != Endpoint::Generate,
             },
-        };
+        );
         let rid = format!("kvgate-preflight-{}", secure_random::hex_id());
         let prefill = match &self.target {
             Target::Pair { prefill, .. } => Some(*prefill),

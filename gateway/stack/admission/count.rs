@@ -19,6 +19,7 @@ use super::prompt::{MaxNew, Sample};
 use crate::error::GatewayError;
 use crate::stack::api::PromptInput;
 use kvgate_tokenize::{ChatKey, ModelTokenizer, TokenizeError};
+use serde_json::Value;
 
 /// A sample's prompt size as admission knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +73,14 @@ fn template_error(e: TokenizeError) -> GatewayError {
     }
 }
 
+/// A raw field (`api::raw`) as values; it was parsed once already, so this only fails
+/// when nesting is too deep for a value tree.
+fn parse_raw(raw: &str, field: &str) -> Result<Value, GatewayError> {
+    serde_json::from_str(raw).map_err(|e| {
+        GatewayError::invalid(format!("`{field}` could not be read: {e}"), Some(field))
+    })
+}
+
 /// Prompts up to this size are counted exactly right away, on the request's own thread:
 /// the fast path counts 16 KiB in tens of microseconds, less than a hop to the blocking pool
 /// and back costs. Larger ones get the byte bound first (and the blocking pool if needed).
@@ -89,17 +98,17 @@ pub(super) fn measure(
     let mut measured: Vec<Measured> = samples
         .iter()
         .map(|s| {
-            let (tokens, pending) = match s.input {
-                PromptInput::Ids(n) => (PromptTokens::Exact(n as u64), None),
+            let (tokens, pending) = match &s.input {
+                PromptInput::Ids(n) => (PromptTokens::Exact(*n as u64), None),
                 PromptInput::Text(t) => (
                     PromptTokens::AtMost(tokenizer.token_upper_bound(t.len(), true) as u64),
                     Some(Pending {
-                        text: Arc::from(t),
+                        text: Arc::from(t.as_ref()),
                         chat: false,
                         key: None,
                     }),
                 ),
-                PromptInput::Chat { messages, tools } => {
+                &PromptInput::Chat { messages, tools } => {
                     // A conversation seen before: its exact count, no render.
                     let key = tokenizer.chat_key(messages, tools);
                     if let Some(n) = key.and_then(|k| tokenizer.cached_chat_count(k)) {
@@ -109,8 +118,12 @@ pub(super) fn measure(
                             pending: None,
                         });
                     }
+                    // Not seen before: only now is the conversation parsed into values,
+                    // for the template.
+                    let messages: Value = parse_raw(messages, "messages")?;
+                    let tools: Option<Value> = tools.map(|t| parse_raw(t, "tools")).transpose()?;
                     let rendered = tokenizer
-                        .apply_chat_template(messages, tools, true)
+                        .apply_chat_template(&messages, tools.as_ref(), true)
                         .map_err(template_error)?;
                     (
                         PromptTokens::AtMost(
@@ -307,26 +320,29 @@ mod tests {
         let tok = qwen3();
         let messages = json!([{"role": "system", "content": "Be brief."},
                               {"role": "user", "content": "What is a KV page?"}]);
-        let sample = |m| Sample {
-            input: PromptInput::Chat {
-                messages: m,
-                tools: None,
-            },
-            max_new: MaxNew::Tokens(4),
-        };
+        let text = messages.to_string();
+        fn sample(m: &str) -> Sample<'_> {
+            Sample {
+                input: PromptInput::Chat {
+                    messages: m,
+                    tools: None,
+                },
+                max_new: MaxNew::Tokens(4),
+            }
+        }
         let rendered = tok.apply_chat_template(&messages, None, true).unwrap();
         let exact = tok.count(&rendered, false).unwrap() as u64;
-        let key = tok.chat_key(&messages, None).unwrap();
+        let key = tok.chat_key(&text, None).unwrap();
         assert_eq!(tok.cached_chat_count(key), None);
-        let first = measure(&[sample(&messages)], &tok).unwrap();
+        let first = measure(&[sample(&text)], &tok).unwrap();
         assert_eq!(first[0].tokens, PromptTokens::Exact(exact));
         assert_eq!(tok.cached_chat_count(key), Some(exact as usize));
-        let again = measure(&[sample(&messages)], &tok).unwrap();
+        let again = measure(&[sample(&text)], &tok).unwrap();
         assert_eq!(again[0].tokens, PromptTokens::Exact(exact));
         // One character more is another conversation, counted afresh.
         let other = json!([{"role": "system", "content": "Be brief."},
                            {"role": "user", "content": "What is a KV page?!"}]);
-        let counted = measure(&[sample(&other)], &tok).unwrap();
+        let counted = measure(&[sample(&other.to_string())], &tok).unwrap();
         let rendered = tok.apply_chat_template(&other, None, true).unwrap();
         assert_eq!(
             counted[0].tokens,

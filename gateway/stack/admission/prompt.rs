@@ -30,7 +30,7 @@ pub enum MaxNew {
 }
 
 /// One sample of a request.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Sample<'a> {
     pub input: PromptInput<'a>,
     pub max_new: MaxNew,
@@ -75,7 +75,7 @@ mod tests {
         let cfg = crate::config::Config::from_toml(&text, &path).unwrap();
         parse_inference(
             endpoint,
-            body.to_string().as_bytes(),
+            &bytes::Bytes::from(body.to_string()),
             &ModelCatalog::from_config(&cfg),
         )
         .unwrap()

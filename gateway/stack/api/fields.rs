@@ -231,30 +231,7 @@ pub fn check(endpoint: Endpoint, fields: &Map<String, Value>) -> Result<(), Gate
             "lora_path" => {
                 lora_adapters(fields)?;
             }
-            "messages" => check_content_parts(value)?,
             _ => {}
-        }
-    }
-    Ok(())
-}
-
-/// Chat content must be text: image, audio and video parts are prompts the gateway cannot
-/// count (and URLs an engine would fetch on the client's behalf).
-fn check_content_parts(messages: &Value) -> Result<(), GatewayError> {
-    let Some(messages) = messages.as_array() else {
-        return Ok(()); // shape errors are the parser's
-    };
-    for (i, message) in messages.iter().enumerate() {
-        let Some(parts) = message.get("content").and_then(Value::as_array) else {
-            continue;
-        };
-        for (j, part) in parts.iter().enumerate() {
-            if part.get("type").and_then(Value::as_str) != Some("text") {
-                return Err(GatewayError::UnsupportedParameter {
-                    param: format!("messages[{i}].content[{j}]"),
-                    reason: "only text content parts are accepted: the gateway cannot count images, audio or video, so it cannot admit them",
-                });
-            }
         }
     }
     Ok(())
@@ -419,20 +396,6 @@ mod tests {
         assert_eq!(
             refused(Endpoint::Generate, json!({"text": "a", "top_k": 5})),
             "top_k"
-        );
-    }
-
-    #[test]
-    fn only_text_content_parts_pass() {
-        let text =
-            json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]});
-        check(Endpoint::ChatCompletions, &object(text)).unwrap();
-        let image = json!({"messages": [{"role": "user", "content": [
-            {"type": "text", "text": "what is this"},
-            {"type": "image_url", "image_url": {"url": "http://169.254.169.254/latest"}}]}]});
-        assert_eq!(
-            refused(Endpoint::ChatCompletions, image),
-            "messages[0].content[1]"
         );
     }
 

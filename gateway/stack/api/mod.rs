@@ -11,10 +11,12 @@ pub mod catalog;
 mod endpoint;
 pub mod fields;
 mod parse;
+pub mod prompt_view;
+pub mod raw;
 pub mod read_body;
 mod request;
 
 pub use endpoint::Endpoint;
 pub use parse::{parse_inference, ModelCatalog, Parse, ParseLayer};
 
-pub use request::{EngineDirectives, InferenceRequest, PromptInput};
+pub use request::{bulk_fields, EngineDirectives, InferenceRequest, PromptInput, PromptView};

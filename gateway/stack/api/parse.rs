@@ -10,6 +10,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use tower::filter::{FilterLayer, Predicate};
 
+use super::prompt_view::{self, Prompts};
+use super::raw::{self, RawFields};
+use super::request::bulk_fields;
 use super::{fields, Endpoint, EngineDirectives, InferenceRequest};
 use crate::body::BoxError;
 use crate::config::{Config, EngineKind};
@@ -39,6 +42,14 @@ impl ModelCatalog {
         };
         Self {
             names: Arc::new(names),
+            generate_default,
+        }
+    }
+
+    /// A catalog of `names`, `/generate` defaulting to `generate_default`.
+    pub fn new(names: impl IntoIterator<Item = String>, generate_default: Option<String>) -> Self {
+        Self {
+            names: Arc::new(names.into_iter().collect()),
             generate_default,
         }
     }
@@ -83,21 +94,20 @@ impl ModelCatalog {
     }
 }
 
-/// Parse and structurally validate one request body.
+/// Parse and structurally validate one request body. The prompt stays in `body` (shared,
+/// not copied): see `api::raw`.
 pub fn parse_inference(
     endpoint: Endpoint,
-    body: &[u8],
+    body: &Bytes,
     catalog: &ModelCatalog,
 ) -> Result<InferenceRequest, GatewayError> {
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| GatewayError::invalid(format!("request body is not valid JSON: {e}"), None))?;
-    let Value::Object(body) = value else {
-        return Err(GatewayError::invalid(
-            "request body must be a JSON object",
-            None,
+    if endpoint == Endpoint::ListModels {
+        return Err(GatewayError::Internal(
+            "list-models requests carry no body to parse".into(),
         ));
-    };
-    let stream = match body.get("stream") {
+    }
+    let (fields, raw) = raw::split(body, bulk_fields(endpoint))?;
+    let stream = match fields.get("stream") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
         Some(_) => {
@@ -108,87 +118,38 @@ pub fn parse_inference(
         }
     };
     // The allowlist: engine-control and unknown fields are refused by name (api::fields).
-    fields::check(endpoint, &body)?;
+    fields::check(endpoint, &fields)?;
     let batch = match endpoint {
-        Endpoint::ChatCompletions => chat_batch(&body)?,
-        Endpoint::Completions => prompt_batch(body.get("prompt"), "prompt")?,
-        Endpoint::Generate => generate_batch(&body)?,
-        Endpoint::ListModels => {
-            return Err(GatewayError::Internal(
-                "list-models requests carry no body to parse".into(),
-            ))
+        Endpoint::ChatCompletions => {
+            let messages = raw.get("messages").ok_or_else(|| {
+                GatewayError::invalid(
+                    "`messages` must be an array of message objects",
+                    Some("messages"),
+                )
+            })?;
+            prompt_view::messages(messages)?;
+            1
         }
+        Endpoint::Completions => prompt_batch(raw.get("prompt"), "prompt")?,
+        _ => generate_batch(&raw)?,
     };
     // On `/generate` the (optional) `model` only selects the gateway model: SGLang's
     // GenerateReqInput has none, so `api::fields` keeps it from the engine.
-    let model = catalog.resolve(endpoint, &body)?;
+    let model = catalog.resolve(endpoint, &fields)?;
     Ok(InferenceRequest {
         endpoint,
         model,
         stream,
         batch,
-        fields: body,
+        fields,
+        raw,
         directives: EngineDirectives::default(),
     })
 }
 
-fn chat_batch(body: &Map<String, Value>) -> Result<usize, GatewayError> {
-    let Some(Value::Array(messages)) = body.get("messages") else {
-        return Err(GatewayError::invalid(
-            "`messages` must be an array of message objects",
-            Some("messages"),
-        ));
-    };
-    if messages.is_empty() {
-        return Err(GatewayError::invalid(
-            "`messages` must not be empty",
-            Some("messages"),
-        ));
-    }
-    for (i, message) in messages.iter().enumerate() {
-        let role = message.get("role").and_then(Value::as_str);
-        if role.is_none() {
-            return Err(GatewayError::invalid(
-                format!("messages[{i}] must be an object with a string `role`"),
-                Some("messages"),
-            ));
-        }
-    }
-    Ok(1)
-}
-
-fn is_token_array(items: &[Value]) -> bool {
-    items
-        .iter()
-        .all(|v| v.as_u64().is_some_and(|id| id <= u32::MAX as u64))
-}
-
-/// OpenAI `prompt` and SGLang `text`/`input_ids`: a string, a list of strings, a list of
-/// token ids, or a list of token-id lists.
-fn prompt_batch(prompt: Option<&Value>, field: &str) -> Result<usize, GatewayError> {
-    let bad = || {
-        GatewayError::invalid(
-            format!("`{field}` must be a string, a list of strings, a list of token ids or a list of token-id lists"),
-            Some(field),
-        )
-    };
+fn prompt_batch(prompt: Option<&str>, field: &str) -> Result<usize, GatewayError> {
     match prompt {
-        Some(Value::String(_)) => Ok(1),
-        Some(Value::Array(items)) if items.is_empty() => Err(GatewayError::invalid(
-            format!("`{field}` must not be empty"),
-            Some(field),
-        )),
-        Some(Value::Array(items)) if items.iter().all(Value::is_string) => Ok(items.len()),
-        Some(Value::Array(items)) if is_token_array(items) => Ok(1),
-        Some(Value::Array(items))
-            if items.iter().all(|i| {
-                i.as_array()
-                    .is_some_and(|a| !a.is_empty() && is_token_array(a))
-            }) =>
-        {
-            Ok(items.len())
-        }
-        Some(_) => Err(bad()),
+        Some(raw) => Ok(prompt_view::prompts(raw, field)?.len()),
         None => Err(GatewayError::invalid(
             format!("`{field}` is required"),
             Some(field),
@@ -196,26 +157,19 @@ fn prompt_batch(prompt: Option<&Value>, field: &str) -> Result<usize, GatewayErr
     }
 }
 
-fn generate_batch(body: &Map<String, Value>) -> Result<usize, GatewayError> {
-    match (body.get("text"), body.get("input_ids")) {
-        (Some(text), None) => match text {
-            Value::String(_) => Ok(1),
-            Value::Array(items) if !items.is_empty() && items.iter().all(Value::is_string) => {
-                Ok(items.len())
-            }
+/// SGLang `/generate`: `text` (a string or a non-empty list of strings) or `input_ids` (a
+/// list of token ids or a list of token-id lists), never both.
+fn generate_batch(raw: &RawFields) -> Result<usize, GatewayError> {
+    match (raw.get("text"), raw.get("input_ids")) {
+        (Some(text), None) => match prompt_view::prompts(text, "text") {
+            Ok(Prompts::Texts(texts)) => Ok(texts.len()),
             _ => Err(GatewayError::invalid(
                 "`text` must be a string or a non-empty list of strings",
                 Some("text"),
             )),
         },
-        (None, Some(Value::Array(items))) if !items.is_empty() && is_token_array(items) => Ok(1),
-        (None, Some(ids)) => match prompt_batch(Some(ids), "input_ids")? {
-            n if ids
-                .as_array()
-                .is_some_and(|a| a.iter().all(Value::is_array)) =>
-            {
-                Ok(n)
-            }
+        (None, Some(ids)) => match prompt_view::prompts(ids, "input_ids") {
+            Ok(Prompts::Ids(ids)) => Ok(ids.len()),
             _ => Err(GatewayError::invalid(
                 "`input_ids` must be a list of token ids or a list of token-id lists",
                 Some("input_ids"),
@@ -271,7 +225,11 @@ mod tests {
     }
 
     fn parse(endpoint: Endpoint, body: &str) -> Result<InferenceRequest, GatewayError> {
-        parse_inference(endpoint, body.as_bytes(), &catalog())
+        parse_inference(
+            endpoint,
+            &Bytes::copy_from_slice(body.as_bytes()),
+            &catalog(),
+        )
     }
 
     #[test]
@@ -391,7 +349,7 @@ mod tests {
 
         #[test]
         fn arbitrary_bytes_are_a_client_error(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
-            if let Err(e) = parse_inference(Endpoint::Generate, &bytes, &catalog()) {
+            if let Err(e) = parse_inference(Endpoint::Generate, &Bytes::from(bytes), &catalog()) {
                 proptest::prop_assert!(e.status().is_client_error());
             }
         }

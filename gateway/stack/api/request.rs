@@ -7,7 +7,10 @@
 //! fields (`dispatch::engine_body`).
 
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 
+use super::prompt_view::{self, Message, Prompts};
+use super::raw::RawFields;
 use super::Endpoint;
 use crate::error::GatewayError;
 
@@ -22,9 +25,13 @@ pub struct InferenceRequest {
     pub stream: bool,
     /// Number of prompts in the request (SGLang and completions batches); 1 for chat.
     pub batch: usize,
-    /// The client's JSON object as it arrived, structurally validated by parsing. Read-only
-    /// for the stages: what of it reaches an engine is decided by `api::fields`.
+    /// The client's small fields (everything but the prompt and `tools`), structurally
+    /// validated by parsing. Read-only for the stages: what of them reaches an engine is
+    /// decided by `api::fields`.
     pub fields: Map<String, Value>,
+    /// The prompt (and chat `tools`) as the client sent them: spliced into the engine's
+    /// body unchanged, read through `api::prompt_view`.
+    pub raw: RawFields,
     /// What the stages decided the engine must receive; applied once, at dispatch.
     pub directives: EngineDirectives,
 }
@@ -46,32 +53,81 @@ pub struct EngineDirectives {
 pub const MAX_FANOUT: u64 = 128;
 
 /// One prompt to count.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub enum PromptInput<'a> {
     /// Raw text, encoded with special tokens.
-    Text(&'a str),
+    Text(Cow<'a, str>),
     /// Token ids: the count is their number.
     Ids(usize),
-    /// Chat messages (and tools) to render through the template.
+    /// Chat messages (and tools) to render through the template, as raw JSON.
     Chat {
-        messages: &'a Value,
-        tools: Option<&'a Value>,
+        messages: &'a str,
+        tools: Option<&'a str>,
     },
+}
+
+/// A request's prompt, read: chat messages, or the texts or ids of every sample.
+#[derive(Debug)]
+pub enum PromptView<'a> {
+    Chat(Vec<Message<'a>>),
+    Samples(Prompts<'a>),
+}
+
+/// The fields of `endpoint` kept raw (`api::raw`): the bulk of every body.
+pub fn bulk_fields(endpoint: Endpoint) -> &'static [&'static str] {
+    match endpoint {
+        Endpoint::ChatCompletions => &["messages", "tools"],
+        Endpoint::Completions => &["prompt"],
+        Endpoint::Generate => &["text", "input_ids"],
+        Endpoint::ListModels => &[],
+    }
 }
 
 // === impl InferenceRequest ===
 
 impl InferenceRequest {
+    /// A request built in code (probes, tests): `fields` holds every field, the bulk ones
+    /// included; they are moved to [`Self::raw`].
+    pub fn from_fields(
+        endpoint: Endpoint,
+        model: String,
+        stream: bool,
+        batch: usize,
+        mut fields: Map<String, Value>,
+        directives: EngineDirectives,
+    ) -> Self {
+        let bulk: Vec<(&'static str, Value)> = bulk_fields(endpoint)
+            .iter()
+            .filter_map(|name| Some((*name, fields.shift_remove(*name)?)))
+            .collect();
+        let refs: Vec<(&'static str, &Value)> = bulk.iter().map(|(n, v)| (*n, v)).collect();
+        Self {
+            endpoint,
+            model,
+            stream,
+            batch,
+            fields,
+            raw: RawFields::from_values(&refs),
+            directives,
+        }
+    }
+
     /// The prompt of every sample, in order (`batch` of them).
     pub fn prompts(&self) -> Result<Vec<PromptInput<'_>>, GatewayError> {
-        let body = &self.fields;
         let found = match self.endpoint {
             Endpoint::ChatCompletions => vec![PromptInput::Chat {
-                messages: body.get("messages").unwrap_or(&Value::Null),
-                tools: body.get("tools").filter(|t| !t.is_null()),
+                messages: self.raw.get("messages").unwrap_or("null"),
+                tools: self.raw.get("tools").filter(|t| *t != "null"),
             }],
-            Endpoint::Completions => body.get("prompt").map(prompt_list).unwrap_or_default(),
-            Endpoint::Generate => self.generate_prompt().map(prompt_list).unwrap_or_default(),
+            Endpoint::Completions | Endpoint::Generate => match self.prompt_view()? {
+                Some(PromptView::Samples(Prompts::Texts(texts))) => {
+                    texts.into_iter().map(PromptInput::Text).collect()
+                }
+                Some(PromptView::Samples(Prompts::Ids(ids))) => {
+                    ids.iter().map(|i| PromptInput::Ids(i.len())).collect()
+                }
+                _ => Vec::new(),
+            },
             Endpoint::ListModels => Vec::new(),
         };
         if found.len() != self.batch {
@@ -84,20 +140,16 @@ impl InferenceRequest {
         Ok(found)
     }
 
-    /// The raw prompt value(s): the JSON the prompts of [`Self::prompts`] come from.
-    pub fn prompt_value(&self) -> Option<&Value> {
-        match self.endpoint {
-            Endpoint::ChatCompletions => self.fields.get("messages"),
-            Endpoint::Completions => self.fields.get("prompt"),
-            Endpoint::Generate => self.generate_prompt(),
-            Endpoint::ListModels => None,
-        }
-    }
-
-    fn generate_prompt(&self) -> Option<&Value> {
-        self.fields
-            .get("text")
-            .or_else(|| self.fields.get("input_ids"))
+    /// The prompt, read from its raw JSON (None: a request without one).
+    pub fn prompt_view(&self) -> Result<Option<PromptView<'_>>, GatewayError> {
+        let param = self.prompt_param();
+        let Some(raw) = self.raw.get(param) else {
+            return Ok(None);
+        };
+        Ok(Some(match self.endpoint {
+            Endpoint::ChatCompletions => PromptView::Chat(prompt_view::messages(raw)?),
+            _ => PromptView::Samples(prompt_view::prompts(raw, param)?),
+        }))
     }
 
     /// The JSON field that holds the prompt (the `param` of a refusal).
@@ -105,7 +157,7 @@ impl InferenceRequest {
         match self.endpoint {
             Endpoint::ChatCompletions => "messages",
             Endpoint::Completions => "prompt",
-            Endpoint::Generate if self.fields.contains_key("input_ids") => "input_ids",
+            Endpoint::Generate if self.raw.contains("input_ids") => "input_ids",
             Endpoint::Generate | Endpoint::ListModels => "text",
         }
     }
@@ -121,10 +173,11 @@ impl InferenceRequest {
     /// Whether the prompts are token ids (the engine's count must then match exactly).
     pub fn token_id_input(&self) -> bool {
         match self.endpoint {
-            Endpoint::Generate => self.fields.contains_key("input_ids"),
-            Endpoint::Completions => self.fields.get("prompt").is_some_and(|p| {
-                !p.is_string() && !p.as_array().is_some_and(|a| a.iter().all(Value::is_string))
-            }),
+            Endpoint::Generate => self.raw.contains("input_ids"),
+            Endpoint::Completions => self
+                .raw
+                .get("prompt")
+                .is_some_and(prompt_view::is_token_ids),
             _ => false,
         }
     }
@@ -217,23 +270,5 @@ fn max_tokens_field(value: Option<&Value>, name: &str) -> Result<Option<u64>, Ga
                 Some(name),
             )
         }),
-    }
-}
-
-fn prompt_list(v: &Value) -> Vec<PromptInput<'_>> {
-    match v {
-        Value::String(s) => vec![PromptInput::Text(s)],
-        Value::Array(items) if items.iter().all(Value::is_string) => items
-            .iter()
-            .filter_map(Value::as_str)
-            .map(PromptInput::Text)
-            .collect(),
-        Value::Array(items) if items.iter().all(Value::is_array) => items
-            .iter()
-            .filter_map(Value::as_array)
-            .map(|a| PromptInput::Ids(a.len()))
-            .collect(),
-        Value::Array(items) => vec![PromptInput::Ids(items.len())],
-        _ => Vec::new(),
     }
 }

@@ -1,6 +1,7 @@
 //! The engine's request body, built once per request: the client's passthrough fields
-//! (`api::fields`), the stages' [`EngineDirectives`] and dispatch's own routing fields.
-//! This is the only place the outgoing JSON is written.
+//! (`api::fields`), the stages' [`EngineDirectives`] and dispatch's own routing fields,
+//! with the prompt spliced in from the client's own bytes (`api::raw`: checked by parsing,
+//! never rebuilt). This is the only place the outgoing JSON is written.
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
@@ -34,6 +35,7 @@ fn build_for(
         endpoint,
         batch,
         fields: client,
+        raw,
         directives,
         ..
     } = request;
@@ -59,9 +61,28 @@ fn build_for(
     if let Some(prefill) = prefill {
         bootstrap::inject(&mut body, prefill, batch);
     }
-    serde_json::to_vec(&body)
-        .map(Bytes::from)
-        .map_err(|e| GatewayError::Internal(format!("encoding the engine's body: {e}")))
+    let raw_len: usize = raw.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
+    let mut out = Vec::with_capacity(raw_len + 64 * (body.len() + 1));
+    serde_json::to_writer(&mut out, &body)
+        .map_err(|e| GatewayError::Internal(format!("encoding the engine's body: {e}")))?;
+    // `{...}` → `{...,"messages":<the client's bytes>}`.
+    if raw_len > 0 && out.last() == Some(&b'}') {
+        out.pop();
+        let mut first = body.is_empty();
+        for (name, value) in raw.iter() {
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            // Bulk names are plain ASCII identifiers: no escaping needed.
+            out.push(b'"');
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b"\":");
+            out.extend_from_slice(value);
+        }
+        out.push(b'}');
+    }
+    Ok(Bytes::from(out))
 }
 
 fn apply_directives(endpoint: Endpoint, body: &mut Map<String, Value>, d: &EngineDirectives) {
@@ -132,14 +153,7 @@ mod tests {
         let Value::Object(fields) = body else {
             panic!("not an object")
         };
-        InferenceRequest {
-            endpoint,
-            model: "qwen3".into(),
-            stream: false,
-            batch: 1,
-            fields,
-            directives,
-        }
+        InferenceRequest::from_fields(endpoint, "qwen3".into(), false, 1, fields, directives)
     }
 
     fn sent(request: InferenceRequest) -> Value {
@@ -166,6 +180,40 @@ mod tests {
         let bytes = build_for(r, "served", EngineKind::Sglang, None, "abc").unwrap();
         let body: Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(body["rid"], "abc");
+    }
+
+    #[test]
+    fn the_prompt_reaches_the_engine_byte_for_byte() {
+        let client = br#"{"model":"qwen3","messages":[ {"role":"user","content":"caf\u00e9 \"x\""} ],"tools":null,"cache_salt":"forged"}"#;
+        let catalog = crate::stack::api::ModelCatalog::new(["qwen3".to_string()], None);
+        let parsed = crate::stack::api::parse_inference(
+            Endpoint::ChatCompletions,
+            &Bytes::from_static(client),
+            &catalog,
+        )
+        .unwrap();
+        let bytes = build_for(parsed, "served", EngineKind::Openai, None, "id").unwrap();
+        let text = std::str::from_utf8(&bytes).unwrap();
+        assert!(
+            text.contains(r#""messages":[ {"role":"user","content":"caf\u00e9 \"x\""} ]"#),
+            "{text}"
+        );
+        let body: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(body["model"], "served");
+        assert_eq!(body["tools"], Value::Null);
+        assert!(body.get("cache_salt").is_none());
+        // Only bulk fields: the object is still well formed.
+        let only = request(
+            Endpoint::Completions,
+            json!({"prompt": "p"}),
+            EngineDirectives::default(),
+        );
+        let bytes = build_for(only, "served", EngineKind::Sglang, None, "r").unwrap();
+        let body: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(
+            (body["prompt"].clone(), body["rid"].clone()),
+            (json!("p"), json!("r"))
+        );
     }
 
     #[test]

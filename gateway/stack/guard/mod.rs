@@ -106,7 +106,8 @@ impl GuardState {
 #[derive(Debug, Clone)]
 pub struct TripReport {
     audit: AuditLog,
-    fields: Map<String, Value>,
+    /// The request's facts every line carries (shared: the report is cloned per request).
+    fields: Arc<Map<String, Value>>,
     pool: String,
     /// The request's signals for its pool's window (rollouts count trips and leaks).
     signals: Option<Arc<RequestSignals>>,
@@ -125,24 +126,23 @@ impl TripReport {
         if let Some(signals) = &self.signals {
             signals.trip(trip.reason());
         }
-        let mut fields = self.fields.clone();
-        fields.insert("reason".into(), Value::from(trip.reason()));
+        let mut extra = vec![("reason", Value::from(trip.reason()))];
         match trip {
             Trip::PromptTokens {
                 sample,
                 expected,
                 reported,
             } => {
-                fields.insert("sample".into(), Value::from(*sample));
-                fields.insert("prompt_tokens_counted".into(), Value::from(*expected));
-                fields.insert("prompt_tokens_reported".into(), Value::from(*reported));
+                extra.push(("sample", Value::from(*sample)));
+                extra.push(("prompt_tokens_counted", Value::from(*expected)));
+                extra.push(("prompt_tokens_reported", Value::from(*reported)));
             }
             Trip::Aborted { status, .. } | Trip::ErrorIn2xx { status, .. } => {
-                fields.insert("engine_status".into(), Value::from(*status));
+                extra.push(("engine_status", Value::from(*status)));
             }
             _ => {}
         }
-        self.audit.record("guard_trip", fields);
+        self.audit.record_with("guard_trip", &self.fields, &extra);
         trip_error(trip, &self.pool)
     }
 
@@ -153,22 +153,22 @@ impl TripReport {
         if let Some(signals) = &self.signals {
             signals.leak();
         }
-        let mut fields = self.fields.clone();
-        fields.insert("owner_tenants".into(), Value::from(suspicion.owner_tenants));
-        fields.insert(
-            "matched_ngrams".into(),
-            Value::from(suspicion.matched_ngrams),
-        );
-        self.audit.record("leak_suspected", fields);
+        let extra = [
+            ("owner_tenants", Value::from(suspicion.owner_tenants)),
+            ("matched_ngrams", Value::from(suspicion.matched_ngrams)),
+        ];
+        self.audit
+            .record_with("leak_suspected", &self.fields, &extra);
     }
 
     /// Count a stream's outcome and write its audit line.
     pub fn outcome(&self, outcome: &'static str) {
         ::metrics::counter!(metrics::REQUEST_OUTCOMES_TOTAL, "outcome" => outcome).increment(1);
-        let mut fields = self.fields.clone();
-        fields.insert("outcome".into(), Value::from(outcome));
-        fields.insert("stream".into(), Value::from(true));
-        self.audit.record("request", fields);
+        let extra = [
+            ("outcome", Value::from(outcome)),
+            ("stream", Value::from(true)),
+        ];
+        self.audit.record_with("request", &self.fields, &extra);
     }
 }
 
@@ -316,7 +316,7 @@ impl Stage for Guard {
             }
             let report = TripReport {
                 audit: state.audit.clone(),
-                fields,
+                fields: Arc::new(fields),
                 pool: pool.clone(),
                 signals,
             };

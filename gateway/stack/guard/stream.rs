@@ -261,7 +261,7 @@ mod tests {
         .unwrap();
         let report = TripReport {
             audit,
-            fields: serde_json::Map::new(),
+            fields: Default::default(),
             pool: "p".into(),
             signals: None,
         };

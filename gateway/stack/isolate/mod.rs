@@ -18,7 +18,6 @@ pub use salt::CacheSalter;
 use bytes::Bytes;
 use futures_util::future::{BoxFuture, FutureExt, Shared};
 use http::Request;
-use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,7 +25,8 @@ use tower::filter::{FilterLayer, Predicate};
 
 use crate::body::BoxError;
 use crate::config::{Config, LeakMode};
-use crate::stack::api::{Endpoint, InferenceRequest};
+use crate::stack::api::prompt_view::{Content, Prompts};
+use crate::stack::api::{InferenceRequest, PromptView};
 use crate::stack::auth::AuthContext;
 use crate::stack::routing::RoutePlan;
 use kvgate_tokenize::ModelTokenizer;
@@ -132,46 +132,23 @@ enum PromptMaterial<'a> {
     Chat(Vec<&'a str>),
 }
 
-fn token_ids(v: &Value) -> Option<Vec<u32>> {
-    v.as_array()?
-        .iter()
-        .map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok()))
-        .collect()
-}
-
-fn prompt_material(v: &Value) -> Option<PromptMaterial<'_>> {
-    match v {
-        Value::String(s) => Some(PromptMaterial::Texts(vec![s.as_str()])),
-        Value::Array(items) if items.iter().all(Value::is_string) => Some(PromptMaterial::Texts(
-            items.iter().filter_map(Value::as_str).collect(),
-        )),
-        Value::Array(items) if items.iter().all(Value::is_array) => Some(PromptMaterial::Ids(
-            items.iter().filter_map(token_ids).collect(),
-        )),
-        other => token_ids(other).map(|one| PromptMaterial::Ids(vec![one])),
-    }
-}
-
-fn material(parsed: &InferenceRequest) -> Option<PromptMaterial<'_>> {
-    match parsed.endpoint {
-        Endpoint::ChatCompletions => {
-            let messages = parsed.prompt_value()?.as_array()?;
-            let mut texts = Vec::new();
+fn material<'a>(view: &'a PromptView<'a>) -> PromptMaterial<'a> {
+    match view {
+        PromptView::Chat(messages) => {
+            let mut texts = Vec::with_capacity(messages.len());
             for m in messages {
-                match m.get("content") {
-                    Some(Value::String(s)) => texts.push(s.as_str()),
-                    Some(Value::Array(parts)) => texts.extend(
-                        parts
-                            .iter()
-                            .filter_map(|p| p.get("text").and_then(Value::as_str)),
-                    ),
-                    _ => {}
+                match &m.content {
+                    Content::Text(t) => texts.push(t.as_ref()),
+                    Content::Parts(parts) => texts.extend(parts.iter().map(AsRef::as_ref)),
+                    Content::None | Content::Other => {}
                 }
             }
-            Some(PromptMaterial::Chat(texts))
+            PromptMaterial::Chat(texts)
         }
-        Endpoint::Completions | Endpoint::Generate => prompt_material(parsed.prompt_value()?),
-        Endpoint::ListModels => None,
+        PromptView::Samples(Prompts::Texts(texts)) => {
+            PromptMaterial::Texts(texts.iter().map(AsRef::as_ref).collect())
+        }
+        PromptView::Samples(Prompts::Ids(ids)) => PromptMaterial::Ids(ids.clone()),
     }
 }
 
@@ -271,9 +248,12 @@ impl Predicate<Request<Bytes>> for Isolate {
         if switches.leak == LeakMode::Off {
             return Ok(request);
         }
-        let Some(material) = material(parsed) else {
+        // Read again from the client's bytes (checked by the parse stage): borrowed text,
+        // no tree.
+        let Ok(Some(view)) = parsed.prompt_view() else {
             return Ok(request);
         };
+        let material = material(&view);
         let store = self.state.store.clone();
         let limit = self.state.fingerprint_bytes;
         let now = Instant::now();

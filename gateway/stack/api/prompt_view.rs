@@ -1,0 +1,293 @@
+//! Borrowed views of a prompt's raw JSON (`api::raw`): what the stages read of it, with no
+//! copy of its text unless the client escaped characters in it.
+//!
+//! The parse stage builds each view once to check the prompt's structure; later stages
+//! build it again where they need it (a scan of text already in cache, no allocation for
+//! the text itself), which is cheaper than keeping a parsed tree alive for the request.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+
+use crate::error::GatewayError;
+
+/// A JSON string, borrowed from the body unless it has escapes.
+#[derive(Debug, Deserialize)]
+#[serde(transparent)]
+pub struct Text<'a>(#[serde(borrow)] pub Cow<'a, str>);
+
+/// One chat message, as the gateway reads it (the template reads the whole message).
+#[derive(Debug)]
+pub struct Message<'a> {
+    pub role: Cow<'a, str>,
+    pub content: Content<'a>,
+}
+
+/// A message's `content`.
+#[derive(Debug)]
+pub enum Content<'a> {
+    /// Absent or `null` (assistant tool calls).
+    None,
+    /// A string.
+    Text(Cow<'a, str>),
+    /// Text parts (`[{"type": "text", "text": ...}]`): only text parts are admitted.
+    Parts(Vec<Cow<'a, str>>),
+    /// Anything else: the template decides what it makes of it.
+    Other,
+}
+
+#[derive(Deserialize)]
+struct MessageShape<'a> {
+    #[serde(borrow)]
+    role: Text<'a>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct PartShape<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    text: Option<&'a RawValue>,
+}
+
+fn first_byte(raw: &str) -> u8 {
+    raw.as_bytes().first().copied().unwrap_or(b' ')
+}
+
+fn string_of(raw: &RawValue) -> Option<Cow<'_, str>> {
+    (first_byte(raw.get()) == b'"')
+        .then(|| {
+            serde_json::from_str::<Text<'_>>(raw.get())
+                .ok()
+                .map(|t| t.0)
+        })
+        .flatten()
+}
+
+/// The messages of a chat (`messages` raw JSON), checked: a non-empty array of objects with a
+/// string `role`, whose list contents are text parts only.
+pub fn messages(raw: &str) -> Result<Vec<Message<'_>>, GatewayError> {
+    let items: Vec<&RawValue> = serde_json::from_str(raw).map_err(|_| {
+        GatewayError::invalid(
+            "`messages` must be an array of message objects",
+            Some("messages"),
+        )
+    })?;
+    if items.is_empty() {
+        return Err(GatewayError::invalid(
+            "`messages` must not be empty",
+            Some("messages"),
+        ));
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let shape: MessageShape<'_> = serde_json::from_str(item.get()).map_err(|e| {
+                GatewayError::invalid(
+                    format!("messages[{i}] must be an object with a string `role` ({e})"),
+                    Some("messages"),
+                )
+            })?;
+            Ok(Message {
+                role: shape.role.0,
+                content: content(i, shape.content)?,
+            })
+        })
+        .collect()
+}
+
+/// Chat content must be text: image, audio and video parts are prompts the gateway cannot
+/// count (and URLs an engine would fetch on the client's behalf).
+fn content(i: usize, raw: Option<&RawValue>) -> Result<Content<'_>, GatewayError> {
+    let Some(raw) = raw else {
+        return Ok(Content::None);
+    };
+    match first_byte(raw.get()) {
+        b'n' => Ok(Content::None),
+        b'"' => Ok(string_of(raw).map_or(Content::Other, Content::Text)),
+        b'[' => {
+            let parts: Vec<&RawValue> = serde_json::from_str(raw.get()).unwrap_or_default();
+            let mut texts = Vec::with_capacity(parts.len());
+            for (j, part) in parts.iter().enumerate() {
+                let shape = serde_json::from_str::<PartShape<'_>>(part.get()).ok();
+                let is_text = shape
+                    .as_ref()
+                    .and_then(|s| s.kind)
+                    .and_then(string_of)
+                    .is_some_and(|k| k == "text");
+                if !is_text {
+                    return Err(GatewayError::UnsupportedParameter {
+                        param: format!("messages[{i}].content[{j}]"),
+                        reason: "only text content parts are accepted: the gateway cannot count images, audio or video, so it cannot admit them",
+                    });
+                }
+                if let Some(text) = shape.and_then(|s| s.text).and_then(string_of) {
+                    texts.push(text);
+                }
+            }
+            Ok(Content::Parts(texts))
+        }
+        _ => Ok(Content::Other),
+    }
+}
+
+/// The prompts of a completion or `/generate` request.
+#[derive(Debug)]
+pub enum Prompts<'a> {
+    /// One text per sample.
+    Texts(Vec<Cow<'a, str>>),
+    /// One token-id list per sample.
+    Ids(Vec<Vec<u32>>),
+}
+
+impl Prompts<'_> {
+    /// The number of samples.
+    pub fn len(&self) -> usize {
+        match self {
+            Prompts::Texts(t) => t.len(),
+            Prompts::Ids(ids) => ids.len(),
+        }
+    }
+
+    /// Whether there are none (never, once checked).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// OpenAI `prompt` and SGLang `text`/`input_ids` (raw JSON of `field`): a string, a list of
+/// strings, a list of token ids or a list of non-empty token-id lists.
+pub fn prompts<'a>(raw: &'a str, field: &str) -> Result<Prompts<'a>, GatewayError> {
+    let bad = || {
+        GatewayError::invalid(
+            format!("`{field}` must be a string, a list of strings, a list of token ids or a list of token-id lists"),
+            Some(field),
+        )
+    };
+    match first_byte(raw) {
+        b'"' => {
+            let text: Text<'a> = serde_json::from_str(raw).map_err(|_| bad())?;
+            return Ok(Prompts::Texts(vec![text.0]));
+        }
+        b'[' => {}
+        _ => return Err(bad()),
+    }
+    let items: Vec<&'a RawValue> = serde_json::from_str(raw).map_err(|_| bad())?;
+    let Some(first) = items.first() else {
+        return Err(GatewayError::invalid(
+            format!("`{field}` must not be empty"),
+            Some(field),
+        ));
+    };
+    match first_byte(first.get()) {
+        b'"' => items
+            .iter()
+            .map(|item| string_of(item).ok_or_else(bad))
+            .collect::<Result<_, _>>()
+            .map(Prompts::Texts),
+        b'[' => items
+            .iter()
+            .map(|item| match serde_json::from_str::<Vec<u32>>(item.get()) {
+                Ok(ids) if !ids.is_empty() => Ok(ids),
+                _ => Err(bad()),
+            })
+            .collect::<Result<_, _>>()
+            .map(Prompts::Ids),
+        _ => serde_json::from_str::<Vec<u32>>(raw)
+            .map(|ids| Prompts::Ids(vec![ids]))
+            .map_err(|_| bad()),
+    }
+}
+
+/// Whether a checked prompt (raw JSON) is token ids rather than text.
+pub fn is_token_ids(raw: &str) -> bool {
+    let Some(rest) = raw.strip_prefix('[') else {
+        return false;
+    };
+    !rest.trim_start().starts_with('"')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unescaped_text_is_borrowed_and_escaped_text_decoded() {
+        let raw =
+            r#"[{"role":"system","content":"plain"},{"role":"user","content":"a\nb","name":"x"}]"#;
+        let m = messages(raw).unwrap();
+        assert!(matches!(
+            &m[0].content,
+            Content::Text(Cow::Borrowed("plain"))
+        ));
+        assert!(matches!(&m[1].content, Content::Text(Cow::Owned(s)) if s == "a\nb"));
+        assert_eq!(m[1].role, "user");
+    }
+
+    #[test]
+    fn content_parts_must_be_text() {
+        let ok = r#"[{"role":"user","content":[{"type":"text","text":"a"},{"type":"t\u0065xt","text":"b"}]}]"#;
+        match &messages(ok).unwrap()[0].content {
+            Content::Parts(p) => assert_eq!(p, &["a", "b"]),
+            other => panic!("{other:?}"),
+        }
+        for bad in [
+            r#"[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]"#,
+            r#"[{"role":"user","content":["text"]}]"#,
+            r#"[{"role":"user","content":[{"text":"no type"}]}]"#,
+        ] {
+            let err = messages(bad).unwrap_err();
+            assert!(
+                matches!(err, GatewayError::UnsupportedParameter { ref param, .. } if param == "messages[0].content[0]"),
+                "{bad}: {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_messages_are_invalid() {
+        for bad in [
+            "{}",
+            "[]",
+            r#"[{"content":"x"}]"#,
+            r#"[{"role":1}]"#,
+            r#"["user"]"#,
+            r#"[{"role":"user","role":"system"}]"#,
+        ] {
+            assert!(
+                matches!(messages(bad), Err(GatewayError::InvalidRequest { .. })),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn prompt_shapes() {
+        assert!(matches!(prompts(r#""x""#, "prompt").unwrap(), Prompts::Texts(t) if t == ["x"]));
+        assert_eq!(prompts(r#"["a","b"]"#, "prompt").unwrap().len(), 2);
+        assert!(
+            matches!(prompts("[1, 2,3]", "prompt").unwrap(), Prompts::Ids(ids) if ids == [vec![1, 2, 3]])
+        );
+        assert!(
+            matches!(prompts("[[1],[2,3]]", "prompt").unwrap(), Prompts::Ids(ids) if ids.len() == 2)
+        );
+        for bad in [
+            "[]",
+            "1",
+            "[[]]",
+            r#"["a",1]"#,
+            "[1,-1]",
+            "[1.5]",
+            "[4294967296]",
+            r#"[[1],"a"]"#,
+            "{}",
+        ] {
+            assert!(prompts(bad, "prompt").is_err(), "{bad}");
+        }
+        assert!(is_token_ids("[1]") && is_token_ids("[ [1]]") && !is_token_ids(r#"[ "a"]"#));
+        assert!(!is_token_ids(r#""a""#));
+    }
+}
