@@ -69,34 +69,50 @@ fn string_of(raw: &RawValue) -> Option<Cow<'_, str>> {
 /// The messages of a chat (`messages` raw JSON), checked: a non-empty array of objects with a
 /// string `role`, whose list contents are text parts only.
 pub fn messages(raw: &str) -> Result<Vec<Message<'_>>, GatewayError> {
-    let items: Vec<&RawValue> = serde_json::from_str(raw).map_err(|_| {
-        GatewayError::invalid(
-            "`messages` must be an array of message objects",
-            Some("messages"),
-        )
-    })?;
-    if items.is_empty() {
+    // One pass over the text when the shape is right (nearly always); a second, per
+    // message, only to say which message is wrong.
+    let shapes: Vec<MessageShape<'_>> = match serde_json::from_str(raw) {
+        Ok(shapes) => shapes,
+        Err(_) => return Err(message_error(raw)),
+    };
+    if shapes.is_empty() {
         return Err(GatewayError::invalid(
             "`messages` must not be empty",
             Some("messages"),
         ));
     }
-    items
-        .iter()
+    shapes
+        .into_iter()
         .enumerate()
-        .map(|(i, item)| {
-            let shape: MessageShape<'_> = serde_json::from_str(item.get()).map_err(|e| {
-                GatewayError::invalid(
-                    format!("messages[{i}] must be an object with a string `role` ({e})"),
-                    Some("messages"),
-                )
-            })?;
+        .map(|(i, shape)| {
             Ok(Message {
                 role: shape.role.0,
                 content: content(i, shape.content)?,
             })
         })
         .collect()
+}
+
+/// The error of a `messages` value that is not a list of message objects.
+fn message_error(raw: &str) -> GatewayError {
+    let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(raw) else {
+        return GatewayError::invalid(
+            "`messages` must be an array of message objects",
+            Some("messages"),
+        );
+    };
+    for (i, item) in items.iter().enumerate() {
+        if let Err(e) = serde_json::from_str::<MessageShape<'_>>(item.get()) {
+            return GatewayError::invalid(
+                format!("messages[{i}] must be an object with a string `role` ({e})"),
+                Some("messages"),
+            );
+        }
+    }
+    GatewayError::invalid(
+        "`messages` must be an array of message objects",
+        Some("messages"),
+    )
 }
 
 /// Chat content must be text: image, audio and video parts are prompts the gateway cannot
@@ -244,6 +260,17 @@ mod tests {
                 matches!(err, GatewayError::UnsupportedParameter { ref param, .. } if param == "messages[0].content[0]"),
                 "{bad}: {err:?}"
             );
+        }
+    }
+
+    #[test]
+    fn the_wrong_message_is_named() {
+        let raw = r#"[{"role":"user","content":"a"},{"content":"b"}]"#;
+        match messages(raw).unwrap_err() {
+            GatewayError::InvalidRequest { message, .. } => {
+                assert!(message.starts_with("messages[1]"), "{message}")
+            }
+            other => panic!("{other:?}"),
         }
     }
 

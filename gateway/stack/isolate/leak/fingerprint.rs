@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use super::filter::PresenceFilter;
-use super::hash::{ngram_hash, prompt_hash};
+use super::hash::{ngram_hashes, prompt_hash};
 use super::shard::{Bucket, Limits, Shard, Slot};
 
 /// Number of lock shards (a power of two; the shard is hash bits 40..44).
@@ -216,8 +216,9 @@ impl FingerprintStore {
         let n = self.inner.config.ngram;
         // Hash outside any lock, then take each shard's lock once per prompt.
         let mut per_shard: Vec<Vec<u64>> = vec![Vec::new(); self.inner.shards.len()];
-        for window in prompt_ids.windows(n) {
-            let hash = ngram_hash(window);
+        let mut hashes = Vec::new();
+        ngram_hashes(prompt_ids, n, &mut hashes);
+        for hash in hashes {
             per_shard[self.inner.shard_of(hash)].push(hash);
         }
         for (shard, hashes) in self.inner.shards.iter().zip(per_shard) {

@@ -16,10 +16,45 @@ const MUL: u64 = 0x517c_c1b7_2722_0a95;
 /// Fixed start state, so the hash of an n-gram is the same in every process.
 const SEED: u64 = 0x243f_6a88_85a3_08d3;
 
-/// Hash of one n-gram of token ids.
+/// Base of the n-gram polynomial: odd, so multiplying by it loses nothing mod 2^64.
+const BASE: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// An id spread over 64 bits before it enters the polynomial.
 #[inline]
+fn spread(id: u32) -> u64 {
+    (u64::from(id) ^ SEED).wrapping_mul(MUL)
+}
+
+/// Hash of one n-gram of token ids: a polynomial in [`BASE`] over the spread ids (so the
+/// hashes of all windows of a sequence roll in O(1) each, [`ngram_hashes`]), finalised: the definition [`ngram_hashes`] must match (tests).
+#[cfg(test)]
 pub(crate) fn ngram_hash(ids: &[u32]) -> u64 {
-    fmix64(fold(SEED, ids))
+    fmix64(
+        ids.iter()
+            .fold(0u64, |h, &id| h.wrapping_mul(BASE).wrapping_add(spread(id))),
+    )
+}
+
+/// The [`ngram_hash`] of every `n`-long window of `ids`, in order, appended to `out`: one
+/// multiply-add per id instead of `n` (an answer's scan and a prompt's record both hash
+/// every window).
+pub(crate) fn ngram_hashes(ids: &[u32], n: usize, out: &mut Vec<u64>) {
+    if n == 0 || ids.len() < n {
+        return;
+    }
+    out.reserve(ids.len() - n + 1);
+    let top = BASE.wrapping_pow(n as u32);
+    let mut h = ids[..n]
+        .iter()
+        .fold(0u64, |h, &id| h.wrapping_mul(BASE).wrapping_add(spread(id)));
+    out.push(fmix64(h));
+    for (&new, &old) in ids[n..].iter().zip(ids) {
+        h = h
+            .wrapping_mul(BASE)
+            .wrapping_add(spread(new))
+            .wrapping_sub(spread(old).wrapping_mul(top));
+        out.push(fmix64(h));
+    }
 }
 
 /// FxHash's step over every id, from state `h`.
@@ -98,6 +133,23 @@ pub(crate) type BuildPassThrough = BuildHasherDefault<PassThrough>;
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    #[test]
+    fn rolled_hashes_are_the_windows_hashes() {
+        let ids: Vec<u32> = (0..200u32)
+            .map(|i| i.wrapping_mul(2_654_435_761) >> 7)
+            .collect();
+        for n in [1, 2, 8, 13, 200] {
+            let mut rolled = Vec::new();
+            ngram_hashes(&ids, n, &mut rolled);
+            let direct: Vec<u64> = ids.windows(n).map(ngram_hash).collect();
+            assert_eq!(rolled, direct, "n = {n}");
+        }
+        let mut none = Vec::new();
+        ngram_hashes(&ids[..3], 4, &mut none);
+        ngram_hashes(&ids, 0, &mut none);
+        assert!(none.is_empty());
+    }
 
     #[test]
     fn text_keys_tell_pieces_and_limits_apart() {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::fingerprint::{FingerprintStore, Inner, Owner};
-use super::hash::{ngram_hash, BuildPassThrough};
+use super::hash::{ngram_hashes, BuildPassThrough};
 
 /// Distinct foreign n-grams remembered per response. Far above any sensible `min_matches`;
 /// past it the count saturates instead of growing with a response that copies a whole
@@ -76,7 +76,7 @@ impl ResponseScanner {
         // `pending` starts with fewer than n ids from earlier feeds, so every window here
         // ends in this feed and none is checked twice.
         self.hashes.clear();
-        self.hashes.extend(self.pending.windows(n).map(ngram_hash));
+        ngram_hashes(&self.pending, n, &mut self.hashes);
         self.store.owners(&self.hashes, now, &mut self.found);
         for (&hash, &found) in self.hashes.iter().zip(&self.found) {
             if self.matched.contains(&hash) {
