@@ -11,7 +11,8 @@
 //! crosses threads, through atomics and locks that never wait on I/O.
 //!
 //! Every thread accepts on the same listening socket (the kernel hands each connection to
-//! one of them); the connection cap is one semaphore over all of them. Shutdown reaches every
+//! one of them, and a thread ahead of the others steps back: `accept_balance`); the
+//! connection cap is one semaphore over all of them. Shutdown reaches every
 //! thread; the returned future resolves once all of them have drained.
 
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use super::accept_balance::AcceptBalance;
 use super::server::{
     serve_within, ConnectionLimits, ConnectionService, Listening, ResponseBody, Shutdown,
 };
@@ -47,7 +49,9 @@ where
         drain_timeout,
         connections: Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1))),
         limits,
+        balance: None,
     };
+    let balance = AcceptBalance::new(threads.max(1));
     let mut finished = Vec::with_capacity(threads);
     for index in 0..threads.max(1) {
         let listener = listener.try_clone()?;
@@ -56,7 +60,10 @@ where
             .thread_name(format!("kvgate-data-{index}"))
             .build()?;
         let (done, finished_rx) = tokio::sync::oneshot::channel::<()>();
-        let (service, listening) = (make_service(), template.clone());
+        let (service, mut listening) = (make_service(), template.clone());
+        if threads > 1 {
+            listening.balance = Some(balance.slot(index));
+        }
         std::thread::Builder::new()
             .name(format!("kvgate-data-{index}"))
             .spawn(move || {

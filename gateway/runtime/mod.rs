@@ -2,6 +2,7 @@
 //! (`server`: TCP/TLS accept loop, drain; `conn_deadlines`), the admin port (`admin`, its pools and rollouts API `admin_api`), reloading the config (`reload`), and the commands that
 //! are not the request path (`check`, `demo`).
 
+pub mod accept_balance;
 pub mod admin;
 pub mod admin_api;
 pub mod app;

@@ -25,6 +25,7 @@ use tower::Service;
 
 use crate::body::BoxError;
 use crate::metrics;
+use crate::runtime::accept_balance::{BalanceSlot, DEFER_FOR, MAX_DEFERRALS};
 use crate::runtime::conn_deadlines::{until_first_request, MarkStarted, SendTimeoutIo};
 use std::sync::atomic::AtomicBool;
 
@@ -218,6 +219,7 @@ pub async fn serve<S, B>(
         drain_timeout,
         limits,
         connections,
+        balance: None,
     };
     serve_within(listener, service, listening).await
 }
@@ -231,6 +233,8 @@ pub(crate) struct Listening {
     pub limits: ConnectionLimits,
     /// The connection cap's permits, shared by every accept loop on the port.
     pub connections: Arc<tokio::sync::Semaphore>,
+    /// This loop's place among the port's data threads (`None`: the only loop).
+    pub balance: Option<BalanceSlot>,
 }
 
 /// As [`serve`], with the connection cap's permits possibly shared with other accept loops
@@ -246,6 +250,7 @@ where
         drain_timeout,
         limits,
         connections,
+        balance,
     } = listening;
     let graceful = GracefulShutdown::new();
     let builder = limits.builder();
@@ -257,6 +262,20 @@ where
             _ = shutdown.wait() => break,
         };
         let Ok(slot) = slot else { break };
+        // Leave the next connection to a less loaded data thread, for a moment.
+        if let Some(balance) = &balance {
+            let mut tries = 0;
+            while tries < MAX_DEFERRALS && balance.should_defer() {
+                tries += 1;
+                tokio::select! {
+                    _ = tokio::time::sleep(DEFER_FOR) => {}
+                    _ = shutdown.wait() => break,
+                }
+            }
+            if shutdown.is_triggered() {
+                break;
+            }
+        }
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = shutdown.wait() => break,
@@ -277,8 +296,10 @@ where
         let tls = tls.clone();
         let watcher = graceful.watcher();
         let (first_request, send_timeout) = (limits.header_read_timeout, limits.send_timeout);
+        let counted = balance.as_ref().map(BalanceSlot::opened);
         tokio::spawn(async move {
             let _slot = slot;
+            let _counted = counted;
             let open = ::metrics::gauge!(metrics::CONNECTIONS_OPEN);
             open.increment(1.0);
             let closed_idle = || {
