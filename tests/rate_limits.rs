@@ -325,3 +325,48 @@ async fn when_redis_dies_fail_open_serves_and_fail_closed_refuses() {
         gw.shutdown().await;
     }
 }
+
+#[tokio::test]
+async fn a_gateway_whose_redis_is_down_starts_serves_by_policy_and_connects_later() {
+    for (policy, while_down) in [("fail_open", 200u16), ("fail_closed", 429u16)] {
+        // Redis is down when the gateway starts (killed: its socket is gone).
+        let mut redis = support_redis::RedisServer::start();
+        redis.kill();
+        let engine = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
+        let limits = format!(
+            "[limits]\nbackend = \"redis\"\nredis_url = \"{}\"\nfailure_policy = \"{policy}\"\n",
+            redis.url()
+        );
+        let gw = gateway(&config(
+            &unified_pool("u", &[worker(&engine, None)]),
+            &limits,
+            "requests_per_minute = 2",
+        ))
+        .await;
+        let url = format!("http://{}/generate", gw.data_addr());
+        let r = post(&url, Some("sk-metered"), &small()).await;
+        assert_eq!(r.status.as_u16(), while_down, "{policy}: {}", r.text());
+        if while_down == 429 {
+            assert_eq!(error_code(&r), "rate_limit_unavailable");
+        }
+        assert_eq!(post(&url, Some("sk-free"), &small()).await.status, 200);
+
+        // Redis comes up: the gateway connects by itself and enforces the shared limit
+        // (2 a minute: at most two more admissions, then 429 from the budget itself).
+        redis.restart();
+        let mut enforced = false;
+        for _ in 0..200 {
+            let r = post(&url, Some("sk-metered"), &small()).await;
+            if r.status == 429 && error_code(&r) == "rate_limit_exceeded" {
+                enforced = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            enforced,
+            "{policy}: the limit was never enforced from Redis"
+        );
+        gw.shutdown().await;
+    }
+}

@@ -223,16 +223,27 @@ impl Gateway {
             return Ok(());
         }
         let url = limits.redis_url.clone().unwrap_or_default();
-        let store = RedisStore::connect(&url, &limits.key_prefix)
-            .await
-            .map_err(|e| {
-                // Never print the URL's password.
-                StartError::Limits(format!(
-                    "cannot connect to Redis at {} (limits.redis_url): {}",
-                    redact_url(&url),
-                    redact_in(&e.to_string(), &url)
-                ))
-            })?;
+        // A Redis that is down does not stop the gateway: it serves by the failure policy
+        // and the store connects in the background. Only an unusable URL is fatal.
+        let (store, first_error) =
+            RedisStore::start(&url, &limits.key_prefix)
+                .await
+                .map_err(|e| {
+                    // Never print the URL's password.
+                    StartError::Limits(format!(
+                        "cannot use Redis at {} (limits.redis_url): {}",
+                        redact_url(&url),
+                        redact_in(&e.to_string(), &url)
+                    ))
+                })?;
+        if let Some(e) = first_error {
+            tracing::warn!(
+                redis = %redact_url(&url),
+                error = %redact_in(&e.to_string(), &url),
+                policy = ?limits.failure_policy,
+                "Redis does not answer: starting anyway, limited tenants are served by limits.failure_policy until it does (connecting in the background)"
+            );
+        }
         let policy = match limits.failure_policy {
             LimitsFailurePolicy::FailOpen => FailurePolicy::FailOpen,
             LimitsFailurePolicy::FailClosed => FailurePolicy::FailClosed,

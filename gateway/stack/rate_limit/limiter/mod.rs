@@ -111,6 +111,10 @@ pub enum StoreError {
     /// The store did not answer within its operation timeout.
     #[error("limit store did not answer within {0:?}")]
     Timeout(Duration),
+    /// The store has had no connection yet (Redis was down at start-up; connecting in the
+    /// background).
+    #[error("not connected to Redis yet (still connecting in the background)")]
+    NotConnected,
     /// The store answered something this code does not understand.
     #[error("limit store protocol: {0}")]
     Protocol(String),

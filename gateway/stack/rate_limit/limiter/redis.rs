@@ -19,6 +19,11 @@
 //! - **Connection.** One `ConnectionManager` (a multiplexed connection that reconnects) is
 //!   shared by all requests; every operation is bounded by `op_timeout` so a dead Redis
 //!   costs a request at most that long before the failure policy applies.
+//! - **Redis down at start-up.** [`RedisStore::start`] does not wait for Redis: if the first
+//!   connection fails, the store answers every operation with [`StoreError::NotConnected`]
+//!   at once (so the failure policy decides, without a timeout per request) and keeps
+//!   connecting in the background, backing off from 100 ms to 5 s, until Redis answers. A
+//!   malformed URL is still an error: that is a config mistake, not an outage.
 
 use dashmap::DashMap;
 use futures_util::future::FutureExt;
@@ -26,7 +31,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::task::JoinHandle;
 
@@ -67,10 +72,17 @@ impl Default for RedisOptions {
 pub struct RedisStore {
     inner: Arc<Inner>,
     renewer: JoinHandle<()>,
+    /// Connecting in the background (only while Redis was unreachable from the start).
+    connector: Option<JoinHandle<()>>,
 }
 
+/// Backoff of the background connector.
+const CONNECT_RETRY_MIN: Duration = Duration::from_millis(100);
+const CONNECT_RETRY_MAX: Duration = Duration::from_secs(5);
+
 struct Inner {
-    conn: ConnectionManager,
+    /// Set once the first connection succeeds (at start or by the background connector).
+    conn: OnceLock<ConnectionManager>,
     prefix: String,
     options: RedisOptions,
     reserve: Script,
@@ -109,6 +121,28 @@ impl RedisStore {
         key_prefix: &str,
         options: RedisOptions,
     ) -> Result<Self, StoreError> {
+        match Self::start_with(url, key_prefix, options).await? {
+            (store, None) => Ok(store),
+            (_, Some(first_error)) => Err(first_error),
+        }
+    }
+
+    /// A store for `url` that serves whether or not Redis answers yet: the error of the
+    /// first connection attempt, if it failed, comes back beside the store, which keeps
+    /// connecting in the background. Fails only for a URL that cannot be used at all.
+    pub async fn start(
+        url: &str,
+        key_prefix: &str,
+    ) -> Result<(Self, Option<StoreError>), StoreError> {
+        Self::start_with(url, key_prefix, RedisOptions::default()).await
+    }
+
+    /// [`RedisStore::start`] with explicit options.
+    pub async fn start_with(
+        url: &str,
+        key_prefix: &str,
+        options: RedisOptions,
+    ) -> Result<(Self, Option<StoreError>), StoreError> {
         let client = redis::Client::open(url)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(options.op_timeout))
@@ -118,13 +152,13 @@ impl RedisStore {
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(Duration::from_millis(100));
-        let conn = bounded(
+        let first = bounded(
             options.op_timeout,
-            ConnectionManager::new_with_config(client, config),
+            ConnectionManager::new_with_config(client.clone(), config.clone()),
         )
-        .await?;
+        .await;
         let inner = Arc::new(Inner {
-            conn,
+            conn: OnceLock::new(),
             prefix: key_prefix.to_owned(),
             options,
             reserve: Script::new(RESERVE),
@@ -135,8 +169,28 @@ impl RedisStore {
             next_lease: AtomicU64::new(0),
             leases: DashMap::new(),
         });
+        let (connector, first_error) = match first {
+            Ok(conn) => {
+                let _ = inner.conn.set(conn);
+                (None, None)
+            }
+            Err(e) => {
+                let task = keep_connecting(Arc::downgrade(&inner), client, config);
+                (Some(tokio::spawn(task)), Some(e))
+            }
+        };
         let renewer = tokio::spawn(renew_leases(Arc::downgrade(&inner)));
-        Ok(Self { inner, renewer })
+        let store = Self {
+            inner,
+            renewer,
+            connector,
+        };
+        Ok((store, first_error))
+    }
+
+    /// Whether the store has a connection to Redis (it may still fail per operation).
+    pub fn is_connected(&self) -> bool {
+        self.inner.conn.get().is_some()
     }
 
     /// Slots this instance holds for `tenant` (for tests and diagnostics).
@@ -153,6 +207,45 @@ impl RedisStore {
 impl Drop for RedisStore {
     fn drop(&mut self) {
         self.renewer.abort();
+        if let Some(connector) = &self.connector {
+            connector.abort();
+        }
+    }
+}
+
+/// Connect until Redis answers (the store was started while it did not), then hand the
+/// connection to the store; ends early if the store is dropped.
+async fn keep_connecting(
+    inner: Weak<Inner>,
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+) {
+    let mut delay = CONNECT_RETRY_MIN;
+    let mut attempts: u64 = 1;
+    loop {
+        tokio::time::sleep(delay).await;
+        let Some(timeout) = inner.upgrade().map(|i| i.options.op_timeout) else {
+            return;
+        };
+        attempts += 1;
+        match bounded(
+            timeout,
+            ConnectionManager::new_with_config(client.clone(), config.clone()),
+        )
+        .await
+        {
+            Ok(conn) => {
+                if let Some(inner) = inner.upgrade() {
+                    let _ = inner.conn.set(conn);
+                    tracing::info!(attempts, "connected to Redis: limits are shared again");
+                }
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, attempts, "Redis still unreachable");
+                delay = (delay * 2).min(CONNECT_RETRY_MAX);
+            }
+        }
     }
 }
 
@@ -208,6 +301,11 @@ async fn renew_leases(inner: Weak<Inner>) {
 // === impl Inner ===
 
 impl Inner {
+    /// The connection, or `NotConnected` at once while the first one is still pending.
+    fn conn(&self) -> Result<ConnectionManager, StoreError> {
+        self.conn.get().cloned().ok_or(StoreError::NotConnected)
+    }
+
     fn key(&self, tenant: &str, dim: &str) -> String {
         format!("{}:{{{tenant}}}:{dim}", self.prefix)
     }
@@ -221,7 +319,7 @@ impl Inner {
         if limits.requests_per_minute.is_none() && limits.tokens_per_minute.is_none() {
             return Ok(Decision::allow_unlimited(limits));
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn()?;
         let mut call = self.reserve.key(self.key(tenant, "req"));
         call.key(self.key(tenant, "tok"))
             .arg(arg(limits.requests_per_minute.map(u64::from)))
@@ -270,7 +368,7 @@ impl Inner {
         }
         let delta = i128::from(actual) - i128::from(reserved);
         let delta = i64::try_from(delta).unwrap_or(if delta < 0 { i64::MIN } else { i64::MAX });
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn()?;
         let mut call = self.settle.key(self.key(tenant, "tok"));
         call.arg(arg(Some(tpm))).arg(delta);
         let _: i64 = bounded(self.options.op_timeout, call.invoke_async(&mut conn)).await?;
@@ -287,7 +385,7 @@ impl Inner {
             self.next_lease.fetch_add(1, Ordering::Relaxed)
         );
         let ttl_ms = u64::try_from(self.options.lease_ttl.as_millis()).unwrap_or(u64::MAX);
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn()?;
         let mut call = self.acquire.key(self.key(tenant, "conc"));
         call.arg(max).arg(&lease).arg(ttl_ms);
         let got: i64 = bounded(self.options.op_timeout, call.invoke_async(&mut conn)).await?;
@@ -309,7 +407,7 @@ impl Inner {
         let Some(lease) = lease else {
             return Ok(());
         };
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn()?;
         let mut cmd = redis::cmd("ZREM");
         cmd.arg(self.key(tenant, "conc")).arg(&lease);
         let _: i64 = bounded(self.options.op_timeout, cmd.query_async(&mut conn)).await?;
@@ -325,7 +423,7 @@ impl Inner {
             .collect();
         let ttl_ms = u64::try_from(self.options.lease_ttl.as_millis()).unwrap_or(u64::MAX);
         for (tenant, ids) in held {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn()?;
             let mut call = self.renew.key(self.key(&tenant, "conc"));
             call.arg(ttl_ms);
             for id in &ids {
