@@ -408,6 +408,20 @@ async fn connections_over_the_cap_wait_for_a_free_one() {
     gw.shutdown().await;
 }
 
+/// POST `body` exactly as written (not re-serialised from a value).
+async fn post_raw(url: &str, body: &str) -> Reply {
+    read(
+        send(request(
+            http::Method::POST,
+            url,
+            Some(KEY),
+            body.to_string(),
+        ))
+        .await,
+    )
+    .await
+}
+
 #[tokio::test]
 async fn a_field_sent_twice_is_refused_and_the_prompt_reaches_the_engine_as_sent() {
     let engine = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
@@ -424,16 +438,7 @@ async fn a_field_sent_twice_is_refused_and_the_prompt_reaches_the_engine_as_sent
         r#"{"text":"short","text":"a much longer prompt","sampling_params":{"max_new_tokens":2}}"#,
         r#"{"text":"a","sampling_params":{"max_new_tokens":2},"sampling_params":{"max_new_tokens":9000}}"#,
     ] {
-        let reply = read(
-            send(request(
-                http::Method::POST,
-                &url,
-                Some(KEY),
-                body.to_string(),
-            ))
-            .await,
-        )
-        .await;
+        let reply = post_raw(&url, body).await;
         assert_eq!(reply.status, 400, "{body}: {}", reply.text());
         assert!(reply.json()["error"]["message"]
             .as_str()
@@ -448,16 +453,7 @@ async fn a_field_sent_twice_is_refused_and_the_prompt_reaches_the_engine_as_sent
     // Escapes and spacing in the prompt are passed on as the client wrote them: the engine
     // decodes the same text the gateway counted.
     let body = r#"{"text" : "caf\u00e9 \"quoted\"\n",  "sampling_params":{"max_new_tokens":2}}"#;
-    let reply = read(
-        send(request(
-            http::Method::POST,
-            &url,
-            Some(KEY),
-            body.to_string(),
-        ))
-        .await,
-    )
-    .await;
+    let reply = post_raw(&url, body).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     let received = generations(&engine);
     assert_eq!(received.len(), 1);

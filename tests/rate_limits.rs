@@ -281,21 +281,31 @@ async fn memory_mode_holds_one_gateway_to_the_same_bound() {
     gw.shutdown().await;
 }
 
+/// A gateway (and its engine) whose limits live in `redis`, with `policy` when it fails.
+async fn redis_gateway(
+    redis: &support_redis::RedisServer,
+    policy: &str,
+    tenant_limits: &str,
+) -> (kvgate_sim::RunningSim, kvgate::runtime::app::RunningGateway) {
+    let engine = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
+    let limits = format!(
+        "[limits]\nbackend = \"redis\"\nredis_url = \"{}\"\nfailure_policy = \"{policy}\"\n",
+        redis.url()
+    );
+    let gw = gateway(&config(
+        &unified_pool("u", &[worker(&engine, None)]),
+        &limits,
+        tenant_limits,
+    ))
+    .await;
+    (engine, gw)
+}
+
 #[tokio::test]
 async fn when_redis_dies_fail_open_serves_and_fail_closed_refuses() {
     for (policy, expect) in [("fail_open", 200u16), ("fail_closed", 429u16)] {
         let mut redis = support_redis::RedisServer::start();
-        let engine = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
-        let limits = format!(
-            "[limits]\nbackend = \"redis\"\nredis_url = \"{}\"\nfailure_policy = \"{policy}\"\n",
-            redis.url()
-        );
-        let gw = gateway(&config(
-            &unified_pool("u", &[worker(&engine, None)]),
-            &limits,
-            "requests_per_minute = 1000",
-        ))
-        .await;
+        let (_engine, gw) = redis_gateway(&redis, policy, "requests_per_minute = 1000").await;
         let url = format!("http://{}/generate", gw.data_addr());
         assert_eq!(
             post(&url, Some("sk-metered"), &small()).await.status,
@@ -332,17 +342,7 @@ async fn a_gateway_whose_redis_is_down_starts_serves_by_policy_and_connects_late
         // Redis is down when the gateway starts (killed: its socket is gone).
         let mut redis = support_redis::RedisServer::start();
         redis.kill();
-        let engine = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
-        let limits = format!(
-            "[limits]\nbackend = \"redis\"\nredis_url = \"{}\"\nfailure_policy = \"{policy}\"\n",
-            redis.url()
-        );
-        let gw = gateway(&config(
-            &unified_pool("u", &[worker(&engine, None)]),
-            &limits,
-            "requests_per_minute = 2",
-        ))
-        .await;
+        let (_engine, gw) = redis_gateway(&redis, policy, "requests_per_minute = 2").await;
         let url = format!("http://{}/generate", gw.data_addr());
         let r = post(&url, Some("sk-metered"), &small()).await;
         assert_eq!(r.status.as_u16(), while_down, "{policy}: {}", r.text());
