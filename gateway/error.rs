@@ -89,8 +89,14 @@ pub enum GatewayError {
         "Incorrect or missing API key. Send it as `Authorization: Bearer <key>` or `x-api-key`."
     )]
     Unauthenticated,
+    /// No worker of the model may serve now: 503 at once (no queue), with `Retry-After`
+    /// saying when one may again (the soonest end of an ejection or recovery).
     #[error("No eligible worker for model `{model}`: {reason}")]
-    NoEligibleWorker { model: String, reason: String },
+    NoEligibleWorker {
+        model: String,
+        reason: String,
+        retry_after: std::time::Duration,
+    },
     #[error("Upstream {role} worker {worker} of pool `{pool}` is unreachable: {detail}")]
     UpstreamUnavailable {
         pool: String,
@@ -343,6 +349,11 @@ impl GatewayError {
             }
             GatewayError::Overloaded { .. } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            GatewayError::NoEligibleWorker { retry_after, .. } => {
+                // Whole seconds, rounded up, at least 1 and at most 5 minutes.
+                let secs = retry_after.as_secs_f64().ceil().clamp(1.0, 300.0) as u64;
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
             }
             _ => {}
         }

@@ -23,6 +23,12 @@ pub const WORKER_ELIGIBLE: &str = "kvgate_worker_eligible";
 pub const WORKER_KV_TOKENS: &str = "kvgate_worker_kv_tokens";
 /// Configured and discovered capacity disagree for a worker (1) or agree (0).
 pub const WORKER_CAPACITY_MISMATCH: &str = "kvgate_worker_capacity_mismatch";
+/// A worker's health: 1 serving, 0 failing its active check or ejected.
+pub const WORKER_HEALTHY: &str = "kvgate_worker_healthy";
+/// Outlier ejections of a worker, by pool, role, worker and cause.
+pub const WORKER_EJECTIONS_TOTAL: &str = "kvgate_worker_ejections_total";
+/// Active health probes, by pool, role, worker and result (ok / failed).
+pub const HEALTH_PROBES_TOTAL: &str = "kvgate_health_probes_total";
 /// Responses the guard stopped, by reason and pool.
 pub const GUARD_TRIPS_TOTAL: &str = "kvgate_guard_trips_total";
 /// Every accepted request's single outcome (I6): success, error, guard_error, client_cancelled.
@@ -87,6 +93,12 @@ fn describe_all() {
     );
     describe_gauge!(WORKER_OUTSTANDING, "Outstanding requests per worker");
     describe_gauge!(WORKER_ELIGIBLE, "1 if a worker may serve traffic");
+    describe_gauge!(
+        WORKER_HEALTHY,
+        "1 if a worker passes its health checks and is not ejected"
+    );
+    describe_counter!(WORKER_EJECTIONS_TOTAL, "Outlier ejections of workers");
+    describe_counter!(HEALTH_PROBES_TOTAL, "Active health probes of workers");
     describe_gauge!(WORKER_KV_TOKENS, "Worker KV pool size in tokens");
     describe_gauge!(
         WORKER_CAPACITY_MISMATCH,

@@ -7,6 +7,7 @@
 //!
 //! The reference for every key is `config/example.toml` and `config/README.md`.
 
+mod health;
 mod preflight;
 mod rollout;
 mod server;
@@ -17,6 +18,7 @@ use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use health::{HealthConfig, OutlierConfig};
 pub use preflight::PreflightConfig;
 pub use rollout::{PromotionConfig, RollbackMargins, RolloutConfig};
 pub use server::{ServerConfig, TlsConfig};
@@ -55,6 +57,9 @@ pub struct Config {
     /// How the gateway talks to engines.
     #[serde(default)]
     pub upstream: UpstreamConfig,
+    /// Active health checks and outlier ejection of workers.
+    #[serde(default)]
+    pub health: HealthConfig,
     /// Models the gateway serves, by the name clients send.
     #[serde(default)]
     pub models: Vec<ModelConfig>,
@@ -235,6 +240,10 @@ pub struct PoolConfig {
     /// Requests in flight at once on this pool (503 + Retry-After above it; unset: none).
     #[serde(default)]
     pub max_in_flight: Option<usize>,
+    /// The active health check's path (default: `/health` on SGLang, `/v1/models` on
+    /// OpenAI-style engines; `/health_generate` runs a one-token generation).
+    #[serde(default)]
+    pub health_path: Option<String>,
     /// Send each tenant's `cache_salt` (SGLang and vLLM keep prefix-cache entries of
     /// different salts apart). Client-sent cache keys are stripped either way.
     #[serde(default = "default_true")]

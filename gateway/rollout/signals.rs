@@ -6,12 +6,13 @@
 //! clone until the stream ends). Counting on drop means every request is counted exactly
 //! once however it ends: an error, a finished stream, a client that went away.
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::controller::Rollout;
 use super::window::Outcome;
-use crate::stack::routing::Pool;
+use crate::stack::routing::{Pool, ServedBy};
 
 /// The signals of one request (a request extension, shared as `Arc`).
 #[derive(Debug)]
@@ -20,6 +21,11 @@ pub struct RequestSignals {
     /// The rollout the pool is the canary of: it looks again after each canary request.
     rollout: Option<Arc<Rollout>>,
     outcome: Mutex<Outcome>,
+    /// The workers that answered (set by the guard): the outcome also counts for their
+    /// outlier ejection.
+    served: OnceLock<ServedBy>,
+    /// The trip was in the prefill leg's answer: the prefill worker is to blame.
+    prefill_blamed: AtomicBool,
 }
 
 impl RequestSignals {
@@ -29,6 +35,8 @@ impl RequestSignals {
             pool,
             rollout,
             outcome: Mutex::new(Outcome::default()),
+            served: OnceLock::new(),
+            prefill_blamed: AtomicBool::new(false),
         }
     }
 
@@ -42,6 +50,16 @@ impl RequestSignals {
         self.with(|o| {
             o.trip.get_or_insert(reason);
         });
+    }
+
+    /// The workers that answered.
+    pub fn served_by(&self, served: ServedBy) {
+        let _ = self.served.set(served);
+    }
+
+    /// The trip about to be noted was in the prefill leg's answer.
+    pub fn blame_prefill(&self) {
+        self.prefill_blamed.store(true, Ordering::Relaxed);
     }
 
     /// A suspected leak.
@@ -67,6 +85,24 @@ impl Drop for RequestSignals {
         // error): one request, one signal.
         if outcome.trip.is_some() {
             outcome.engine_error = false;
+        }
+        if let Some(served) = self.served.get() {
+            // Engine failures were counted by dispatch's legs, on the worker that failed.
+            if outcome.trip.is_some() {
+                let blamed = if self.prefill_blamed.load(Ordering::Relaxed) {
+                    served.prefill.as_ref()
+                } else {
+                    Some(&served.worker)
+                };
+                if let Some(worker) = blamed {
+                    worker.request_failed("guard_trip");
+                }
+            } else if !outcome.engine_error && outcome.ttft.is_some() {
+                served.worker.request_succeeded();
+                if let Some(prefill) = &served.prefill {
+                    prefill.request_succeeded();
+                }
+            }
         }
         let now = Instant::now();
         self.pool.signals.record(&outcome, now);

@@ -147,11 +147,24 @@ pub fn worker_json(w: &Worker) -> Value {
         "reason": w.ineligibility(),
         "draining": w.is_draining(),
         "outstanding": w.outstanding(),
+        "health": health_json(w),
         "discovery": match w.discovery() {
             Discovery::Pending => "pending".to_owned(),
             Discovery::Found(_) => "ok".to_owned(),
             Discovery::Failed(e) => e,
         },
+    })
+}
+
+fn health_json(w: &Worker) -> Value {
+    let h = w.health().snapshot(Instant::now());
+    json!({
+        "state": h.state,
+        "consecutive_failures": h.consecutive_failures,
+        "ejections": h.ejections,
+        "ejected_for_seconds": h.ejected_for.map(|d| d.as_secs_f64()),
+        "cause": h.cause,
+        "path": w.health_path(),
     })
 }
 

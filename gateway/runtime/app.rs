@@ -12,7 +12,7 @@ use crate::config::{LimitsBackend, LimitsFailurePolicy};
 use crate::load::{BufferBudget, InFlightLimit};
 use crate::rollout::{sync_loop, Rollouts, SharedDecisions};
 use crate::runtime::admin::Admin;
-use crate::runtime::background::{discovery_loop, housekeeping_loop};
+use crate::runtime::background::{discovery_loop, health_loop, housekeeping_loop};
 use crate::runtime::check::CapacityReport;
 use crate::runtime::data_threads::serve_on_threads;
 use crate::runtime::redact::{redact_in, redact_url};
@@ -298,6 +298,14 @@ impl Gateway {
             self.config.upstream.discovery_interval,
             shutdown.clone(),
         )));
+        if self.config.health.active {
+            tasks.push(tokio::spawn(health_loop(
+                self.router.clone(),
+                self.upstream.clone(),
+                self.config.health.clone(),
+                shutdown.clone(),
+            )));
+        }
         tasks.push(tokio::spawn(sync_loop(
             self.rollouts.clone(),
             self.shared_decisions(),

@@ -1,13 +1,14 @@
-//! The gateway's background loops on the main runtime: capacity discovery and the sweeps
-//! that give back memory.
+//! The gateway's background loops on the main runtime: capacity discovery, active health
+//! checks and the sweeps that give back memory.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::config::HealthConfig;
 use crate::runtime::server::Shutdown;
 use crate::stack::isolate::IsolationState;
 use crate::stack::rate_limit::limiter::Limiter;
-use crate::stack::routing::{discover_all, Router};
+use crate::stack::routing::{check_all, discover_all, Router};
 use crate::upstream::Upstream;
 
 /// How often idle tenant counters and expired prompt fingerprints are dropped. Both are
@@ -39,6 +40,25 @@ pub(crate) async fn discovery_loop(
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every) => discover_all(&router, &upstream).await,
+            _ = shutdown.wait() => return,
+        }
+    }
+}
+
+/// Probe every worker's health on `[health] interval` (the first round right away: a worker
+/// that is down at start-up is found within `unhealthy_threshold` intervals).
+pub(crate) async fn health_loop(
+    router: Arc<Router>,
+    upstream: Upstream,
+    config: HealthConfig,
+    mut shutdown: Shutdown,
+) {
+    let mut ticks = tokio::time::interval(config.interval);
+    // A slow round delays the next one instead of bunching probes after it.
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => check_all(&router, &upstream, config.timeout).await,
             _ = shutdown.wait() => return,
         }
     }

@@ -295,6 +295,7 @@ fn candidate_budgets(
     if budgets.is_empty() {
         return Err(GatewayError::NoEligibleWorker {
             model: parsed.model.clone(),
+            retry_after: crate::stack::routing::retry_after(of_model),
             reason: if reasons.is_empty() {
                 "no pool serves this model".into()
             } else {

@@ -6,6 +6,10 @@
 //! `upstream_timeout`, `upstream_protocol_error`, `overloaded`), or `cancelled` when it was
 //! dropped unfinished (the other PD leg failed first, or the client went away). So the
 //! counter reconciles with what the engines received.
+//!
+//! An engine failure (unreachable, timed out, unreadable, 5xx) also counts towards the
+//! worker's outlier ejection; successes and guard trips are known only once the guard has
+//! read the answer, so `rollout::signals` reports those.
 
 use std::sync::Arc;
 
@@ -15,24 +19,31 @@ use crate::stack::routing::Worker;
 /// A started leg; counts its outcome once (on [`Leg::finish`], or as `cancelled` on drop).
 #[derive(Debug)]
 pub(super) struct Leg {
-    pool: Arc<str>,
-    role: &'static str,
+    worker: Arc<Worker>,
     outcome: Option<&'static str>,
 }
 
 impl Leg {
     /// A leg to `worker` starts now.
-    pub fn start(worker: &Worker) -> Self {
+    pub fn start(worker: &Arc<Worker>) -> Self {
         Self {
-            pool: worker.pool.clone(),
-            role: worker.role.as_str(),
+            worker: worker.clone(),
             outcome: None,
         }
     }
 
     /// The leg's outcome is known; the first one set is the one counted.
     pub fn finish(&mut self, outcome: &'static str) {
-        self.outcome.get_or_insert(outcome);
+        if self.outcome.is_some() {
+            return;
+        }
+        self.outcome = Some(outcome);
+        if matches!(
+            outcome,
+            "upstream_unavailable" | "upstream_timeout" | "upstream_protocol_error" | "status_5xx"
+        ) {
+            self.worker.request_failed(outcome);
+        }
     }
 }
 
@@ -40,8 +51,8 @@ impl Drop for Leg {
     fn drop(&mut self) {
         ::metrics::counter!(
             metrics::UPSTREAM_REQUESTS_TOTAL,
-            "pool" => ::metrics::SharedString::from(self.pool.clone()),
-            "role" => self.role,
+            "pool" => ::metrics::SharedString::from(self.worker.pool.clone()),
+            "role" => self.worker.role.as_str(),
             "outcome" => self.outcome.unwrap_or("cancelled")
         )
         .increment(1);

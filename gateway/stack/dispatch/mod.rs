@@ -37,8 +37,8 @@ use crate::error::GatewayError;
 use crate::load::{BufferBudget, BufferPermit, InFlightSlot};
 use crate::metrics;
 use crate::stack::api::InferenceRequest;
-use crate::stack::guard::{PrefillAnswer, ServedBy};
-use crate::stack::routing::{RoutePlan, Target};
+use crate::stack::guard::PrefillAnswer;
+use crate::stack::routing::{RoutePlan, ServedBy, Target};
 use crate::upstream::Upstream;
 use leg::Leg;
 
@@ -183,7 +183,7 @@ impl Dispatch {
                 let mut answer = relay.answer(&worker, &mut leg, response, guard).await?;
                 leg.finish("ok");
                 answer.extensions_mut().insert(ServedBy {
-                    worker: worker.authority.clone(),
+                    worker,
                     prefill: None,
                 });
                 Ok(answer)
@@ -218,8 +218,8 @@ impl Dispatch {
                     .extensions_mut()
                     .insert(PrefillAnswer(prefill_answer, Arc::new(held)));
                 answer.extensions_mut().insert(ServedBy {
-                    worker: decode.worker().authority.clone(),
-                    prefill: Some(prefill.worker().authority.clone()),
+                    worker: decode.worker().clone(),
+                    prefill: Some(prefill.worker().clone()),
                 });
                 Ok(answer)
             }

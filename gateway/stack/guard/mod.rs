@@ -37,7 +37,7 @@ use crate::stack::api::{Endpoint, InferenceRequest};
 use crate::stack::auth::AuthContext;
 use crate::stack::isolate::{FingerprintJob, IsolationState};
 use crate::stack::rate_limit::UsageCell;
-use crate::stack::routing::RoutePlan;
+use crate::stack::routing::{RoutePlan, ServedBy};
 use crate::stack::stage::{Next, Stage, StageFuture, StageLayer};
 use check_stream::{StreamCheck, UsageRewrite};
 use inspect::{Expectation, Markers, Shape, Trip};
@@ -54,13 +54,6 @@ pub struct PrefillAnswer(pub bytes::Bytes, pub Arc<crate::load::BufferPermit>);
 /// (worker loads, the buffer budget's reservation) stays held.
 #[derive(Debug, Clone)]
 pub struct BufferedAnswer(pub bytes::Bytes);
-
-/// Which workers served (a response extension set by dispatch; audit fields).
-#[derive(Debug, Clone)]
-pub struct ServedBy {
-    pub worker: String,
-    pub prefill: Option<String>,
-}
 
 /// Marks a response whose outcome is counted when its stream ends, not at the headers.
 #[derive(Debug, Clone, Copy)]
@@ -309,9 +302,16 @@ impl Stage for Guard {
 
             let mut response = next.oneshot(request).await?;
             if let Some(served) = response.extensions().get::<ServedBy>() {
-                fields.insert("worker".into(), Value::from(served.worker.clone()));
+                fields.insert(
+                    "worker".into(),
+                    Value::from(served.worker.authority.clone()),
+                );
                 if let Some(p) = &served.prefill {
-                    fields.insert("prefill_worker".into(), Value::from(p.clone()));
+                    fields.insert("prefill_worker".into(), Value::from(p.authority.clone()));
+                }
+                // The outcome counts for these workers' outlier ejection.
+                if let Some(signals) = &signals {
+                    signals.served_by(served.clone());
                 }
             }
             let report = TripReport {
@@ -352,6 +352,9 @@ impl Stage for Guard {
             {
                 if checks {
                     if let Err(trip) = inspect::check_prefill(shape, &prefill, &expect) {
+                        if let Some(signals) = &report.signals {
+                            signals.blame_prefill();
+                        }
                         return Err(report.record(&trip).into());
                     }
                 }

@@ -13,12 +13,18 @@
 //! [`RoutePlan`] extension, whose worker loads live until the response body ends.
 
 mod discovery;
+mod health;
+mod health_check;
 mod pick;
 mod pool;
 mod version;
 mod worker;
 
 pub use discovery::{discover_all, discover_worker, parse_server_info};
+pub use health::{
+    Ejection, EjectionGroup, HealthPolicy, HealthSnapshot, ProbeVerdict, Serving, WorkerHealth,
+};
+pub use health_check::{check_all, report_ejection};
 pub use pool::{Pool, PoolWorkers, Target};
 pub use version::{EngineVersion, VersionError};
 pub use worker::{Discovery, Role, ServerInfo, Worker, WorkerLoad};
@@ -62,6 +68,15 @@ pub struct RoutePlan {
     pub slot: Option<Arc<InFlightSlot>>,
 }
 
+/// Which workers served a request (a response extension set by dispatch): the audit
+/// names them, and the request's outcome counts for their outlier ejection.
+#[derive(Debug, Clone)]
+pub struct ServedBy {
+    /// The unified or decode worker.
+    pub worker: Arc<Worker>,
+    pub prefill: Option<Arc<Worker>>,
+}
+
 /// All pools, grouped by model.
 #[derive(Debug)]
 pub struct Router {
@@ -72,6 +87,7 @@ pub struct Router {
 impl Router {
     /// Build the live pools from validated config.
     pub fn from_config(config: &Config) -> Self {
+        let health = Arc::new(HealthPolicy::from_config(&config.health));
         let pools: Vec<Arc<Pool>> = config
             .pools
             .iter()
@@ -86,7 +102,7 @@ impl Router {
                     .model(&p.model)
                     .and_then(|m| m.min_engine_version.as_deref())
                     .and_then(|v| EngineVersion::parse(v).ok());
-                Arc::new(Pool::new(p, window, min.as_ref()))
+                Arc::new(Pool::new(p, window, min.as_ref(), &health))
             })
             .collect();
         let mut by_model: HashMap<String, (Vec<Arc<Pool>>, AtomicU64)> = HashMap::new();
@@ -136,6 +152,7 @@ impl Router {
         let no_worker = |reason: String| GatewayError::NoEligibleWorker {
             model: request.model.clone(),
             reason,
+            retry_after: retry_after(self.pools_of(&request.model)),
         };
         let Some((pools, counter)) = self.by_model.get(&request.model) else {
             return Err(no_worker("no pool serves this model".into()));
@@ -214,6 +231,16 @@ impl Router {
             slot,
         })
     }
+}
+
+/// When a worker of `pools` may serve again (the 503's `Retry-After`): the soonest end of
+/// an ejection or recovery; 1 s when no worker is out for its health.
+pub fn retry_after(pools: &[Arc<Pool>]) -> std::time::Duration {
+    pools
+        .iter()
+        .filter_map(|p| p.back_in())
+        .min()
+        .unwrap_or(std::time::Duration::from_secs(1))
 }
 
 /// The tower predicate of the routing stage.

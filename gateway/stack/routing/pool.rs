@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{pick, Role, Worker, WorkerLoad};
+use super::{pick, EjectionGroup, HealthPolicy, Role, Worker, WorkerLoad};
 use crate::config::{EngineKind, PoolConfig, PoolMode};
 use crate::load::InFlightLimit;
 use crate::rollout::SignalWindow;
@@ -58,19 +58,31 @@ pub enum Target {
 }
 
 impl Pool {
-    /// Build a pool from validated config; its signals cover `window`, and workers whose
-    /// engine is older than `min_version` may not serve.
+    /// Build a pool from validated config; its signals cover `window`, workers whose
+    /// engine is older than `min_version` may not serve, and `health` governs probes and
+    /// ejections (counted per role: never more than its share of the prefill, decode or
+    /// unified workers at once).
     pub fn new(
         config: &PoolConfig,
         window: Duration,
         min_version: Option<&super::EngineVersion>,
+        health: &Arc<HealthPolicy>,
     ) -> Self {
         let name: Arc<str> = Arc::from(config.name.as_str());
+        let health_path = config
+            .health_path
+            .clone()
+            .unwrap_or_else(|| match config.engine {
+                EngineKind::Sglang => "/health".to_owned(),
+                EngineKind::Openai => "/v1/models".to_owned(),
+            });
         let build = |list: &[crate::config::WorkerConfig], role| {
+            let group = Arc::new(EjectionGroup::new(list.len(), health.max_ejected_share));
             list.iter()
                 .map(|w| {
                     let worker = Worker::new(name.clone(), role, w)
-                        .with_versions(config.version.as_deref(), min_version.cloned());
+                        .with_versions(config.version.as_deref(), min_version.cloned())
+                        .with_health(health.clone(), group.clone(), &health_path);
                     Arc::new(worker)
                 })
                 .collect::<Vec<_>>()
@@ -179,6 +191,15 @@ impl Pool {
                 none_eligible(prefill, "prefill").or_else(|| none_eligible(decode, "decode"))
             }
         }
+    }
+
+    /// How long until an ejected or down worker of this pool may serve again: the
+    /// soonest end of an ejection or recovery (None: no worker is out for its health).
+    pub fn back_in(&self) -> Option<Duration> {
+        let now = std::time::Instant::now();
+        self.all_workers()
+            .filter_map(|w| w.health().back_in(now))
+            .min()
     }
 
     /// Another eligible worker of a unified pool than `failed` (a retry after a connect

@@ -7,6 +7,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
+use super::health::{EjectionGroup, HealthPolicy, Serving, WorkerHealth};
 use super::EngineVersion;
 use crate::config::WorkerConfig;
 use crate::metrics;
@@ -84,6 +85,10 @@ pub struct Worker {
     min_version: Option<EngineVersion>,
     /// Drained through the admin API: no new requests, in-flight ones finish.
     draining: AtomicBool,
+    /// Active probes and passive outlier ejection.
+    health: WorkerHealth,
+    /// The active health check's path.
+    health_path: String,
     outstanding: AtomicUsize,
     /// The outstanding-requests gauge, looked up once (on first use, so after the
     /// recorder is installed) instead of on every request start and end.
@@ -112,6 +117,11 @@ impl Worker {
             configured_version: None,
             min_version: None,
             draining: AtomicBool::new(false),
+            health: WorkerHealth::new(
+                Arc::new(HealthPolicy::default()),
+                Arc::new(EjectionGroup::new(1, 0.0)),
+            ),
+            health_path: "/health".to_owned(),
             outstanding: AtomicUsize::new(0),
             outstanding_gauge: std::sync::OnceLock::new(),
         }
@@ -122,6 +132,49 @@ impl Worker {
         self.configured_version = configured.map(str::to_owned);
         self.min_version = min;
         self
+    }
+
+    /// Health under `policy`, probed at `path`; ejections counted in `group` (its pool's
+    /// workers of its role).
+    pub fn with_health(
+        mut self,
+        policy: Arc<HealthPolicy>,
+        group: Arc<EjectionGroup>,
+        path: &str,
+    ) -> Self {
+        self.health = WorkerHealth::new(policy, group);
+        path.clone_into(&mut self.health_path);
+        self
+    }
+
+    /// Its health: probes and ejections.
+    pub fn health(&self) -> &WorkerHealth {
+        &self.health
+    }
+
+    /// A request here failed (`cause`, a metric label: connect failure, 5xx, timeout,
+    /// unreadable answer, guard trip); enough in a row eject the worker.
+    pub fn request_failed(&self, cause: &'static str) {
+        if let Some(ejection) = self.health.failure(std::time::Instant::now(), cause) {
+            super::report_ejection(self, &ejection);
+        }
+    }
+
+    /// A request here succeeded: the run of failures ends, and a trial after an ejection
+    /// passes.
+    pub fn request_succeeded(&self) {
+        if self.health.success() {
+            tracing::info!(
+                pool = %self.pool, role = self.role.as_str(), worker = %self.authority,
+                "worker passed its trial after an ejection: back in service"
+            );
+            self.publish_gauges();
+        }
+    }
+
+    /// The path its active health check asks.
+    pub fn health_path(&self) -> &str {
+        &self.health_path
     }
 
     /// The engine version: what the engine reported, else the pool's configured one.
@@ -222,6 +275,27 @@ impl Worker {
         if self.is_draining() {
             return Some("draining (admin API): in-flight requests finish, no new ones".into());
         }
+        match self.health.serving() {
+            Serving::Yes => {}
+            Serving::Trial if self.outstanding() == 0 => {}
+            Serving::Trial => {
+                return Some(
+                    "on trial after an ejection: one request at a time until one succeeds".into(),
+                )
+            }
+            Serving::Ejected { remaining, cause } => {
+                return Some(format!(
+                    "ejected after failures in a row (last: {cause}) for {} s more",
+                    remaining.as_secs_f64().ceil()
+                ))
+            }
+            Serving::Down { error } => {
+                return Some(format!(
+                    "failing its health check (GET {}): {error}",
+                    self.health_path
+                ))
+            }
+        }
         if let Some(min) = &self.min_version {
             match self.version().map(|v| EngineVersion::parse(&v)) {
                 None => {
@@ -294,6 +368,8 @@ impl Worker {
         } else {
             0.0
         });
+        let healthy = matches!(self.health.serving(), Serving::Yes | Serving::Trial);
+        ::metrics::gauge!(metrics::WORKER_HEALTHY, &labels).set(if healthy { 1.0 } else { 0.0 });
         let sourced = |source: &'static str, value: Option<u64>| {
             if let Some(v) = value {
                 let mut l = labels.to_vec();

@@ -1,0 +1,536 @@
+//! A worker's health: what the active probes say and whether passive outlier detection has
+//! ejected it.
+//!
+//! Two independent verdicts keep a worker from new requests:
+//! - **down**: its health probe failed `unhealthy_threshold` times in a row. It comes back
+//!   after `healthy_threshold` passed probes *and* a fresh capacity discovery (an engine
+//!   restarted with a smaller KV pool must not be trusted with the old figure, I3).
+//! - **ejected**: its requests failed `consecutive_failures` times in a row (connect
+//!   failures, 5xx, timeouts, unreadable answers, guard trips), for a backoff that doubles
+//!   with each ejection up to `max_ejection`. When the backoff ends the worker is on
+//!   **trial** (half-open): it takes one request at a time; a success closes the ejection,
+//!   a failure ejects it again for longer. Ejections of one pool's workers of one role never
+//!   exceed `max_ejected_share` ([`EjectionGroup`]): a pool whose engines all fail is better
+//!   served by its errors (which the guard keeps from ever being a 200) than by nothing.
+//!
+//! A probe that passes does not end an ejection: an engine that aborts every request can
+//! still answer `/health`.
+//!
+//! The request path reads one atomic ([`WorkerHealth::serving`]) while nothing is wrong.
+
+use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::config::HealthConfig;
+
+/// The health policy, from `[health]`; shared by every worker.
+#[derive(Debug, Clone)]
+pub struct HealthPolicy {
+    pub interval: Duration,
+    pub unhealthy_threshold: u32,
+    pub healthy_threshold: u32,
+    /// 0: passive ejection is off.
+    pub consecutive_failures: u32,
+    pub base_ejection: Duration,
+    pub max_ejection: Duration,
+    pub max_ejected_share: f64,
+}
+
+impl HealthPolicy {
+    /// The policy of validated config.
+    pub fn from_config(config: &HealthConfig) -> Self {
+        Self {
+            interval: config.interval,
+            unhealthy_threshold: config.unhealthy_threshold,
+            healthy_threshold: config.healthy_threshold,
+            consecutive_failures: config.outlier.consecutive_failures,
+            base_ejection: config.outlier.base_ejection,
+            max_ejection: config.outlier.max_ejection,
+            max_ejected_share: config.outlier.max_ejected_share,
+        }
+    }
+
+    /// How long the `n`th ejection in a row lasts (1-based): doubling, capped.
+    fn ejection(&self, n: u32) -> Duration {
+        let factor = 1u32 << n.saturating_sub(1).min(20);
+        self.base_ejection
+            .saturating_mul(factor)
+            .min(self.max_ejection)
+    }
+}
+
+impl Default for HealthPolicy {
+    fn default() -> Self {
+        Self::from_config(&HealthConfig::default())
+    }
+}
+
+/// The workers of one pool and role: how many may be ejected at once, and how many are.
+#[derive(Debug)]
+pub struct EjectionGroup {
+    max: usize,
+    ejected: AtomicUsize,
+}
+
+impl EjectionGroup {
+    /// A group of `size` workers of which `share` (rounded down) may be ejected.
+    pub fn new(size: usize, share: f64) -> Self {
+        Self {
+            max: (size as f64 * share).floor() as usize,
+            ejected: AtomicUsize::new(0),
+        }
+    }
+
+    /// Take one ejection slot, if the share allows.
+    fn try_eject(&self) -> bool {
+        self.ejected
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    fn release(&self) {
+        let _ = self
+            .ejected
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+
+    /// Workers ejected now (trials included).
+    pub fn ejected(&self) -> usize {
+        self.ejected.load(Ordering::Acquire)
+    }
+}
+
+/// Whether a worker may take new requests, as far as its health goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Serving {
+    Yes,
+    /// Half-open after an ejection: one request at a time until one succeeds.
+    Trial,
+    Ejected {
+        remaining: Duration,
+        cause: &'static str,
+    },
+    Down {
+        error: String,
+    },
+}
+
+/// What a probe result changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeVerdict {
+    /// Nothing.
+    Steady,
+    /// The worker just went down.
+    WentDown,
+    /// Down, and passed enough probes: rediscover its capacity, then [`WorkerHealth::mark_up`].
+    Recovering,
+}
+
+/// An ejection that just happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ejection {
+    pub duration: Duration,
+    /// The ejections in a row, this one included.
+    pub count: u32,
+    pub cause: &'static str,
+    /// It followed a failed trial (half-open) rather than a run of failures.
+    pub after_trial: bool,
+}
+
+const EJECTED: u8 = 1;
+const DOWN: u8 = 2;
+
+#[derive(Debug, Default)]
+struct State {
+    /// Set while ejected; once passed, the worker is on trial.
+    ejected_until: Option<Instant>,
+    cause: &'static str,
+    /// Ejections in a row (forgotten after `max_ejection` without one).
+    ejections: u32,
+    last_closed: Option<Instant>,
+    down: Option<String>,
+    probes_passed: u32,
+    probes_failed: u32,
+}
+
+/// One worker's health.
+#[derive(Debug)]
+pub struct WorkerHealth {
+    policy: Arc<HealthPolicy>,
+    group: Arc<EjectionGroup>,
+    /// `EJECTED | DOWN`; 0 while nothing is wrong (the request path reads only this).
+    flags: AtomicU8,
+    /// Passive failures in a row.
+    failures: AtomicU32,
+    state: Mutex<State>,
+}
+
+/// What the admin port shows of a worker's health.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthSnapshot {
+    /// `serving`, `trial`, `ejected` or `down`.
+    pub state: &'static str,
+    pub consecutive_failures: u32,
+    pub ejections: u32,
+    pub ejected_for: Option<Duration>,
+    pub cause: Option<String>,
+}
+
+impl WorkerHealth {
+    /// Health under `policy`, ejections counted in `group`.
+    pub fn new(policy: Arc<HealthPolicy>, group: Arc<EjectionGroup>) -> Self {
+        Self {
+            policy,
+            group,
+            flags: AtomicU8::new(0),
+            failures: AtomicU32::new(0),
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether new requests may come (the request path: one atomic load when healthy).
+    pub fn serving(&self) -> Serving {
+        if self.flags.load(Ordering::Acquire) == 0 {
+            return Serving::Yes;
+        }
+        self.serving_at(Instant::now())
+    }
+
+    /// [`Self::serving`] at `now`.
+    pub fn serving_at(&self, now: Instant) -> Serving {
+        let state = self.state();
+        if let Some(error) = &state.down {
+            return Serving::Down {
+                error: error.clone(),
+            };
+        }
+        match state.ejected_until {
+            Some(until) if now < until => Serving::Ejected {
+                remaining: until - now,
+                cause: state.cause,
+            },
+            Some(_) => Serving::Trial,
+            None => Serving::Yes,
+        }
+    }
+
+    /// A request on this worker failed (`cause`: a metric label). Returns the ejection
+    /// when this failure ejected it.
+    pub fn failure(&self, now: Instant, cause: &'static str) -> Option<Ejection> {
+        if self.policy.consecutive_failures == 0 {
+            return None;
+        }
+        let failures = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
+        let mut state = self.state();
+        let after_trial = match state.ejected_until {
+            // A request sent before the ejection: it is already out.
+            Some(until) if now < until => return None,
+            // The trial failed: out again, for longer (its slot is still held).
+            Some(_) => true,
+            None if failures < self.policy.consecutive_failures => return None,
+            None => {
+                if !self.group.try_eject() {
+                    return None;
+                }
+                if state
+                    .last_closed
+                    .is_some_and(|c| now.duration_since(c) >= self.policy.max_ejection)
+                {
+                    state.ejections = 0;
+                }
+                false
+            }
+        };
+        state.ejections += 1;
+        let duration = self.policy.ejection(state.ejections);
+        state.ejected_until = Some(now + duration);
+        state.cause = cause;
+        self.failures.store(0, Ordering::Release);
+        self.flags.fetch_or(EJECTED, Ordering::AcqRel);
+        Some(Ejection {
+            duration,
+            count: state.ejections,
+            cause,
+            after_trial,
+        })
+    }
+
+    /// A request on this worker succeeded. Returns true when this closed an ejection
+    /// (the request path: two atomic loads when healthy).
+    pub fn success(&self) -> bool {
+        if self.flags.load(Ordering::Acquire) & EJECTED == 0 {
+            if self.failures.load(Ordering::Acquire) != 0 {
+                self.failures.store(0, Ordering::Release);
+            }
+            return false;
+        }
+        self.success_at(Instant::now())
+    }
+
+    /// [`Self::success`] at `now`.
+    pub fn success_at(&self, now: Instant) -> bool {
+        if self.flags.load(Ordering::Acquire) & EJECTED == 0 {
+            self.failures.store(0, Ordering::Release);
+            return false;
+        }
+        let mut state = self.state();
+        match state.ejected_until {
+            Some(until) if now >= until => {
+                state.ejected_until = None;
+                state.last_closed = Some(now);
+                self.failures.store(0, Ordering::Release);
+                self.flags.fetch_and(!EJECTED, Ordering::AcqRel);
+                self.group.release();
+                true
+            }
+            // Sent before the ejection; the trial decides.
+            _ => false,
+        }
+    }
+
+    /// An active probe's result (`Err`: why it failed).
+    pub fn probe(&self, result: Result<(), String>) -> ProbeVerdict {
+        let mut state = self.state();
+        match result {
+            Ok(()) => {
+                state.probes_failed = 0;
+                state.probes_passed = state.probes_passed.saturating_add(1);
+                if state.down.is_some() && state.probes_passed >= self.policy.healthy_threshold {
+                    return ProbeVerdict::Recovering;
+                }
+                ProbeVerdict::Steady
+            }
+            Err(error) => {
+                state.probes_passed = 0;
+                state.probes_failed = state.probes_failed.saturating_add(1);
+                let failed = state.probes_failed;
+                match &mut state.down {
+                    Some(last) => {
+                        *last = error;
+                        ProbeVerdict::Steady
+                    }
+                    None if failed >= self.policy.unhealthy_threshold => {
+                        state.down = Some(error);
+                        self.flags.fetch_or(DOWN, Ordering::AcqRel);
+                        ProbeVerdict::WentDown
+                    }
+                    None => ProbeVerdict::Steady,
+                }
+            }
+        }
+    }
+
+    /// Back in service after recovering probes and a fresh capacity discovery. An
+    /// ejection from while it was dying is not waited out: the worker goes on trial now
+    /// (one request at a time until one succeeds).
+    pub fn mark_up(&self) {
+        self.mark_up_at(Instant::now());
+    }
+
+    /// [`Self::mark_up`] at `now`.
+    pub fn mark_up_at(&self, now: Instant) {
+        let mut state = self.state();
+        state.down = None;
+        if let Some(until) = &mut state.ejected_until {
+            *until = (*until).min(now);
+        }
+        self.flags.fetch_and(!DOWN, Ordering::AcqRel);
+    }
+
+    /// How long until this worker may serve again, when it may not now (the 503's
+    /// `Retry-After`): the rest of an ejection, or the probes a recovery needs.
+    pub fn back_in(&self, now: Instant) -> Option<Duration> {
+        match self.serving_at(now) {
+            Serving::Yes | Serving::Trial => None,
+            Serving::Ejected { remaining, .. } => Some(remaining),
+            Serving::Down { .. } => Some(
+                self.policy
+                    .interval
+                    .saturating_mul(self.policy.healthy_threshold),
+            ),
+        }
+    }
+
+    /// The state for the admin port.
+    pub fn snapshot(&self, now: Instant) -> HealthSnapshot {
+        let serving = self.serving_at(now);
+        let state = self.state();
+        let (name, ejected_for, cause) = match serving {
+            Serving::Yes => ("serving", None, None),
+            Serving::Trial => ("trial", None, Some(state.cause.to_owned())),
+            Serving::Ejected { remaining, cause } => {
+                ("ejected", Some(remaining), Some(cause.to_owned()))
+            }
+            Serving::Down { error } => ("down", None, Some(error)),
+        };
+        HealthSnapshot {
+            state: name,
+            consecutive_failures: self.failures.load(Ordering::Acquire),
+            ejections: state.ejections,
+            ejected_for,
+            cause,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> Arc<HealthPolicy> {
+        Arc::new(HealthPolicy {
+            interval: Duration::from_secs(5),
+            unhealthy_threshold: 2,
+            healthy_threshold: 2,
+            consecutive_failures: 3,
+            base_ejection: Duration::from_secs(10),
+            max_ejection: Duration::from_secs(35),
+            max_ejected_share: 0.5,
+        })
+    }
+
+    fn health(group: &Arc<EjectionGroup>) -> WorkerHealth {
+        WorkerHealth::new(policy(), group.clone())
+    }
+
+    #[test]
+    fn failures_in_a_row_eject_and_a_success_between_resets_the_run() {
+        let group = Arc::new(EjectionGroup::new(2, 0.5));
+        let h = health(&group);
+        let t = Instant::now();
+        assert_eq!(h.failure(t, "status_5xx"), None);
+        assert_eq!(h.failure(t, "status_5xx"), None);
+        assert!(!h.success_at(t));
+        assert_eq!(h.failure(t, "status_5xx"), None);
+        assert_eq!(h.failure(t, "status_5xx"), None);
+        let ejection = h
+            .failure(t, "guard_trip")
+            .expect("third failure in a row ejects");
+        assert_eq!(ejection.duration, Duration::from_secs(10));
+        assert_eq!(ejection.cause, "guard_trip");
+        assert_eq!(group.ejected(), 1);
+        assert_eq!(
+            h.serving_at(t + Duration::from_secs(4)),
+            Serving::Ejected {
+                remaining: Duration::from_secs(6),
+                cause: "guard_trip"
+            }
+        );
+        assert_eq!(h.back_in(t), Some(Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn a_failed_trial_ejects_again_for_twice_as_long_capped_and_a_passed_one_closes() {
+        let group = Arc::new(EjectionGroup::new(2, 0.5));
+        let h = health(&group);
+        let mut t = Instant::now();
+        for _ in 0..3 {
+            h.failure(t, "upstream_unavailable");
+        }
+        let mut expected = [20, 35, 35].into_iter();
+        for _ in 0..3 {
+            t += h.back_in(t).unwrap();
+            assert_eq!(h.serving_at(t), Serving::Trial);
+            let again = h.failure(t, "upstream_unavailable").expect("trial failed");
+            assert!(again.after_trial);
+            assert_eq!(
+                again.duration,
+                Duration::from_secs(expected.next().unwrap())
+            );
+            assert_eq!(group.ejected(), 1, "a trial keeps its slot");
+        }
+        t += h.back_in(t).unwrap();
+        assert!(
+            !h.success_at(t - Duration::from_secs(1)),
+            "sent before the trial"
+        );
+        assert!(h.success_at(t));
+        assert_eq!(h.serving_at(t), Serving::Yes);
+        assert_eq!(group.ejected(), 0);
+        // The next run of failures soon after starts from the longer backoff...
+        for _ in 0..3 {
+            h.failure(t, "x");
+        }
+        assert_eq!(h.back_in(t), Some(Duration::from_secs(35)));
+        // ...but a worker that stayed in service for max_ejection starts over.
+        t += Duration::from_secs(35);
+        assert!(h.success_at(t));
+        t += Duration::from_secs(35);
+        for _ in 0..3 {
+            h.failure(t, "x");
+        }
+        assert_eq!(h.back_in(t), Some(Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn the_share_caps_ejections_per_group() {
+        let group = Arc::new(EjectionGroup::new(3, 0.5));
+        let (a, b) = (health(&group), health(&group));
+        let t = Instant::now();
+        for _ in 0..3 {
+            a.failure(t, "x");
+            b.failure(t, "x");
+        }
+        assert!(matches!(a.serving_at(t), Serving::Ejected { .. }));
+        assert_eq!(b.serving_at(t), Serving::Yes, "1 of 3 at share 0.5");
+        let single = Arc::new(EjectionGroup::new(1, 0.5));
+        let only = health(&single);
+        for _ in 0..10 {
+            assert_eq!(only.failure(t, "x"), None);
+        }
+        assert_eq!(only.serving_at(t), Serving::Yes);
+    }
+
+    #[test]
+    fn probes_take_a_worker_down_and_bring_it_back_only_after_recovery() {
+        let h = health(&Arc::new(EjectionGroup::new(1, 0.0)));
+        assert_eq!(h.probe(Err("refused".into())), ProbeVerdict::Steady);
+        assert_eq!(h.probe(Err("refused".into())), ProbeVerdict::WentDown);
+        assert_eq!(
+            h.serving(),
+            Serving::Down {
+                error: "refused".into()
+            }
+        );
+        assert_eq!(h.probe(Ok(())), ProbeVerdict::Steady);
+        assert_eq!(h.probe(Ok(())), ProbeVerdict::Recovering);
+        assert!(matches!(h.serving(), Serving::Down { .. }));
+        h.mark_up();
+        assert_eq!(h.serving(), Serving::Yes);
+        assert_eq!(h.snapshot(Instant::now()).state, "serving");
+    }
+
+    #[test]
+    fn a_worker_that_recovers_from_down_is_on_trial_instead_of_waiting_out_its_ejection() {
+        let h = health(&Arc::new(EjectionGroup::new(2, 0.5)));
+        let t = Instant::now();
+        for _ in 0..3 {
+            h.failure(t, "upstream_unavailable");
+        }
+        h.probe(Err("refused".into()));
+        h.probe(Err("refused".into()));
+        h.probe(Ok(()));
+        assert_eq!(h.probe(Ok(())), ProbeVerdict::Recovering);
+        h.mark_up_at(t + Duration::from_secs(1));
+        assert_eq!(h.serving_at(t + Duration::from_secs(1)), Serving::Trial);
+        assert!(h.success_at(t + Duration::from_secs(1)));
+        assert_eq!(h.serving_at(t + Duration::from_secs(1)), Serving::Yes);
+    }
+
+    #[test]
+    fn passive_ejection_off_never_ejects() {
+        let mut p = (*policy()).clone();
+        p.consecutive_failures = 0;
+        let h = WorkerHealth::new(Arc::new(p), Arc::new(EjectionGroup::new(4, 1.0)));
+        for _ in 0..100 {
+            assert_eq!(h.failure(Instant::now(), "x"), None);
+        }
+    }
+}
