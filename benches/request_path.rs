@@ -70,7 +70,7 @@ api_key_sha256 = ["{}"]
     let gateway = Gateway::new(config).unwrap();
     rt.block_on(kvgate::stack::routing::discover_all(
         gateway.router(),
-        &kvgate::upstream::Upstream::new(&Default::default()),
+        gateway.upstream(),
     ));
     let stack = kvgate::build_stack::<Full<Bytes>>(gateway.stack_parts());
 

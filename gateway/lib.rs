@@ -45,6 +45,7 @@ pub mod runtime;
 pub mod secure_random;
 pub mod stack;
 pub mod tenant;
+pub mod tls;
 pub mod upstream;
 
 use bytes::Bytes;

@@ -278,7 +278,14 @@ async fn check(path: PathBuf, discover: bool, strict: bool) -> ExitCode {
     };
     let router = Router::from_config(&config);
     if discover {
-        discover_all(&router, &Upstream::new(&config.upstream)).await;
+        let tls = match kvgate::tls::EngineTls::from_config(&config) {
+            Ok(tls) => tls,
+            Err(e) => {
+                eprintln!("error: {}: upstream.tls: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        };
+        discover_all(&router, &Upstream::new(&config.upstream, &tls)).await;
     }
     let report = CapacityReport::build(&config, &router);
     println!("config {} is valid", path.display());

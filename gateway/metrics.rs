@@ -29,6 +29,8 @@ pub const WORKER_HEALTHY: &str = "kvgate_worker_healthy";
 pub const WORKER_EJECTIONS_TOTAL: &str = "kvgate_worker_ejections_total";
 /// Active health probes, by pool, role, worker and result (ok / failed).
 pub const HEALTH_PROBES_TOTAL: &str = "kvgate_health_probes_total";
+/// Certificate reloads (data port `server`, `engines`), by result (ok / error).
+pub const TLS_RELOADS_TOTAL: &str = "kvgate_tls_reloads_total";
 /// Responses the guard stopped, by reason and pool.
 pub const GUARD_TRIPS_TOTAL: &str = "kvgate_guard_trips_total";
 /// Every accepted request's single outcome (I6): success, error, guard_error, client_cancelled.
@@ -99,6 +101,10 @@ fn describe_all() {
     );
     describe_counter!(WORKER_EJECTIONS_TOTAL, "Outlier ejections of workers");
     describe_counter!(HEALTH_PROBES_TOTAL, "Active health probes of workers");
+    describe_counter!(
+        TLS_RELOADS_TOTAL,
+        "Certificate reloads of the data port and of TLS to engines"
+    );
     describe_gauge!(WORKER_KV_TOKENS, "Worker KV pool size in tokens");
     describe_gauge!(
         WORKER_CAPACITY_MISMATCH,

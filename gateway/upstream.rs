@@ -8,6 +8,7 @@ use bytes::{Bytes, BytesMut};
 use http::{header, HeaderValue, Method, Request, Response};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -18,13 +19,14 @@ use tokio::time::Instant;
 use crate::config::UpstreamConfig;
 use crate::error::GatewayError;
 use crate::load::{BufferBudget, BufferPermit};
+use crate::tls::EngineTls;
 
 /// The shared upstream client.
 #[derive(Clone, Debug)]
 pub struct Upstream {
     /// Behind an `Arc`: the stack clones its services per request, and a hyper client is
     /// several reference counts of its own.
-    client: Arc<Client<HttpConnector, Full<Bytes>>>,
+    client: Arc<Client<HttpsConnector<HttpConnector>, Full<Bytes>>>,
     request_timeout: Duration,
     response_header_timeout: Duration,
     stream_idle_timeout: Duration,
@@ -43,16 +45,18 @@ pub struct Deadlines {
 }
 
 impl Upstream {
-    /// Build the client from `[upstream]`.
-    pub fn new(config: &UpstreamConfig) -> Self {
+    /// Build the client from `[upstream]`; `https://` workers are reached with `tls`.
+    pub fn new(config: &UpstreamConfig, tls: &EngineTls) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(config.connect_timeout));
         connector.set_nodelay(true);
+        // The TLS layer above decides by scheme.
+        connector.enforce_http(false);
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(config.idle_timeout)
             .pool_max_idle_per_host(config.max_idle_per_host)
-            .build(connector);
+            .build(tls.connector(connector));
         Self {
             client: Arc::new(client),
             request_timeout: config.request_timeout,

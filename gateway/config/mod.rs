@@ -22,7 +22,7 @@ pub use health::{HealthConfig, OutlierConfig};
 pub use preflight::PreflightConfig;
 pub use rollout::{PromotionConfig, RollbackMargins, RolloutConfig};
 pub use server::{ServerConfig, TlsConfig};
-pub use upstream::UpstreamConfig;
+pub use upstream::{UpstreamConfig, UpstreamTlsConfig};
 pub use validate::validate;
 
 /// A configuration error, naming the file, the key path and the fix.
@@ -361,6 +361,10 @@ pub struct WorkerConfig {
     /// Prefill workers: the host decode workers reach for KV (default: the URL's host).
     #[serde(default)]
     pub bootstrap_host: Option<String>,
+    /// `https://` workers: the name sent as SNI and checked in the certificate, instead
+    /// of the URL's host and `upstream.tls.server_name`.
+    #[serde(default)]
+    pub tls_server_name: Option<String>,
 }
 
 /// `[[tenants]]`

@@ -25,6 +25,10 @@ pub struct ServerConfig {
     /// How long in-flight requests and streams may run after SIGTERM/SIGINT.
     #[serde(with = "humantime_serde")]
     pub drain_timeout: Duration,
+    /// How often the certificate files of `[server.tls]` and `[upstream.tls]` are checked
+    /// for changes (a change is read at once; SIGHUP and `POST /reload` read them anyway).
+    #[serde(with = "humantime_serde")]
+    pub tls_watch_interval: Duration,
     /// Serve requests without an API key as the tenant `anonymous` (off by default).
     pub allow_anonymous: bool,
     /// TLS termination on the data port.
@@ -77,6 +81,7 @@ impl Default for ServerConfig {
             admin_token_file: None,
             max_body_bytes: bytesize::ByteSize::mib(64),
             drain_timeout: Duration::from_secs(30),
+            tls_watch_interval: crate::tls::CERT_WATCH_INTERVAL,
             allow_anonymous: false,
             tls: None,
             header_read_timeout: Duration::from_secs(10),

@@ -1,6 +1,7 @@
 //! `[upstream]`: how the gateway talks to engines, and its deadlines there.
 
 use serde::Deserialize;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// `[upstream]`
@@ -34,6 +35,27 @@ pub struct UpstreamConfig {
     /// How long an idle upstream connection is kept.
     #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
+    /// `[upstream.tls]`: how `https://` workers are trusted and how kvgate proves itself
+    /// to them (mTLS).
+    pub tls: UpstreamTlsConfig,
+}
+
+/// `[upstream.tls]`: TLS to engines. Every file is read again when it changes (and on
+/// SIGHUP or `POST /reload`); new engine connections use the new files, open ones go on.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamTlsConfig {
+    /// PEM bundle of the CAs that sign the engines' certificates (default: the system's
+    /// roots). Nothing else is trusted: an engine whose certificate does not chain to it
+    /// is unreachable, never served unverified.
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate chain kvgate presents (mTLS); needs `key_file`.
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of `cert_file`.
+    pub key_file: Option<PathBuf>,
+    /// The name sent as SNI and checked in every engine's certificate, instead of the
+    /// URL's host (engines addressed by IP). A worker's `tls_server_name` overrides it.
+    pub server_name: Option<String>,
 }
 
 impl Default for UpstreamConfig {
@@ -48,6 +70,7 @@ impl Default for UpstreamConfig {
             discovery_interval: Duration::from_secs(30),
             max_idle_per_host: 64,
             idle_timeout: Duration::from_secs(90),
+            tls: UpstreamTlsConfig::default(),
         }
     }
 }

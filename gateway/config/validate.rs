@@ -39,6 +39,13 @@ pub fn validate(mut config: Config) -> Result<Config, ConfigError> {
         tls.key =
             existing_file(&base, &tls.key).map_err(|r| invalid("server.tls.key".into(), r))?;
     }
+    if config.server.tls_watch_interval.is_zero() {
+        return Err(invalid(
+            "server.tls_watch_interval".into(),
+            "must be above 0, e.g. \"5s\"".into(),
+        ));
+    }
+    check_upstream_tls(&mut config, &base).map_err(|(key, reason)| invalid(key, reason))?;
 
     if config.audit.sink == super::AuditSink::File && config.audit.path.is_none() {
         return Err(invalid(
@@ -341,20 +348,71 @@ fn load_keys(tenant: &super::TenantConfig) -> Result<Vec<String>, (&'static str,
     Ok(keys.iter().map(|k| super::hash_key(k)).collect())
 }
 
-fn check_worker(worker: &WorkerConfig, is_prefill: bool) -> Result<(), (&'static str, String)> {
-    match worker.url.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
+/// `[upstream.tls]`: files exist (resolved against the config's folder), a client
+/// certificate comes with its key, server names are names.
+fn check_upstream_tls(config: &mut Config, base: &Path) -> Result<(), (String, String)> {
+    let tls = &mut config.upstream.tls;
+    for (key, file) in [
+        ("ca_file", &mut tls.ca_file),
+        ("cert_file", &mut tls.cert_file),
+        ("key_file", &mut tls.key_file),
+    ] {
+        if let Some(f) = file.as_mut() {
+            *f = existing_file(base, f).map_err(|r| (format!("upstream.tls.{key}"), r))?;
+        }
+    }
+    match (&tls.cert_file, &tls.key_file) {
+        (Some(_), None) => {
             return Err((
-                "url",
-                "https to engines is not supported yet; use http:// (TLS to engines is planned)"
-                    .into(),
+                "upstream.tls.key_file".into(),
+                "a client certificate (cert_file) needs its private key: key_file = \"...\"".into(),
             ))
         }
+        (None, Some(_)) => {
+            return Err((
+                "upstream.tls.cert_file".into(),
+                "a client key (key_file) needs its certificate chain: cert_file = \"...\"".into(),
+            ))
+        }
+        _ => {}
+    }
+    let server_name_error =
+        |name: &str| format!("`{name}` is not a DNS name or IP address, e.g. \"engine.internal\"");
+    if let Some(name) = &tls.server_name {
+        if rustls_pki_types::ServerName::try_from(name.as_str()).is_err() {
+            return Err(("upstream.tls.server_name".into(), server_name_error(name)));
+        }
+    }
+    for (i, pool) in config.pools.iter().enumerate() {
+        for (list, workers) in [
+            ("workers", &pool.workers),
+            ("prefill", &pool.prefill),
+            ("decode", &pool.decode),
+        ] {
+            for (j, w) in workers.iter().enumerate() {
+                let Some(name) = &w.tls_server_name else {
+                    continue;
+                };
+                let key = format!("pools[{i}].{list}[{j}].tls_server_name");
+                if w.url.scheme_str() != Some("https") {
+                    return Err((key, "only https:// workers use a TLS server name".into()));
+                }
+                if rustls_pki_types::ServerName::try_from(name.as_str()).is_err() {
+                    return Err((key, server_name_error(name)));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_worker(worker: &WorkerConfig, is_prefill: bool) -> Result<(), (&'static str, String)> {
+    match worker.url.scheme_str() {
+        Some("http" | "https") => {}
         _ => {
             return Err((
                 "url",
-                "must start with http://, e.g. \"http://10.0.0.1:30000\"".into(),
+                "must start with http:// or https://, e.g. \"http://10.0.0.1:30000\"".into(),
             ))
         }
     }

@@ -218,7 +218,7 @@ impl Admin {
                     Some(Ok(report)) => json_response(StatusCode::OK, report),
                     Some(Err(e)) => json_response(
                         StatusCode::BAD_REQUEST,
-                        json!({"error": {"message": format!("reload refused, running config kept: {e}"), "type": "invalid_request_error", "param": null, "code": "invalid_config"}}),
+                        json!({"error": {"message": format!("reload refused, running config kept: {e}"), "type": "invalid_request_error", "param": null, "code": e.code()}}),
                     ),
                     None => json_response(
                         StatusCode::NOT_FOUND,

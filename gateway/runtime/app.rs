@@ -12,7 +12,7 @@ use crate::config::{LimitsBackend, LimitsFailurePolicy};
 use crate::load::{BufferBudget, InFlightLimit};
 use crate::rollout::{sync_loop, Rollouts, SharedDecisions};
 use crate::runtime::admin::Admin;
-use crate::runtime::background::{discovery_loop, health_loop, housekeeping_loop};
+use crate::runtime::background::{cert_watch_loop, discovery_loop, health_loop, housekeeping_loop};
 use crate::runtime::check::CapacityReport;
 use crate::runtime::data_threads::serve_on_threads;
 use crate::runtime::redact::{redact_in, redact_url};
@@ -29,6 +29,7 @@ use crate::stack::rate_limit::limiter::{
     FailurePolicy, GuardedStore, Limiter, MemoryStore, RedisStore,
 };
 use crate::stack::routing::{discover_all, Router};
+use crate::tls::{CertWatch, EngineTls, ServerCert};
 use crate::upstream::Upstream;
 use crate::{build_stack, StackParts};
 use kvgate_tokenize::{ModelTokenizer, TokenizeError};
@@ -96,6 +97,8 @@ pub struct Gateway {
     router: Arc<Router>,
     rollouts: Arc<Rollouts>,
     upstream: Upstream,
+    /// TLS to engines, shared by every engine client (a reload reaches them all).
+    engine_tls: Arc<EngineTls>,
     admission: Arc<AdmissionState>,
     guard: Arc<GuardState>,
     isolation: Arc<IsolationState>,
@@ -111,7 +114,8 @@ impl Gateway {
     /// Build pools, workers, tokenizers and the upstream client from validated config.
     pub fn new(config: Config) -> Result<Self, StartError> {
         let router = Arc::new(Router::from_config(&config));
-        let upstream = Upstream::new(&config.upstream);
+        let engine_tls = EngineTls::from_config(&config)?;
+        let upstream = Upstream::new(&config.upstream, &engine_tls);
         let mut models = HashMap::new();
         for model in &config.models {
             let tokenizer = load_tokenizer(&model.tokenizer, model.chat_template.as_deref())
@@ -163,6 +167,7 @@ impl Gateway {
             router,
             rollouts,
             upstream,
+            engine_tls,
             admission,
             guard,
             isolation,
@@ -178,6 +183,11 @@ impl Gateway {
     /// The live pools.
     pub fn router(&self) -> &Arc<Router> {
         &self.router
+    }
+
+    /// The engine client of discovery and probes.
+    pub fn upstream(&self) -> &Upstream {
+        &self.upstream
     }
 
     /// The audit log.
@@ -274,10 +284,12 @@ impl Gateway {
         admin: TcpListener,
     ) -> Result<RunningGateway, StartError> {
         self.connect_limits().await?;
-        let tls = match &self.config.server.tls {
-            Some(t) => Some(server::tls_acceptor(&t.cert, &t.key)?),
+        let server_cert = match &self.config.server.tls {
+            Some(t) => Some(ServerCert::load(&t.cert, &t.key)?),
             None => None,
         };
+        let tls = server_cert.as_ref().map(ServerCert::acceptor).transpose()?;
+        let certs = Arc::new(CertWatch::new(server_cert, self.engine_tls.clone()));
         crate::metrics::handle();
         discover_all(&self.router, &self.upstream).await;
         let report = CapacityReport::build(&self.config, &self.router);
@@ -306,6 +318,11 @@ impl Gateway {
                 shutdown.clone(),
             )));
         }
+        tasks.push(tokio::spawn(cert_watch_loop(
+            certs.clone(),
+            self.config.server.tls_watch_interval,
+            shutdown.clone(),
+        )));
         tasks.push(tokio::spawn(sync_loop(
             self.rollouts.clone(),
             self.shared_decisions(),
@@ -323,13 +340,14 @@ impl Gateway {
         // stay on their thread); everything else in it is shared.
         let parts = self.stack_parts();
         let upstream_config = self.config.upstream.clone();
+        let engine_tls = self.engine_tls.clone();
         let data_server = serve_on_threads(
             data,
             tls,
             self.config.server.data_threads,
             move || {
                 build_stack::<hyper::body::Incoming>(StackParts {
-                    upstream: Upstream::new(&upstream_config),
+                    upstream: Upstream::new(&upstream_config, &engine_tls),
                     ..parts.clone()
                 })
             },
@@ -346,6 +364,7 @@ impl Gateway {
         let reloader = Reloader {
             path: self.config.source.clone(),
             keys: self.keys.clone(),
+            certs: Some(certs),
         };
         let admin_token = admin_token(&self.config.server)?;
         let admin_service = Admin::new(

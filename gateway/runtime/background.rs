@@ -9,6 +9,7 @@ use crate::runtime::server::Shutdown;
 use crate::stack::isolate::IsolationState;
 use crate::stack::rate_limit::limiter::Limiter;
 use crate::stack::routing::{check_all, discover_all, Router};
+use crate::tls::CertWatch;
 use crate::upstream::Upstream;
 
 /// How often idle tenant counters and expired prompt fingerprints are dropped. Both are
@@ -59,6 +60,25 @@ pub(crate) async fn health_loop(
     loop {
         tokio::select! {
             _ = ticks.tick() => check_all(&router, &upstream, config.timeout).await,
+            _ = shutdown.wait() => return,
+        }
+    }
+}
+
+/// Read certificate files again when they change (`server.tls_watch_interval`).
+pub(crate) async fn cert_watch_loop(
+    certs: Arc<CertWatch>,
+    interval: Duration,
+    mut shutdown: Shutdown,
+) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {
+                // A few stat calls, and a PEM parse only when a file changed.
+                certs.reload_changed();
+            }
             _ = shutdown.wait() => return,
         }
     }

@@ -12,10 +12,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use std::convert::Infallible;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -69,45 +66,7 @@ impl ShutdownTrigger {
     }
 }
 
-/// A TLS error at start-up, naming the file.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    #[error("cannot read TLS certificate {path}: {reason}")]
-    Cert { path: String, reason: String },
-    #[error("cannot read TLS private key {path}: {reason}")]
-    Key { path: String, reason: String },
-    #[error("TLS certificate and key do not form a valid server identity: {0}")]
-    Config(String),
-}
-
-/// Build a rustls acceptor (ALPN h2, http/1.1) from PEM files.
-pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, TlsError> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| TlsError::Cert {
-            path: cert.display().to_string(),
-            reason: e.to_string(),
-        })?;
-    if certs.is_empty() {
-        return Err(TlsError::Cert {
-            path: cert.display().to_string(),
-            reason: "no CERTIFICATE block found".into(),
-        });
-    }
-    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| TlsError::Key {
-        path: key.display().to_string(),
-        reason: e.to_string(),
-    })?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| TlsError::Config(e.to_string()))?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| TlsError::Config(e.to_string()))?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(TlsAcceptor::from(Arc::new(config)))
-}
+pub use crate::tls::TlsError;
 
 /// The connection-level deadlines and ceilings of one listener (from `[server]`).
 #[derive(Debug, Clone)]

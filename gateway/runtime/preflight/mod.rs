@@ -52,6 +52,8 @@ pub enum PreflightError {
     ZeroBudget,
     #[error("model `{model}`: cannot load its tokenizer: {detail}")]
     Tokenizer { model: String, detail: String },
+    #[error("TLS to engines: {0}")]
+    Tls(crate::tls::TlsError),
 }
 
 /// Run every probe of the selected pools and report.
@@ -72,7 +74,8 @@ pub async fn run(
     if limit == 0 {
         return Err(PreflightError::ZeroBudget);
     }
-    let upstream = Upstream::new(&config.upstream);
+    let tls = crate::tls::EngineTls::from_config(config).map_err(PreflightError::Tls)?;
+    let upstream = Upstream::new(&config.upstream, &tls);
     discover_all(&router, &upstream).await;
     let mut budget = TokenBudget { limit, spent: 0 };
     let mut targets = Vec::new();

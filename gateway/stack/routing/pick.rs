@@ -112,6 +112,7 @@ mod tests {
                     kv_tokens: Some(100),
                     bootstrap_port: None,
                     bootstrap_host: None,
+                    tls_server_name: None,
                 };
                 Arc::new(Worker::new(Arc::from("p"), Role::Unified, &cfg))
             })

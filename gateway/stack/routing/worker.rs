@@ -444,6 +444,7 @@ mod tests {
             kv_tokens: kv,
             bootstrap_port: None,
             bootstrap_host: None,
+            tls_server_name: None,
         };
         Worker::new(Arc::from("p"), role, &config)
     }
