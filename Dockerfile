@@ -4,7 +4,9 @@
 #     -v "$PWD/my-kvgate.toml:/etc/kvgate/kvgate.toml:ro" kvgate
 # Relative paths in a mounted config resolve against /etc/kvgate, where the shipped
 # tokenizers live (/etc/kvgate/tokenizers/<model>/). Bind server.listen to 0.0.0.0 inside
-# the container.
+# the container. The image has no /etc/kvgate/kvgate.toml of its own: mount one (Kubernetes:
+# the ConfigMap of deploy/kubernetes/). No HEALTHCHECK: the image has no HTTP client (curl)
+# to probe /ready with; Kubernetes probes the admin port itself (deploy/kubernetes/).
 
 FROM rust:1.95-slim-bookworm AS builder
 WORKDIR /src
@@ -19,7 +21,8 @@ FROM debian:bookworm-slim AS runtime
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
- && useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin kvgate
+ && groupadd --system --gid 10001 kvgate \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin kvgate
 COPY --from=builder /src/target/release/kvgate /usr/local/bin/kvgate
 COPY config/ /etc/kvgate/
 USER 10001:10001
