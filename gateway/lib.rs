@@ -29,7 +29,8 @@
 //! (the one error type and its HTTP mapping), `body`, `metrics`, `audit`, `tenant` (a
 //! tenant's policy and limits), `load` (in-flight caps and the buffer budget),
 //! `secure_random` and `upstream` (the one engine client). The runtime around
-//! it is `runtime/` (app, server, admin, reload, check, demo). The tokenizer and the
+//! it is `runtime/` (app, server, live (the reloadable config), admin, reload, check, demo);
+//! `tls` holds the certificates that reload. The tokenizer and the
 //! simulated engine are crates of their own (`crates/tokenize`, `crates/sim`).
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]

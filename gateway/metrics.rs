@@ -31,6 +31,8 @@ pub const WORKER_EJECTIONS_TOTAL: &str = "kvgate_worker_ejections_total";
 pub const HEALTH_PROBES_TOTAL: &str = "kvgate_health_probes_total";
 /// Certificate reloads (data port `server`, `engines`), by result (ok / error).
 pub const TLS_RELOADS_TOTAL: &str = "kvgate_tls_reloads_total";
+/// Config reloads (SIGHUP, `POST /reload`), by result (ok / error).
+pub const CONFIG_RELOADS_TOTAL: &str = "kvgate_config_reloads_total";
 /// Responses the guard stopped, by reason and pool.
 pub const GUARD_TRIPS_TOTAL: &str = "kvgate_guard_trips_total";
 /// Every accepted request's single outcome (I6): success, error, guard_error, client_cancelled.
@@ -101,6 +103,7 @@ fn describe_all() {
     );
     describe_counter!(WORKER_EJECTIONS_TOTAL, "Outlier ejections of workers");
     describe_counter!(HEALTH_PROBES_TOTAL, "Active health probes of workers");
+    describe_counter!(CONFIG_RELOADS_TOTAL, "Config reloads, by result");
     describe_counter!(
         TLS_RELOADS_TOTAL,
         "Certificate reloads of the data port and of TLS to engines"

@@ -257,7 +257,7 @@ async fn engines_behind_mtls_serve_and_a_wrong_ca_client_certificate_or_name_fai
             "no client certificate for an engine that requires one",
             format!("ca_file = \"{}\"", path_str(&ca_file)),
             "engine.test",
-            "CertificateRequired",
+            "CertificateRequired|connection was not ready",
         ),
         (
             "a server name the engine's certificate does not carry",
@@ -277,8 +277,11 @@ async fn engines_behind_mtls_serve_and_a_wrong_ca_client_certificate_or_name_fai
             ready.text()
         );
         eprintln!("{what}: /ready says {}", ready.text());
+        // TLS 1.3 clients finish their handshake before the server judges their
+        // certificate: the refusal (an alert) may race the first request, which then sees
+        // a connection closed before it was ready.
         assert!(
-            ready.text().contains(detail),
+            detail.split('|').any(|d| ready.text().contains(d)),
             "{what}: /ready names the cause `{detail}`: {}",
             ready.text()
         );

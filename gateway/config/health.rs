@@ -4,7 +4,7 @@ use serde::Deserialize;
 use std::time::Duration;
 
 /// `[health]`
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct HealthConfig {
     /// Probe every worker on an interval (`/health`, a pool's `health_path`, or `/v1/models`
@@ -25,7 +25,7 @@ pub struct HealthConfig {
 }
 
 /// `[health.outlier]`: ejection of a worker whose requests keep failing.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct OutlierConfig {
     /// Failures in a row on one worker (connect failures, 5xx, timeouts, unreadable

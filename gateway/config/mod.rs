@@ -93,7 +93,7 @@ pub struct Config {
 }
 
 /// `[limits]`: where tenant rate and concurrency counters live.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
     /// `memory` (this gateway alone) or `redis` (shared by every replica).
@@ -134,7 +134,7 @@ pub enum LimitsFailurePolicy {
 }
 
 /// `[audit]`
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuditConfig {
     /// `stderr` (default), `file` (then `path`) or `none`.
@@ -154,7 +154,7 @@ pub enum AuditSink {
 }
 
 /// `[admission]`
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdmissionConfig {
     /// Refuse to start when a context window exceeds the smallest KV pool on its path (I4);
@@ -165,7 +165,7 @@ pub struct AdmissionConfig {
 }
 
 /// `[[models]]`
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
     /// What clients send as `model`.
@@ -207,7 +207,7 @@ pub enum PoolMode {
 }
 
 /// `[[pools]]`
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PoolConfig {
     pub name: String,
@@ -258,7 +258,7 @@ pub struct PoolConfig {
 }
 
 /// `[pools.guard]`: how the responses of a pool are checked (I1).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct GuardConfig {
     /// Check responses at all. Off only to test other defences; never in production.
@@ -312,7 +312,7 @@ pub enum LeakMode {
 }
 
 /// `[isolation]`
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct IsolationConfig {
     /// Environment variable holding the secret the per-tenant cache salts derive from
@@ -346,7 +346,7 @@ impl Default for IsolationConfig {
 }
 
 /// One engine process.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct WorkerConfig {
     /// Base URL, e.g. `http://10.0.0.1:30000`.

@@ -5,7 +5,7 @@ use serde::Deserialize;
 use std::time::Duration;
 
 /// `[[rollouts]]`
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RolloutConfig {
     /// A `[[models]].name`.
@@ -31,7 +31,7 @@ pub struct RolloutConfig {
 
 /// `[rollouts.margins]`: the canary is rolled back when its rate exceeds the stable pool's
 /// by more than these (rates are shares of requests, 0.01 = one percentage point).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct RollbackMargins {
     /// Guard trips (per reason, and all reasons together).
@@ -60,7 +60,7 @@ impl Default for RollbackMargins {
 }
 
 /// `[rollouts.promotion]`
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PromotionConfig {
     /// The canary's share of the model's traffic at each step, in percent, rising; the

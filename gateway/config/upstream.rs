@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// `[upstream]`
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct UpstreamConfig {
     /// TCP connect timeout to an engine.
@@ -42,7 +42,7 @@ pub struct UpstreamConfig {
 
 /// `[upstream.tls]`: TLS to engines. Every file is read again when it changes (and on
 /// SIGHUP or `POST /reload`); new engine connections use the new files, open ones go on.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct UpstreamTlsConfig {
     /// PEM bundle of the CAs that sign the engines' certificates (default: the system's

@@ -9,9 +9,10 @@
 //! - `shared`: replicas publish and read decisions in Redis (when `[limits]` uses it), so
 //!   one replica's rollback holds for all.
 //!
-//! Each replica decides from its own traffic. Decisions survive `POST /reload` (which does
-//! not rebuild pools) and, when shared through Redis, a restart; the config file stays the
-//! source of truth for the starting weights.
+//! Each replica decides from its own traffic. Decisions survive `POST /reload` (for a
+//! rollout whose settings and pools are unchanged: the reload keeps it whole) and, when
+//! shared through Redis, a restart; the config file stays the source of truth for the
+//! starting weights.
 
 mod controller;
 mod decide;
@@ -45,6 +46,19 @@ impl Rollouts {
     /// The rollouts of `config` over `router`'s live pools; `replica` names this gateway in
     /// shared decisions and audit lines.
     pub fn from_config(config: &Config, router: &Router, replica: &str, audit: &AuditLog) -> Self {
+        Self::reusing(config, router, replica, audit, None)
+    }
+
+    /// The rollouts of a reloaded `config`: a rollout of `previous` whose settings are
+    /// unchanged and whose two pools the router took over goes on where it was (phase,
+    /// decision, promotion step); any other starts afresh from the configured weights.
+    pub fn reusing(
+        config: &Config,
+        router: &Router,
+        replica: &str,
+        audit: &AuditLog,
+        previous: Option<&Rollouts>,
+    ) -> Self {
         let replica: Arc<str> = Arc::from(replica);
         let find = |name: &str| router.pools().iter().find(|p| &*p.name == name).cloned();
         let mut rollouts = Self::default();
@@ -53,13 +67,23 @@ impl Rollouts {
             let (Some(stable), Some(canary)) = (find(&r.stable), find(&r.canary)) else {
                 continue;
             };
-            let rollout = Arc::new(Rollout::new(
-                r.clone(),
-                stable,
-                canary,
-                replica.clone(),
-                audit.clone(),
-            ));
+            let kept = previous
+                .and_then(|p| p.of_canary(&r.canary))
+                .filter(|old| {
+                    old.config == *r
+                        && Arc::ptr_eq(&old.stable, &stable)
+                        && Arc::ptr_eq(&old.canary, &canary)
+                })
+                .cloned();
+            let rollout = kept.unwrap_or_else(|| {
+                Arc::new(Rollout::new(
+                    r.clone(),
+                    stable,
+                    canary,
+                    replica.clone(),
+                    audit.clone(),
+                ))
+            });
             rollouts.by_canary.insert(r.canary.clone(), rollout.clone());
             rollouts.list.push(rollout);
         }

@@ -140,16 +140,19 @@ async fn bounded<T>(
 }
 
 /// Once a second: evaluate every rollout (promotions need time to pass), then publish and
-/// read shared decisions when Redis is configured.
+/// read shared decisions when Redis is configured. `current` gives the rollouts of the
+/// config in force at each round (a reload may replace them).
 pub async fn sync_loop(
-    rollouts: Arc<Rollouts>,
+    current: impl Fn() -> Arc<Rollouts>,
     shared: Option<Arc<SharedDecisions>>,
     mut shutdown: Shutdown,
 ) {
     let mut reachable: Option<bool> = None;
     loop {
+        let rollouts = current();
         rollouts.evaluate(Instant::now());
-        if let Some(shared) = &shared {
+        // Nothing to share while no rollout is configured: Redis is not asked.
+        if let Some(shared) = shared.as_ref().filter(|_| !rollouts.all().is_empty()) {
             let result = shared.sync(&rollouts).await;
             let ok = result.is_ok();
             if reachable != Some(ok) {

@@ -1,6 +1,6 @@
 //! The admin port: `GET /health` (the process is up; 503 while draining), `GET /ready`
 //! (every model has an eligible worker; says why not), `GET /metrics` (Prometheus text),
-//! `POST /reload` (re-read tenants and API keys from the config file) and the pools and
+//! `POST /reload` (read the config file and the certificates again, `runtime::reload`) and the pools and
 //! rollouts API (`admin_api`). `/reload` and the API need the admin token
 //! (`server.admin_token_env` or `server.admin_token_file`) as `Authorization: Bearer
 //! <token>`: 401 without it, 403 when no token is configured.
@@ -16,8 +16,8 @@ use std::task::{Context, Poll};
 use tower::Service;
 
 use crate::body::{self, BoxBody, BoxError};
-use crate::rollout::Rollouts;
 use crate::runtime::admin_api;
+use crate::runtime::live::Live;
 use crate::runtime::reload::Reloader;
 use crate::runtime::server::Shutdown;
 use crate::stack::routing::Router;
@@ -25,8 +25,8 @@ use crate::stack::routing::Router;
 /// The admin service.
 #[derive(Clone, Debug)]
 pub struct Admin {
-    router: Arc<Router>,
-    rollouts: Arc<Rollouts>,
+    /// The current config's pools and rollouts (a reload replaces them).
+    live: Arc<Live>,
     shutdown: Shutdown,
     reloader: Option<Reloader>,
     /// SHA-256 of the admin token (compared digest to digest, in constant time).
@@ -34,22 +34,15 @@ pub struct Admin {
 }
 
 impl Admin {
-    /// Report on `router`; `/health` turns 503 once `shutdown` fires; `POST /reload` reloads
-    /// tenants and keys through `reloader`.
-    pub fn new(router: Arc<Router>, shutdown: Shutdown, reloader: Option<Reloader>) -> Self {
+    /// Report on the live pools and rollouts; `/health` turns 503 once `shutdown` fires;
+    /// `POST /reload` reloads the config through `reloader`.
+    pub fn new(live: Arc<Live>, shutdown: Shutdown, reloader: Option<Reloader>) -> Self {
         Self {
-            router,
-            rollouts: Arc::new(Rollouts::default()),
+            live,
             shutdown,
             reloader,
             token_sha256: None,
         }
-    }
-
-    /// Serve the rollouts API for `rollouts`.
-    pub fn with_rollouts(mut self, rollouts: Arc<Rollouts>) -> Self {
-        self.rollouts = rollouts;
-        self
     }
 
     /// Require `token` for mutating routes (None: they are refused).
@@ -188,8 +181,9 @@ impl Admin {
                         )
                     }
                 };
+            let live = self.live.current();
             let (status, value) =
-                admin_api::handle(&self.router, &self.rollouts, &method, &path, &body);
+                admin_api::handle(&live.router, &live.rollouts, &method, &path, &body);
             return json_response(status, value);
         }
         match (request.method(), path.as_str()) {
@@ -204,7 +198,7 @@ impl Admin {
                 }
             }
             (&Method::GET, "/ready") => {
-                let (ok, report) = readiness(&self.router);
+                let (ok, report) = readiness(&self.live.current().router);
                 let status = if ok && !self.shutdown.is_triggered() {
                     StatusCode::OK
                 } else {
@@ -214,12 +208,14 @@ impl Admin {
             }
             (&Method::POST, "/reload") => match self.authorize(&request) {
                 Err(refused) => *refused,
-                Ok(()) => match self.reloader.as_ref().map(Reloader::reload) {
-                    Some(Ok(report)) => json_response(StatusCode::OK, report),
-                    Some(Err(e)) => json_response(
-                        StatusCode::BAD_REQUEST,
-                        json!({"error": {"message": format!("reload refused, running config kept: {e}"), "type": "invalid_request_error", "param": null, "code": e.code()}}),
-                    ),
+                Ok(()) => match self.reloader.as_ref() {
+                    Some(reloader) => match reloader.reload().await {
+                        Ok(report) => json_response(StatusCode::OK, report),
+                        Err(e) => json_response(
+                            StatusCode::BAD_REQUEST,
+                            json!({"error": {"message": format!("reload refused, running config kept: {e}"), "type": "invalid_request_error", "param": null, "code": e.code()}}),
+                        ),
+                    },
                     None => json_response(
                         StatusCode::NOT_FOUND,
                         json!({"error": {"message": "reload is not available", "type": "invalid_request_error", "param": null, "code": "not_found"}}),

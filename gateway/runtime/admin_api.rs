@@ -12,8 +12,8 @@
 //! | `POST /rollouts/{model}/clear` | back to the configured weights, fresh canary window |
 //! | `POST /rollouts/{model}/promote` | the next promotion step (all traffic without steps) |
 //!
-//! Changes apply to this replica at once and survive `POST /reload` (which does not rebuild
-//! pools), not a restart: the config file stays the source of truth for weights. Rollout
+//! Changes apply to this replica at once and survive `POST /reload` (for pools whose entry
+//! in the file is unchanged: the reload keeps them whole), not a restart: the config file stays the source of truth for weights. Rollout
 //! decisions (rollback, clear, promote) are also shared with the other replicas through
 //! Redis when `[limits]` uses it; plain weight and drain changes are per replica.
 

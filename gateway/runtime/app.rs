@@ -15,16 +15,15 @@ use crate::runtime::admin::Admin;
 use crate::runtime::background::{cert_watch_loop, discovery_loop, health_loop, housekeeping_loop};
 use crate::runtime::check::CapacityReport;
 use crate::runtime::data_threads::serve_on_threads;
+use crate::runtime::generation::{self, FixedParts, Process};
+use crate::runtime::live::{Generation, Live};
+use crate::runtime::live_stack::LiveStack;
 use crate::runtime::redact::{redact_in, redact_url};
 use crate::runtime::reload::Reloader;
 use crate::runtime::server::{self, ConnectionLimits, Shutdown, ShutdownTrigger, TlsError};
-use crate::stack::admission::{AdmissionState, ModelAdmission};
 use crate::stack::api::read_body::BodyLimits;
-use crate::stack::api::ModelCatalog;
 use crate::stack::auth::ApiKeys;
 use crate::stack::dispatch::DispatchLimits;
-use crate::stack::guard::GuardState;
-use crate::stack::isolate::IsolationState;
 use crate::stack::rate_limit::limiter::{
     FailurePolicy, GuardedStore, Limiter, MemoryStore, RedisStore,
 };
@@ -93,16 +92,15 @@ pub fn load_tokenizer(
 /// A configured gateway, not yet serving.
 #[derive(Debug)]
 pub struct Gateway {
+    /// The config it started with: `[server]`, `[upstream]`, `[limits]` and `[audit]`
+    /// apply from here (a reload changes the rest, in [`Live`]).
     config: Arc<Config>,
-    router: Arc<Router>,
-    rollouts: Arc<Rollouts>,
+    /// Models, pools, rollouts, admission: replaced whole by a reload.
+    live: Arc<Live>,
+    process: Process,
     upstream: Upstream,
     /// TLS to engines, shared by every engine client (a reload reaches them all).
     engine_tls: Arc<EngineTls>,
-    admission: Arc<AdmissionState>,
-    guard: Arc<GuardState>,
-    isolation: Arc<IsolationState>,
-    audit: AuditLog,
     keys: ApiKeys,
     limiter: Limiter,
     /// Shared by every stack built from this gateway: the ceilings are per process.
@@ -113,65 +111,28 @@ pub struct Gateway {
 impl Gateway {
     /// Build pools, workers, tokenizers and the upstream client from validated config.
     pub fn new(config: Config) -> Result<Self, StartError> {
-        let router = Arc::new(Router::from_config(&config));
         let engine_tls = EngineTls::from_config(&config)?;
         let upstream = Upstream::new(&config.upstream, &engine_tls);
-        let mut models = HashMap::new();
-        for model in &config.models {
-            let tokenizer = load_tokenizer(&model.tokenizer, model.chat_template.as_deref())
-                .map_err(|source| StartError::Tokenizer {
-                    model: model.name.clone(),
-                    source,
-                })?;
-            models.insert(
-                model.name.clone(),
-                ModelAdmission {
-                    tokenizer,
-                    context_window: model.context_window,
-                    default_max_new_tokens: model.default_max_new_tokens,
-                },
-            );
-        }
         let counts = config
             .admission
             .max_concurrent_counts
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
-        let admission = Arc::new(AdmissionState {
-            models,
-            router: router.clone(),
-            permits: Arc::new(tokio::sync::Semaphore::new(counts)),
-        });
-        let audit = AuditLog::open(&config.audit).map_err(StartError::Audit)?;
-        let tokenizers = admission
-            .models
-            .iter()
-            .map(|(name, m)| (name.clone(), m.tokenizer.clone()))
-            .collect();
-        let isolation = Arc::new(IsolationState::new(&config, tokenizers));
-        let guard = Arc::new(GuardState::from_config(
-            &config,
-            audit.clone(),
-            isolation.clone(),
-        ));
+        let process = Process {
+            audit: AuditLog::open(&config.audit).map_err(StartError::Audit)?,
+            replica: replica_name(),
+            count_permits: Arc::new(tokio::sync::Semaphore::new(counts)),
+        };
         let keys = ApiKeys::from_config(&config);
-        let rollouts = Arc::new(Rollouts::from_config(
-            &config,
-            &router,
-            &replica_name(),
-            &audit,
-        ));
         let budget = BufferBudget::new(config.server.max_buffered_bytes.as_u64());
         let in_flight = InFlightLimit::new(config.server.max_in_flight);
+        let started = Arc::new(config.clone());
+        let live = Arc::new(Live::new(generation::build(config, None, &process)?));
         Ok(Self {
-            config: Arc::new(config),
-            router,
-            rollouts,
+            config: started,
+            live,
+            process,
             upstream,
             engine_tls,
-            admission,
-            guard,
-            isolation,
-            audit,
             keys,
             // Redis, when configured, is connected in `start` (it needs the runtime).
             limiter: Limiter::new(MemoryStore::new()),
@@ -180,9 +141,9 @@ impl Gateway {
         })
     }
 
-    /// The live pools.
-    pub fn router(&self) -> &Arc<Router> {
-        &self.router
+    /// The live pools (of the current config).
+    pub fn router(&self) -> Arc<Router> {
+        self.live.current().router.clone()
     }
 
     /// The engine client of discovery and probes.
@@ -192,22 +153,20 @@ impl Gateway {
 
     /// The audit log.
     pub fn audit(&self) -> &AuditLog {
-        &self.audit
+        &self.process.audit
     }
 
-    /// What the data-port stack needs.
+    /// What the data-port stack needs, for the current generation.
     pub fn stack_parts(&self) -> StackParts {
+        self.fixed_parts().of(&self.live.current())
+    }
+
+    fn fixed_parts(&self) -> FixedParts {
         let server = &self.config.server;
-        StackParts {
+        FixedParts {
             keys: self.keys.clone(),
-            catalog: ModelCatalog::from_config(&self.config),
-            router: self.router.clone(),
-            rollouts: self.rollouts.clone(),
-            admission: self.admission.clone(),
-            guard: self.guard.clone(),
-            isolation: self.isolation.clone(),
             limiter: self.limiter.clone(),
-            audit: self.audit.clone(),
+            audit: self.process.audit.clone(),
             upstream: self.upstream.clone(),
             body: BodyLimits {
                 max_bytes: bytes_usize(server.max_body_bytes),
@@ -291,8 +250,9 @@ impl Gateway {
         let tls = server_cert.as_ref().map(ServerCert::acceptor).transpose()?;
         let certs = Arc::new(CertWatch::new(server_cert, self.engine_tls.clone()));
         crate::metrics::handle();
-        discover_all(&self.router, &self.upstream).await;
-        let report = CapacityReport::build(&self.config, &self.router);
+        let first = self.live.current();
+        discover_all(&first.router, &self.upstream).await;
+        let report = CapacityReport::build(&self.config, &first.router);
         for line in report.warnings() {
             tracing::warn!("{line}");
         }
@@ -305,50 +265,52 @@ impl Gateway {
         let drain = self.config.server.drain_timeout;
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(discovery_loop(
-            self.router.clone(),
+            self.live.clone(),
             self.upstream.clone(),
             self.config.upstream.discovery_interval,
             shutdown.clone(),
         )));
-        if self.config.health.active {
-            tasks.push(tokio::spawn(health_loop(
-                self.router.clone(),
-                self.upstream.clone(),
-                self.config.health.clone(),
-                shutdown.clone(),
-            )));
-        }
+        tasks.push(tokio::spawn(health_loop(
+            self.live.clone(),
+            self.upstream.clone(),
+            shutdown.clone(),
+        )));
         tasks.push(tokio::spawn(cert_watch_loop(
             certs.clone(),
             self.config.server.tls_watch_interval,
             shutdown.clone(),
         )));
+        let live = self.live.clone();
         tasks.push(tokio::spawn(sync_loop(
-            self.rollouts.clone(),
+            move || live.current().rollouts.clone(),
             self.shared_decisions(),
             shutdown.clone(),
         )));
         tasks.push(tokio::spawn(housekeeping_loop(
             self.limiter.clone(),
-            self.isolation.clone(),
+            first.isolation.store.clone(),
             shutdown.clone(),
         )));
         // The admin port outlives the data port's drain, so `/health` can answer 503 while
         // draining (load balancers see it) instead of refusing connections.
         let (admin_trigger, admin_shutdown) = Shutdown::new();
         // One stack per data thread, each with its own engine client (pooled connections
-        // stay on their thread); everything else in it is shared.
-        let parts = self.stack_parts();
+        // stay on their thread); everything else in it is shared. Each follows reloads.
+        let fixed = self.fixed_parts();
         let upstream_config = self.config.upstream.clone();
         let engine_tls = self.engine_tls.clone();
+        let live = self.live.clone();
         let data_server = serve_on_threads(
             data,
             tls,
             self.config.server.data_threads,
             move || {
-                build_stack::<hyper::body::Incoming>(StackParts {
+                let fixed = FixedParts {
                     upstream: Upstream::new(&upstream_config, &engine_tls),
-                    ..parts.clone()
+                    ..fixed.clone()
+                };
+                LiveStack::new(live.clone(), move |generation: &Generation| {
+                    build_stack::<hyper::body::Incoming>(fixed.of(generation))
                 })
             },
             shutdown.clone(),
@@ -365,15 +327,14 @@ impl Gateway {
             path: self.config.source.clone(),
             keys: self.keys.clone(),
             certs: Some(certs),
+            live: self.live.clone(),
+            process: self.process.clone(),
+            upstream: self.upstream.clone(),
+            engine_tls: self.engine_tls.clone(),
         };
         let admin_token = admin_token(&self.config.server)?;
-        let admin_service = Admin::new(
-            self.router.clone(),
-            shutdown.clone(),
-            Some(reloader.clone()),
-        )
-        .with_rollouts(self.rollouts.clone())
-        .with_token(admin_token);
+        let admin_service = Admin::new(self.live.clone(), shutdown.clone(), Some(reloader.clone()))
+            .with_token(admin_token);
         tasks.push(tokio::spawn(server::serve(
             admin,
             None,
@@ -388,9 +349,8 @@ impl Gateway {
             admin_addr,
             trigger,
             tasks,
-            router: self.router,
-            rollouts: self.rollouts,
-            audit: self.audit,
+            live: self.live,
+            audit: self.process.audit,
             reloader,
         })
     }
@@ -398,7 +358,8 @@ impl Gateway {
     /// Where rollout decisions are shared: the limits' Redis, when `[limits]` uses one.
     fn shared_decisions(&self) -> Option<Arc<SharedDecisions>> {
         let limits = &self.config.limits;
-        if limits.backend != LimitsBackend::Redis || self.rollouts.all().is_empty() {
+        // Also without rollouts: a reload may add one (Redis is asked only when there is).
+        if limits.backend != LimitsBackend::Redis {
             return None;
         }
         let url = limits.redis_url.as_deref()?;
@@ -467,8 +428,7 @@ pub struct RunningGateway {
     admin_addr: SocketAddr,
     trigger: ShutdownTrigger,
     tasks: Vec<JoinHandle<()>>,
-    router: Arc<Router>,
-    rollouts: Arc<Rollouts>,
+    live: Arc<Live>,
     audit: AuditLog,
     reloader: Reloader,
 }
@@ -489,14 +449,19 @@ impl RunningGateway {
         self.admin_addr
     }
 
-    /// The live pools.
-    pub fn router(&self) -> &Arc<Router> {
-        &self.router
+    /// The live pools (of the config in force now).
+    pub fn router(&self) -> Arc<Router> {
+        self.live.current().router.clone()
     }
 
-    /// The canary rollouts.
-    pub fn rollouts(&self) -> &Arc<Rollouts> {
-        &self.rollouts
+    /// The canary rollouts (of the config in force now).
+    pub fn rollouts(&self) -> Arc<Rollouts> {
+        self.live.current().rollouts.clone()
+    }
+
+    /// The config in force now, and everything built from it.
+    pub fn live(&self) -> &Arc<Live> {
+        &self.live
     }
 
     /// The audit log (recent lines in memory).

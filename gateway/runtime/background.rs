@@ -4,11 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::HealthConfig;
+use crate::runtime::live::Live;
 use crate::runtime::server::Shutdown;
-use crate::stack::isolate::IsolationState;
+use crate::stack::isolate::FingerprintStore;
 use crate::stack::rate_limit::limiter::Limiter;
-use crate::stack::routing::{check_all, discover_all, Router};
+use crate::stack::routing::{check_all, discover_all};
 use crate::tls::CertWatch;
 use crate::upstream::Upstream;
 
@@ -18,29 +18,31 @@ const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(60);
 
 pub(crate) async fn housekeeping_loop(
     limiter: Limiter,
-    isolation: Arc<IsolationState>,
+    fingerprints: FingerprintStore,
     mut shutdown: Shutdown,
 ) {
     loop {
         tokio::select! {
             _ = tokio::time::sleep(HOUSEKEEPING_INTERVAL) => {
                 limiter.sweep();
-                isolation.store.expire(std::time::Instant::now());
+                fingerprints.expire(std::time::Instant::now());
             }
             _ = shutdown.wait() => return,
         }
     }
 }
 
+/// Discover every worker's capacity again on `upstream.discovery_interval` (the workers of
+/// the config current at each round).
 pub(crate) async fn discovery_loop(
-    router: Arc<Router>,
+    live: Arc<Live>,
     upstream: Upstream,
     every: Duration,
     mut shutdown: Shutdown,
 ) {
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(every) => discover_all(&router, &upstream).await,
+            _ = tokio::time::sleep(every) => discover_all(&live.current().router, &upstream).await,
             _ = shutdown.wait() => return,
         }
     }
@@ -48,18 +50,28 @@ pub(crate) async fn discovery_loop(
 
 /// Probe every worker's health on `[health] interval` (the first round right away: a worker
 /// that is down at start-up is found within `unhealthy_threshold` intervals).
-pub(crate) async fn health_loop(
-    router: Arc<Router>,
-    upstream: Upstream,
-    config: HealthConfig,
-    mut shutdown: Shutdown,
-) {
-    let mut ticks = tokio::time::interval(config.interval);
+///
+/// `[health]` is read from the current config at each round, so a reload that changes
+/// it (or turns probing on or off) takes effect at the next one.
+pub(crate) async fn health_loop(live: Arc<Live>, upstream: Upstream, mut shutdown: Shutdown) {
+    let mut interval = live.current().config.health.interval;
+    let mut ticks = tokio::time::interval(interval);
     // A slow round delays the next one instead of bunching probes after it.
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = ticks.tick() => check_all(&router, &upstream, config.timeout).await,
+            _ = ticks.tick() => {
+                let generation = live.current();
+                let health = &generation.config.health;
+                if health.active {
+                    check_all(&generation.router, &upstream, health.timeout).await;
+                }
+                if health.interval != interval {
+                    interval = health.interval;
+                    ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+                    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                }
+            }
             _ = shutdown.wait() => return,
         }
     }

@@ -1,24 +1,42 @@
-//! Reload: re-read the config file and swap in what may change without a restart, and read
-//! every certificate file again. Used by the admin port (`POST /reload`) and the SIGHUP
-//! handler of `kvgate serve`; kept apart from `app` so the admin port does not depend on
-//! the gateway that owns it.
+//! Reload: read the config file again and replace the whole live configuration — tenants
+//! and keys, models, pools and their workers, weights, rollouts, health, admission — and
+//! every certificate file. Used by the admin port (`POST /reload`) and the SIGHUP handler
+//! of `kvgate serve`; kept apart from `app` so the admin port does not depend on the
+//! gateway that owns it.
+//!
+//! All or nothing: a config that fails validation, a tokenizer that does not load, a
+//! certificate that is broken, or (with `admission.strict`) a new mismatch between a
+//! model's window and its pools refuses the reload whole; the running config keeps
+//! serving, and the error is logged, counted and returned. Requests and streams in flight
+//! finish on the generation they started with. Workers of new or changed pools have their
+//! capacity discovered before the new config serves (I3).
 
+use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::app::StartError;
+use super::check::CapacityReport;
+use super::generation::{self, Changes, Process};
+use super::live::Live;
 use crate::config::{Config, ConfigError};
+use crate::metrics;
 use crate::stack::auth::ApiKeys;
-use crate::tls::{CertWatch, TlsError};
+use crate::stack::routing::discover_worker;
+use crate::tls::{CertWatch, EngineTls, TlsError};
+use crate::upstream::Upstream;
 
-/// Re-reads the config file and swaps in its tenants and keys, and reads the certificates
-/// of the data port and of TLS to engines again (SIGHUP, admin `POST /reload`). Requests in
-/// flight keep the tenant context they were admitted with, and open connections their
-/// certificates; pools and models are not changed by a reload (restart for those).
+/// Reloads the config (SIGHUP, admin `POST /reload`).
 #[derive(Debug, Clone)]
 pub struct Reloader {
     pub(crate) path: PathBuf,
     pub(crate) keys: ApiKeys,
     pub(crate) certs: Option<Arc<CertWatch>>,
+    pub(crate) live: Arc<Live>,
+    pub(crate) process: Process,
+    /// Discovery of new workers before they serve.
+    pub(crate) upstream: Upstream,
+    pub(crate) engine_tls: Arc<EngineTls>,
 }
 
 /// Why a reload changed nothing.
@@ -28,38 +46,96 @@ pub enum ReloadError {
     Config(#[from] ConfigError),
     #[error("certificates not reloaded, the running ones are kept: {0}")]
     Certificates(#[from] TlsError),
+    #[error(transparent)]
+    Build(#[from] StartError),
 }
 
 impl ReloadError {
     /// The error code of the admin port's answer.
     pub fn code(&self) -> &'static str {
         match self {
-            ReloadError::Config(_) => "invalid_config",
+            ReloadError::Config(_) | ReloadError::Build(_) => "invalid_config",
             ReloadError::Certificates(_) => "invalid_certificate",
         }
     }
 }
 
 impl Reloader {
-    /// Reload now: the config file first (an invalid one changes nothing), then the
-    /// certificates (a failure there keeps the running tenants too), then the tenants.
-    pub fn reload(&self) -> Result<serde_json::Value, ReloadError> {
+    /// Reload now; logged and counted (`kvgate_config_reloads_total{result}`) either way.
+    pub async fn reload(&self) -> Result<Value, ReloadError> {
+        let result = self.apply().await;
+        ::metrics::counter!(
+            metrics::CONFIG_RELOADS_TOTAL,
+            "result" => if result.is_ok() { "ok" } else { "error" }
+        )
+        .increment(1);
+        if let Err(e) = &result {
+            tracing::error!(error = %e, file = %self.path.display(), "reload refused: the running config is kept");
+        }
+        result
+    }
+
+    async fn apply(&self) -> Result<Value, ReloadError> {
         let config = Config::load(&self.path)?;
-        let tls = self.certs.as_ref().map(|c| c.reload_all());
-        if let Some(e) = tls.as_ref().and_then(|t| t.error()) {
+        let certificates = self.certs.as_ref().map(|c| c.reload_all());
+        if let Some(e) = certificates.as_ref().and_then(|c| c.error()) {
             return Err(e.clone().into());
         }
-        let keys = self.keys.reload(&config);
+        let running = self.live.current();
+        let next = generation::build(config, Some(&running), &self.process)?;
+        let report = CapacityReport::build(&next.config, &next.router);
+        for line in report.warnings() {
+            tracing::warn!("{line}");
+        }
+        if next.config.admission.strict && !report.warnings().is_empty() {
+            return Err(StartError::Mismatch(report.warnings().join("\n")).into());
+        }
+        // https:// workers added by the reload need their names (and, without a CA
+        // file, the system's roots) before the first connection.
+        self.engine_tls.reconfigure(&next.config)?;
+        let changes = Changes::between(&running, &next);
+        // Workers of new or changed pools serve only once their capacity is known; the
+        // running config serves meanwhile.
+        let fresh = next
+            .router
+            .pools()
+            .iter()
+            .filter(|p| changes.rebuilt.iter().any(|name| **name == *p.name))
+            .flat_map(|p| p.all_workers().cloned().collect::<Vec<_>>())
+            .map(|w| discover_worker(w, self.upstream.clone()));
+        futures_util::future::join_all(fresh).await;
+        let keys = self.keys.reload(&next.config);
+        let tenants = next.config.tenants.len();
+        let models = next.config.models.len();
+        let number = self.live.install(next);
+        if !changes.restart_required.is_empty() {
+            tracing::warn!(
+                sections = ?changes.restart_required,
+                "these sections changed but apply only at start: restart to use them"
+            );
+        }
         tracing::info!(
-            tenants = config.tenants.len(),
+            generation = number,
+            tenants,
             keys,
-            "reloaded tenants and API keys"
+            models,
+            pools_kept = ?changes.kept,
+            pools_rebuilt = ?changes.rebuilt,
+            pools_removed = ?changes.removed,
+            "config reloaded: new requests use it, requests in flight finish on the previous one"
         );
-        Ok(serde_json::json!({
+        let mut answer = json!({
             "reloaded": true,
-            "tenants": config.tenants.len(),
+            "generation": number,
+            "tenants": tenants,
             "keys": keys,
-            "certificates": tls.map(|t| t.to_json()),
-        }))
+            "models": models,
+            "warnings": report.warnings(),
+            "certificates": certificates.map(|c| c.to_json()),
+        });
+        if let (Some(map), Value::Object(more)) = (answer.as_object_mut(), changes.to_json()) {
+            map.extend(more);
+        }
+        Ok(answer)
     }
 }

@@ -27,7 +27,7 @@ use crate::config::Config;
 pub struct EngineTls {
     ca_file: Option<PathBuf>,
     /// Some worker is `https://`: without a `ca_file` the system's roots are needed.
-    any_https: bool,
+    any_https: std::sync::atomic::AtomicBool,
     client_files: Option<(PathBuf, PathBuf)>,
     verifier: Arc<TrustedCas>,
     identity: Arc<ClientIdentity>,
@@ -40,11 +40,7 @@ impl EngineTls {
     /// and some worker is `https://`.
     pub fn from_config(config: &Config) -> Result<Arc<Self>, TlsError> {
         let tls = &config.upstream.tls;
-        let any_https = config
-            .pools
-            .iter()
-            .flat_map(|p| p.workers.iter().chain(&p.prefill).chain(&p.decode))
-            .any(|w| w.url.scheme_str() == Some("https"));
+        let any_https = has_https(config);
         let verifier = Arc::new(TrustedCas {
             current: RwLock::new(verifier(tls.ca_file.as_deref(), any_https)?),
         });
@@ -67,7 +63,7 @@ impl EngineTls {
             .with_client_cert_resolver(identity.clone());
         Ok(Arc::new(Self {
             ca_file: tls.ca_file.clone(),
-            any_https,
+            any_https: any_https.into(),
             client_files,
             verifier,
             identity,
@@ -79,7 +75,8 @@ impl EngineTls {
     /// Read the CA bundle (or the system's roots) and the client certificate again. All or
     /// nothing: on an error the running ones stay.
     pub fn reload(&self) -> Result<(), TlsError> {
-        let verifier = verifier(self.ca_file.as_deref(), self.any_https)?;
+        let any_https = self.any_https.load(std::sync::atomic::Ordering::Relaxed);
+        let verifier = verifier(self.ca_file.as_deref(), any_https)?;
         let identity = match &self.client_files {
             Some((cert, key)) => Some(files::identity(cert, key, &provider())?),
             None => None,
@@ -94,6 +91,26 @@ impl EngineTls {
             .current
             .write()
             .unwrap_or_else(|p| p.into_inner()) = identity;
+        Ok(())
+    }
+
+    /// A reloaded config's workers: their server names, and (without a `ca_file`) the
+    /// system's roots once the first `https://` worker appears. `[upstream.tls]` itself
+    /// changes only with a restart.
+    pub fn reconfigure(&self, config: &Config) -> Result<(), TlsError> {
+        let any_https = has_https(config);
+        let had = self.any_https.load(std::sync::atomic::Ordering::Relaxed);
+        if any_https && !had && self.ca_file.is_none() {
+            let roots = verifier(None, true)?;
+            *self
+                .verifier
+                .current
+                .write()
+                .unwrap_or_else(|p| p.into_inner()) = roots;
+        }
+        self.any_https
+            .store(any_https || had, std::sync::atomic::Ordering::Relaxed);
+        self.names.set(config);
         Ok(())
     }
 
@@ -121,6 +138,14 @@ impl EngineTls {
             .enable_http1()
             .wrap_connector(http)
     }
+}
+
+fn has_https(config: &Config) -> bool {
+    config
+        .pools
+        .iter()
+        .flat_map(|p| p.workers.iter().chain(&p.prefill).chain(&p.decode))
+        .any(|w| w.url.scheme_str() == Some("https"))
 }
 
 /// The verifier of the trusted CAs; `None` when there is none to trust (no `ca_file` and

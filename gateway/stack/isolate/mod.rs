@@ -13,6 +13,7 @@
 pub mod leak;
 mod salt;
 
+pub use leak::FingerprintStore;
 pub use salt::CacheSalter;
 
 use bytes::Bytes;
@@ -30,7 +31,7 @@ use crate::stack::api::{InferenceRequest, PromptView};
 use crate::stack::auth::AuthContext;
 use crate::stack::routing::RoutePlan;
 use kvgate_tokenize::ModelTokenizer;
-use leak::{FingerprintStore, LeakDetectorConfig};
+use leak::LeakDetectorConfig;
 
 /// The fingerprinting of this request's prompt, done or under way.
 #[derive(Clone)]
@@ -73,19 +74,7 @@ impl IsolationState {
                 tracing::warn!("no isolation.salt_secret_env secret: cache salts are random per start (replicas will not share prefix caches)");
                 random_secret()
             });
-        let pools = config
-            .pools
-            .iter()
-            .map(|p| {
-                (
-                    p.name.clone(),
-                    PoolIsolation {
-                        cache_salt: p.cache_salt,
-                        leak: p.leak_detection,
-                    },
-                )
-            })
-            .collect();
+        let pools = Self::pool_settings(config);
         Self {
             salter: CacheSalter::new(&secret),
             store: FingerprintStore::new(LeakDetectorConfig {
@@ -99,6 +88,40 @@ impl IsolationState {
             fingerprint_bytes: usize::try_from(iso.fingerprint_bytes.as_u64())
                 .unwrap_or(usize::MAX),
         }
+    }
+
+    /// The isolation of a reloaded `config`: the pools' salt and leak settings and the
+    /// models' tokenizers are the new ones; the salt secret and the leak detector's memory
+    /// of recent prompts carry over (a reload must not forget them: a leak right after it
+    /// would go unseen). `[isolation]` itself changes only with a restart.
+    pub fn reconfigured(
+        &self,
+        config: &Config,
+        tokenizers: HashMap<String, Arc<ModelTokenizer>>,
+    ) -> Self {
+        Self {
+            salter: self.salter.clone(),
+            store: self.store.clone(),
+            pools: Self::pool_settings(config),
+            tokenizers,
+            fingerprint_bytes: self.fingerprint_bytes,
+        }
+    }
+
+    fn pool_settings(config: &Config) -> HashMap<String, PoolIsolation> {
+        config
+            .pools
+            .iter()
+            .map(|p| {
+                (
+                    p.name.clone(),
+                    PoolIsolation {
+                        cache_salt: p.cache_salt,
+                        leak: p.leak_detection,
+                    },
+                )
+            })
+            .collect()
     }
 
     /// The leak mode of a pool.

@@ -87,22 +87,46 @@ pub struct Router {
 impl Router {
     /// Build the live pools from validated config.
     pub fn from_config(config: &Config) -> Self {
+        Self::reusing(config, None)
+    }
+
+    /// Build the live pools of a reloaded `config`, taking over from `previous` (the
+    /// running config and its router) every pool whose settings did not change: its
+    /// workers keep their discovered capacity, health, ejections, drain and load, and the
+    /// pool its weight (admin and rollout changes included) and signal window. A pool
+    /// whose entry changed in any way (its weight in the file included), or whose model
+    /// minimum, rollout window or `[health]` changed, is built afresh.
+    pub fn reusing(config: &Config, previous: Option<(&Config, &Router)>) -> Self {
         let health = Arc::new(HealthPolicy::from_config(&config.health));
+        let window_of = |config: &Config, pool: &str| {
+            config
+                .rollouts
+                .iter()
+                .find(|r| r.stable == pool || r.canary == pool)
+                .map_or(DEFAULT_WINDOW, |r| r.window)
+        };
+        let min_of = |config: &Config, model: &str| {
+            config
+                .model(model)
+                .and_then(|m| m.min_engine_version.clone())
+        };
         let pools: Vec<Arc<Pool>> = config
             .pools
             .iter()
             .map(|p| {
-                let window = config
-                    .rollouts
-                    .iter()
-                    .find(|r| r.stable == p.name || r.canary == p.name)
-                    .map_or(DEFAULT_WINDOW, |r| r.window);
-                // Validated at load; an unreadable minimum cannot reach here.
-                let min = config
-                    .model(&p.model)
-                    .and_then(|m| m.min_engine_version.as_deref())
-                    .and_then(|v| EngineVersion::parse(v).ok());
-                Arc::new(Pool::new(p, window, min.as_ref(), &health))
+                let window = window_of(config, &p.name);
+                let kept = previous.and_then(|(old, router)| {
+                    let unchanged = old.health == config.health
+                        && old.pools.iter().any(|o| o == p)
+                        && window_of(old, &p.name) == window
+                        && min_of(old, &p.model) == min_of(config, &p.model);
+                    unchanged.then(|| router.pool(&p.name).cloned()).flatten()
+                });
+                kept.unwrap_or_else(|| {
+                    // Validated at load; an unreadable minimum cannot reach here.
+                    let min = min_of(config, &p.model).and_then(|v| EngineVersion::parse(&v).ok());
+                    Arc::new(Pool::new(p, window, min.as_ref(), &health))
+                })
             })
             .collect();
         let mut by_model: HashMap<String, (Vec<Arc<Pool>>, AtomicU64)> = HashMap::new();
