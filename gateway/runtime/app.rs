@@ -6,13 +6,14 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+use crate::activity::Activity;
 use crate::audit::AuditLog;
 use crate::config::Config;
 use crate::config::{LimitsBackend, LimitsFailurePolicy};
 use crate::load::{BufferBudget, InFlightLimit};
 use crate::rollout::{sync_loop, Rollouts, SharedDecisions};
 use crate::runtime::admin::Admin;
-use crate::runtime::background::{discovery_loop, health_loop, housekeeping_loop};
+use crate::runtime::background::{activity_loop, discovery_loop, health_loop, housekeeping_loop};
 use crate::runtime::check::CapacityReport;
 use crate::runtime::data_threads::serve_on_threads;
 use crate::runtime::redact::{redact_in, redact_url};
@@ -100,6 +101,7 @@ pub struct Gateway {
     guard: Arc<GuardState>,
     isolation: Arc<IsolationState>,
     audit: AuditLog,
+    activity: Arc<Activity>,
     keys: ApiKeys,
     limiter: Limiter,
     /// Shared by every stack built from this gateway: the ceilings are per process.
@@ -144,10 +146,12 @@ impl Gateway {
             .map(|(name, m)| (name.clone(), m.tokenizer.clone()))
             .collect();
         let isolation = Arc::new(IsolationState::new(&config, tokenizers));
+        let activity = Arc::new(Activity::default());
         let guard = Arc::new(GuardState::from_config(
             &config,
             audit.clone(),
             isolation.clone(),
+            activity.clone(),
         ));
         let keys = ApiKeys::from_config(&config);
         let rollouts = Arc::new(Rollouts::from_config(
@@ -167,6 +171,7 @@ impl Gateway {
             guard,
             isolation,
             audit,
+            activity,
             keys,
             // Redis, when configured, is connected in `start` (it needs the runtime).
             limiter: Limiter::new(MemoryStore::new()),
@@ -198,6 +203,7 @@ impl Gateway {
             isolation: self.isolation.clone(),
             limiter: self.limiter.clone(),
             audit: self.audit.clone(),
+            activity: self.activity.clone(),
             upstream: self.upstream.clone(),
             body: BodyLimits {
                 max_bytes: bytes_usize(server.max_body_bytes),
@@ -314,6 +320,10 @@ impl Gateway {
         tasks.push(tokio::spawn(housekeeping_loop(
             self.limiter.clone(),
             self.isolation.clone(),
+            shutdown.clone(),
+        )));
+        tasks.push(tokio::spawn(activity_loop(
+            self.activity.clone(),
             shutdown.clone(),
         )));
         // The admin port outlives the data port's drain, so `/health` can answer 503 while

@@ -1,14 +1,17 @@
 //! Rescue: the outermost gateway layer. Turns every error raised below into its HTTP
 //! response (through [`GatewayError::into_response`], the one place that builds error
-//! bodies) and counts each request's single outcome (I6). The stack above it is infallible.
+//! bodies) and counts each request's single outcome (I6), in the metrics and in the
+//! status page's recent [`Activity`]. The stack above it is infallible.
 
 use futures_util::future::BoxFuture;
 use http::{Request, Response};
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 use tower::{Layer, Service};
 
+use crate::activity::Activity;
 use crate::audit::AuditLog;
 use crate::body::{BoxBody, BoxError};
 use crate::error::GatewayError;
@@ -20,12 +23,13 @@ use crate::stack::guard::OutcomeAtStreamEnd;
 #[derive(Debug, Clone)]
 pub struct RescueLayer {
     audit: AuditLog,
+    activity: Arc<Activity>,
 }
 
 impl RescueLayer {
-    /// Rescue, writing request outcomes to `audit`.
-    pub fn new(audit: AuditLog) -> Self {
-        Self { audit }
+    /// Rescue, writing request outcomes to `audit` and counting them in `activity`.
+    pub fn new(audit: AuditLog, activity: Arc<Activity>) -> Self {
+        Self { audit, activity }
     }
 }
 
@@ -35,6 +39,7 @@ impl<S> Layer<S> for RescueLayer {
         Rescue {
             inner,
             audit: self.audit.clone(),
+            activity: self.activity.clone(),
         }
     }
 }
@@ -44,6 +49,7 @@ impl<S> Layer<S> for RescueLayer {
 pub struct Rescue<S> {
     inner: S,
     audit: AuditLog,
+    activity: Arc<Activity>,
 }
 
 // === impl Rescue ===
@@ -70,6 +76,7 @@ where
             .unwrap_or("other");
         let started = Instant::now();
         let audit = self.audit.clone();
+        let activity = self.activity.clone();
         let request_id = request
             .headers()
             .get("x-request-id")
@@ -113,6 +120,10 @@ where
             // Exactly one outcome per request (I6): streams count theirs when they end.
             if response.extensions().get::<OutcomeAtStreamEnd>().is_none() {
                 let outcome = if code.is_some() { "error" } else { "success" };
+                match code {
+                    Some(code) => activity.refuse(code),
+                    None => activity.admit(),
+                }
                 ::metrics::counter!(metrics::REQUEST_OUTCOMES_TOTAL, "outcome" => outcome)
                     .increment(1);
                 let mut fields = serde_json::Map::new();

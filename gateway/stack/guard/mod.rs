@@ -8,6 +8,8 @@
 //! mapping in `GatewayError`), or — once a stream is under way — an SSE error event that ends
 //! the stream without `[DONE]`. Every trip is one audit line and one
 //! `kvgate_guard_trips_total{reason,pool}`; every stream's outcome is counted once (I6).
+//! Trips, leak suspicions and stream outcomes are also counted in the status page's
+//! recent [`Activity`].
 //!
 //! Reads: `InferenceRequest`, `RoutePlan`, `TokenCount`, `AuthContext`; the response
 //! extensions `PrefillAnswer` and `ServedBy` from dispatch.
@@ -26,6 +28,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use tower::ServiceExt;
 
+use crate::activity::Activity;
 use crate::audit::AuditLog;
 use crate::body;
 use crate::config::{Config, GuardConfig, LeakMode};
@@ -71,11 +74,17 @@ pub struct GuardState {
     pools: HashMap<String, PoolGuard>,
     audit: AuditLog,
     isolation: Arc<IsolationState>,
+    activity: Arc<Activity>,
 }
 
 impl GuardState {
-    /// Per-pool rules from the config.
-    pub fn from_config(config: &Config, audit: AuditLog, isolation: Arc<IsolationState>) -> Self {
+    /// Per-pool rules from the config; trips and outcomes are counted in `activity`.
+    pub fn from_config(
+        config: &Config,
+        audit: AuditLog,
+        isolation: Arc<IsolationState>,
+        activity: Arc<Activity>,
+    ) -> Self {
         let pools = config
             .pools
             .iter()
@@ -91,6 +100,7 @@ impl GuardState {
             pools,
             audit,
             isolation,
+            activity,
         }
     }
 }
@@ -104,6 +114,8 @@ pub struct TripReport {
     pool: String,
     /// The request's signals for its pool's window (rollouts count trips and leaks).
     signals: Option<Arc<RequestSignals>>,
+    /// The gateway's recent counts (status page).
+    activity: Arc<Activity>,
 }
 
 impl TripReport {
@@ -119,6 +131,7 @@ impl TripReport {
         if let Some(signals) = &self.signals {
             signals.trip(trip.reason());
         }
+        self.activity.trip(trip.reason());
         let mut extra = vec![("reason", Value::from(trip.reason()))];
         match trip {
             Trip::PromptTokens {
@@ -146,6 +159,7 @@ impl TripReport {
         if let Some(signals) = &self.signals {
             signals.leak();
         }
+        self.activity.leak();
         let extra = [
             ("owner_tenants", Value::from(suspicion.owner_tenants)),
             ("matched_ngrams", Value::from(suspicion.matched_ngrams)),
@@ -157,6 +171,10 @@ impl TripReport {
     /// Count a stream's outcome and write its audit line.
     pub fn outcome(&self, outcome: &'static str) {
         ::metrics::counter!(metrics::REQUEST_OUTCOMES_TOTAL, "outcome" => outcome).increment(1);
+        match outcome {
+            "success" => self.activity.admit(),
+            other => self.activity.refuse(other),
+        }
         let extra = [
             ("outcome", Value::from(outcome)),
             ("stream", Value::from(true)),
@@ -319,6 +337,7 @@ impl Stage for Guard {
                 fields: Arc::new(fields),
                 pool: pool.clone(),
                 signals,
+                activity: state.activity.clone(),
             };
             let leak = match (leak_mode, &tenant) {
                 (LeakMode::Off, _) | (_, None) => None,

@@ -264,6 +264,7 @@ mod tests {
             fields: Default::default(),
             pool: "p".into(),
             signals: None,
+            activity: Default::default(),
         };
         let mut stream = GuardedStream::new(burst_then_silence(), check, report);
         stream.prime(Duration::from_secs(5)).await.unwrap();
