@@ -353,10 +353,7 @@ impl Gateway {
             }
             admin_trigger.trigger();
         }));
-        let reloader = Reloader {
-            path: self.config.source.clone(),
-            keys: self.keys.clone(),
-        };
+        let reloader = Reloader::new(self.config.source.clone(), self.keys.clone());
         let admin_token = admin_token(&self.config.server)?;
         let admin_service = Admin::new(
             self.router.clone(),
