@@ -361,6 +361,7 @@ impl Gateway {
             Some(reloader.clone()),
         )
         .with_rollouts(self.rollouts.clone())
+        .with_status(self.activity.clone(), self.admission.clone())
         .with_token(admin_token);
         tasks.push(tokio::spawn(server::serve(
             admin,
