@@ -22,6 +22,13 @@ use crate::stack::guard::OutcomeAtStreamEnd;
 /// Layer constructor for [`Rescue`].
 #[derive(Debug, Clone)]
 pub struct RescueLayer {
+    sinks: Arc<Sinks>,
+}
+
+/// Where outcomes go. One `Arc` for both, so each request clones one pointer, as it did
+/// when the audit log was the only sink.
+#[derive(Debug)]
+struct Sinks {
     audit: AuditLog,
     activity: Arc<Activity>,
 }
@@ -29,7 +36,9 @@ pub struct RescueLayer {
 impl RescueLayer {
     /// Rescue, writing request outcomes to `audit` and counting them in `activity`.
     pub fn new(audit: AuditLog, activity: Arc<Activity>) -> Self {
-        Self { audit, activity }
+        Self {
+            sinks: Arc::new(Sinks { audit, activity }),
+        }
     }
 }
 
@@ -38,8 +47,7 @@ impl<S> Layer<S> for RescueLayer {
     fn layer(&self, inner: S) -> Rescue<S> {
         Rescue {
             inner,
-            audit: self.audit.clone(),
-            activity: self.activity.clone(),
+            sinks: self.sinks.clone(),
         }
     }
 }
@@ -48,8 +56,7 @@ impl<S> Layer<S> for RescueLayer {
 #[derive(Debug, Clone)]
 pub struct Rescue<S> {
     inner: S,
-    audit: AuditLog,
-    activity: Arc<Activity>,
+    sinks: Arc<Sinks>,
 }
 
 // === impl Rescue ===
@@ -75,8 +82,7 @@ where
             .map(Endpoint::label)
             .unwrap_or("other");
         let started = Instant::now();
-        let audit = self.audit.clone();
-        let activity = self.activity.clone();
+        let sinks = self.sinks.clone();
         let request_id = request
             .headers()
             .get("x-request-id")
@@ -121,8 +127,8 @@ where
             if response.extensions().get::<OutcomeAtStreamEnd>().is_none() {
                 let outcome = if code.is_some() { "error" } else { "success" };
                 match code {
-                    Some(code) => activity.refuse(code),
-                    None => activity.admit(),
+                    Some(code) => sinks.activity.refuse(code),
+                    None => sinks.activity.admit(),
                 }
                 ::metrics::counter!(metrics::REQUEST_OUTCOMES_TOTAL, "outcome" => outcome)
                     .increment(1);
@@ -142,7 +148,7 @@ where
                 {
                     fields.insert("pool".into(), pool.into());
                 }
-                audit.record("request", fields);
+                sinks.audit.record("request", fields);
             }
             Ok(response)
         })

@@ -72,8 +72,16 @@ struct PoolGuard {
 #[derive(Debug)]
 pub struct GuardState {
     pools: HashMap<String, PoolGuard>,
-    audit: AuditLog,
+    sinks: Arc<Sinks>,
     isolation: Arc<IsolationState>,
+}
+
+/// Where trips and outcomes go. One `Arc` for both, so each request's report clones one
+/// pointer, as it did when the audit log was the only sink.
+#[derive(Debug)]
+struct Sinks {
+    audit: AuditLog,
+    /// The gateway's recent counts (status page).
     activity: Arc<Activity>,
 }
 
@@ -98,9 +106,8 @@ impl GuardState {
             .collect();
         Self {
             pools,
-            audit,
+            sinks: Arc::new(Sinks { audit, activity }),
             isolation,
-            activity,
         }
     }
 }
@@ -108,14 +115,12 @@ impl GuardState {
 /// Where a trip is reported: audit line, metric, and the client's error.
 #[derive(Debug, Clone)]
 pub struct TripReport {
-    audit: AuditLog,
+    sinks: Arc<Sinks>,
     /// The request's facts every line carries (shared: the report is cloned per request).
     fields: Arc<Map<String, Value>>,
     pool: String,
     /// The request's signals for its pool's window (rollouts count trips and leaks).
     signals: Option<Arc<RequestSignals>>,
-    /// The gateway's recent counts (status page).
-    activity: Arc<Activity>,
 }
 
 impl TripReport {
@@ -131,7 +136,7 @@ impl TripReport {
         if let Some(signals) = &self.signals {
             signals.trip(trip.reason());
         }
-        self.activity.trip(trip.reason());
+        self.sinks.activity.trip(trip.reason());
         let mut extra = vec![("reason", Value::from(trip.reason()))];
         match trip {
             Trip::PromptTokens {
@@ -148,7 +153,9 @@ impl TripReport {
             }
             _ => {}
         }
-        self.audit.record_with("guard_trip", &self.fields, &extra);
+        self.sinks
+            .audit
+            .record_with("guard_trip", &self.fields, &extra);
         trip_error(trip, &self.pool)
     }
 
@@ -159,12 +166,13 @@ impl TripReport {
         if let Some(signals) = &self.signals {
             signals.leak();
         }
-        self.activity.leak();
+        self.sinks.activity.leak();
         let extra = [
             ("owner_tenants", Value::from(suspicion.owner_tenants)),
             ("matched_ngrams", Value::from(suspicion.matched_ngrams)),
         ];
-        self.audit
+        self.sinks
+            .audit
             .record_with("leak_suspected", &self.fields, &extra);
     }
 
@@ -172,14 +180,16 @@ impl TripReport {
     pub fn outcome(&self, outcome: &'static str) {
         ::metrics::counter!(metrics::REQUEST_OUTCOMES_TOTAL, "outcome" => outcome).increment(1);
         match outcome {
-            "success" => self.activity.admit(),
-            other => self.activity.refuse(other),
+            "success" => self.sinks.activity.admit(),
+            other => self.sinks.activity.refuse(other),
         }
         let extra = [
             ("outcome", Value::from(outcome)),
             ("stream", Value::from(true)),
         ];
-        self.audit.record_with("request", &self.fields, &extra);
+        self.sinks
+            .audit
+            .record_with("request", &self.fields, &extra);
     }
 }
 
@@ -333,11 +343,10 @@ impl Stage for Guard {
                 }
             }
             let report = TripReport {
-                audit: state.audit.clone(),
+                sinks: state.sinks.clone(),
                 fields: Arc::new(fields),
                 pool: pool.clone(),
                 signals,
-                activity: state.activity.clone(),
             };
             let leak = match (leak_mode, &tenant) {
                 (LeakMode::Off, _) | (_, None) => None,

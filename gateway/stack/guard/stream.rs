@@ -260,11 +260,13 @@ mod tests {
         })
         .unwrap();
         let report = TripReport {
-            audit,
+            sinks: std::sync::Arc::new(super::super::Sinks {
+                audit,
+                activity: Default::default(),
+            }),
             fields: Default::default(),
             pool: "p".into(),
             signals: None,
-            activity: Default::default(),
         };
         let mut stream = GuardedStream::new(burst_then_silence(), check, report);
         stream.prime(Duration::from_secs(5)).await.unwrap();
