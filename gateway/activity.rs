@@ -403,6 +403,70 @@ mod tests {
     }
 
     #[test]
+    fn every_trip_reason_and_common_error_code_has_its_own_slot() {
+        use crate::error::GatewayError;
+        use crate::stack::guard::inspect::Trip;
+        let trips = [
+            Trip::Aborted {
+                status: None,
+                message: String::new(),
+            },
+            Trip::ErrorIn2xx {
+                status: None,
+                message: String::new(),
+            },
+            Trip::EmptyResult { detail: "" },
+            Trip::PlaceholderMarker,
+            Trip::PromptTokens {
+                sample: 0,
+                expected: 1,
+                reported: 2,
+            },
+            Trip::Truncated { detail: "" },
+            Trip::LeakSuspected { owners: 1 },
+            Trip::Unparsable { detail: "" },
+            Trip::Stalled {
+                timeout: Duration::from_secs(1),
+            },
+        ];
+        for trip in &trips {
+            let slot = slot(&TRIP_REASONS, trip.reason());
+            assert_ne!(
+                slot,
+                TRIP_REASONS.len() - 1,
+                "{} is not listed",
+                trip.reason()
+            );
+            let code = crate::stack::guard::trip_error(trip, "p").code();
+            assert_ne!(slot_of_code(code), CODES.len() - 1, "{code} is not listed");
+        }
+        let errors = [
+            GatewayError::Unauthenticated,
+            GatewayError::BodyTooLarge { limit: 1 },
+            GatewayError::Overloaded {
+                ceiling: "in_flight",
+            },
+            GatewayError::ContextLengthExceeded {
+                message: String::new(),
+                param: "messages",
+            },
+            GatewayError::invalid("x", None),
+        ];
+        for e in &errors {
+            assert_ne!(
+                slot_of_code(e.code()),
+                CODES.len() - 1,
+                "{} is not listed",
+                e.code()
+            );
+        }
+    }
+
+    fn slot_of_code(code: &str) -> usize {
+        slot(&CODES, code)
+    }
+
+    #[test]
     fn counting_from_many_threads_loses_nothing() {
         let a = std::sync::Arc::new(Activity::default());
         let threads: Vec<_> = (0..4)
