@@ -26,7 +26,8 @@
 //! ```
 //!
 //! Shared building blocks sit beside the stack: `config` (typed, validated TOML), `error`
-//! (the one error type and its HTTP mapping), `body`, `metrics`, `audit`, `tenant` (a
+//! (the one error type and its HTTP mapping), `body`, `metrics`, `audit`, `activity` (recent
+//! counts for the status page), `tenant` (a
 //! tenant's policy and limits), `load` (in-flight caps and the buffer budget),
 //! `secure_random` and `upstream` (the one engine client). The runtime around
 //! it is `runtime/` (app, server, live (the reloadable config), admin, reload, check, demo);
@@ -35,6 +36,7 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod activity;
 pub mod audit;
 pub mod body;
 pub mod config;
@@ -94,6 +96,8 @@ pub struct StackParts {
     pub isolation: Arc<IsolationState>,
     pub limiter: crate::stack::rate_limit::limiter::Limiter,
     pub audit: AuditLog,
+    /// Recent outcomes, trips and leak suspicions for the status page.
+    pub activity: Arc<crate::activity::Activity>,
     pub upstream: Upstream,
     /// Body size, deadlines and the buffer budget.
     pub body: BodyLimits,
@@ -134,7 +138,7 @@ where
         // A bug below answers 500 instead of dropping the connection without a status (I6).
         .layer(CatchPanicLayer::custom(panic_response))
         // Errors become OpenAI-style JSON here and only here; every outcome is counted once.
-        .layer(RescueLayer::new(parts.audit))
+        .layer(RescueLayer::new(parts.audit, parts.activity))
         // Over the global in-flight ceiling: 503 at once, before any work.
         .layer(LoadShedLayer::new(parts.in_flight))
         // 431 for a header value or block over its limit.

@@ -1,9 +1,16 @@
 //! The admin port: `GET /health` (the process is up; 503 while draining), `GET /ready`
 //! (every model has an eligible worker; says why not), `GET /metrics` (Prometheus text),
-//! `POST /reload` (read the config file and the certificates again, `runtime::reload`) and the pools and
-//! rollouts API (`admin_api`). `/reload` and the API need the admin token
-//! (`server.admin_token_env` or `server.admin_token_file`) as `Authorization: Bearer
-//! <token>`: 401 without it, 403 when no token is configured.
+//! `GET /status` (the HTML status page, `status_page`), `POST /reload` (read the config file
+//! and the certificates again, `runtime::reload`) and the pools and rollouts API
+//! (`admin_api`). `/reload` and the API need the admin token (`server.admin_token_env` or
+//! `server.admin_token_file`) as `Authorization: Bearer <token>`: 401 without it, 403 when
+//! no token is configured.
+//!
+//! `GET /status` needs no token, like `/metrics` and `/ready`: it only reads, it shows what
+//! those two already expose on this private port (pools, workers, capacity, health,
+//! counts by code and reason; no tenant, key or prompt), and a person opens it in a
+//! browser, which cannot send a Bearer header from the address bar. Keep the admin port
+//! off public networks.
 
 use futures_util::future::BoxFuture;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
@@ -15,11 +22,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower::Service;
 
+use crate::activity::Activity;
 use crate::body::{self, BoxBody, BoxError};
 use crate::runtime::admin_api;
 use crate::runtime::live::Live;
 use crate::runtime::reload::Reloader;
 use crate::runtime::server::Shutdown;
+use crate::runtime::status_page::{self, StatusSources};
 use crate::stack::routing::Router;
 
 /// The admin service.
@@ -29,6 +38,8 @@ pub struct Admin {
     live: Arc<Live>,
     shutdown: Shutdown,
     reloader: Option<Reloader>,
+    /// Recent outcomes for `/status`.
+    activity: Arc<Activity>,
     /// SHA-256 of the admin token (compared digest to digest, in constant time).
     token_sha256: Option<[u8; 32]>,
 }
@@ -41,8 +52,15 @@ impl Admin {
             live,
             shutdown,
             reloader,
+            activity: Arc::new(Activity::default()),
             token_sha256: None,
         }
+    }
+
+    /// Show `activity` on `/status`.
+    pub fn with_status(mut self, activity: Arc<Activity>) -> Self {
+        self.activity = activity;
+        self
     }
 
     /// Require `token` for mutating routes (None: they are refused).
@@ -222,6 +240,34 @@ impl Admin {
                     ),
                 },
             },
+            (&Method::GET, "/status") => {
+                let live = self.live.current();
+                let page = status_page::render(
+                    &StatusSources {
+                        router: &live.router,
+                        rollouts: &live.rollouts,
+                        admission: Some(&live.admission),
+                        activity: &self.activity,
+                        last_reload: self.reloader.as_ref().and_then(Reloader::last),
+                        draining: self.shutdown.is_triggered(),
+                    },
+                    std::time::Instant::now(),
+                    std::time::SystemTime::now(),
+                );
+                let mut r = Response::new(body::full(page));
+                let headers = r.headers_mut();
+                headers.insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/html; charset=utf-8"),
+                );
+                // A live view: never served from a cache. Nothing on it loads from elsewhere.
+                headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+                headers.insert(
+                    header::CONTENT_SECURITY_POLICY,
+                    HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'"),
+                );
+                r
+            }
             (&Method::GET, "/metrics") => {
                 let mut r = Response::new(body::full(crate::metrics::handle().render()));
                 r.headers_mut().insert(
@@ -232,7 +278,7 @@ impl Admin {
             }
             (_, path) => json_response(
                 StatusCode::NOT_FOUND,
-                json!({"error": {"message": format!("unknown admin path {path}; try /health, /ready, /metrics, /pools or /rollouts"), "type": "invalid_request_error", "param": null, "code": "not_found"}}),
+                json!({"error": {"message": format!("unknown admin path {path}; try /status, /health, /ready, /metrics, /pools or /rollouts"), "type": "invalid_request_error", "param": null, "code": "not_found"}}),
             ),
         }
     }

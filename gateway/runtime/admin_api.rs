@@ -135,7 +135,7 @@ fn pools(router: &Router) -> Value {
     json!({"pools": list})
 }
 
-/// One worker as the admin port shows it (`GET /pools` and `/ready`).
+/// One worker as the admin port shows it (`GET /pools`, `/ready` and `/status`).
 pub fn worker_json(w: &Worker) -> Value {
     json!({
         "pool": &*w.pool,
@@ -168,7 +168,8 @@ fn health_json(w: &Worker) -> Value {
     })
 }
 
-fn pool_json(pool: &Pool, now: Instant) -> Value {
+/// One pool and its workers as the admin port shows it (`GET /pools` and `/status`).
+pub fn pool_json(pool: &Pool, now: Instant) -> Value {
     let workers: Vec<Value> = pool.all_workers().map(|w| worker_json(w)).collect();
     json!({
         "pool": &*pool.name,

@@ -6,13 +6,16 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+use crate::activity::Activity;
 use crate::audit::AuditLog;
 use crate::config::Config;
 use crate::config::{LimitsBackend, LimitsFailurePolicy};
 use crate::load::{BufferBudget, InFlightLimit};
 use crate::rollout::{sync_loop, Rollouts, SharedDecisions};
 use crate::runtime::admin::Admin;
-use crate::runtime::background::{cert_watch_loop, discovery_loop, health_loop, housekeeping_loop};
+use crate::runtime::background::{
+    activity_loop, cert_watch_loop, discovery_loop, health_loop, housekeeping_loop,
+};
 use crate::runtime::check::CapacityReport;
 use crate::runtime::data_threads::serve_on_threads;
 use crate::runtime::generation::{self, FixedParts, Process};
@@ -121,6 +124,7 @@ impl Gateway {
             audit: AuditLog::open(&config.audit).map_err(StartError::Audit)?,
             replica: replica_name(),
             count_permits: Arc::new(tokio::sync::Semaphore::new(counts)),
+            activity: Arc::new(Activity::default()),
         };
         let keys = ApiKeys::from_config(&config);
         let budget = BufferBudget::new(config.server.max_buffered_bytes.as_u64());
@@ -167,6 +171,7 @@ impl Gateway {
             keys: self.keys.clone(),
             limiter: self.limiter.clone(),
             audit: self.process.audit.clone(),
+            activity: self.process.activity.clone(),
             upstream: self.upstream.clone(),
             body: BodyLimits {
                 max_bytes: bytes_usize(server.max_body_bytes),
@@ -291,6 +296,10 @@ impl Gateway {
             first.isolation.store.clone(),
             shutdown.clone(),
         )));
+        tasks.push(tokio::spawn(activity_loop(
+            self.process.activity.clone(),
+            shutdown.clone(),
+        )));
         // The admin port outlives the data port's drain, so `/health` can answer 503 while
         // draining (load balancers see it) instead of refusing connections.
         let (admin_trigger, admin_shutdown) = Shutdown::new();
@@ -331,9 +340,11 @@ impl Gateway {
             process: self.process.clone(),
             upstream: self.upstream.clone(),
             engine_tls: self.engine_tls.clone(),
+            last: Arc::default(),
         };
         let admin_token = admin_token(&self.config.server)?;
         let admin_service = Admin::new(self.live.clone(), shutdown.clone(), Some(reloader.clone()))
+            .with_status(self.process.activity.clone())
             .with_token(admin_token);
         tasks.push(tokio::spawn(server::serve(
             admin,

@@ -1,9 +1,10 @@
 //! The gateway's background loops on the main runtime: capacity discovery, active health
-//! checks and the sweeps that give back memory.
+//! checks, the sweeps that give back memory and the status page's activity buckets.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::activity::{Activity, BUCKET};
 use crate::runtime::live::Live;
 use crate::runtime::server::Shutdown;
 use crate::stack::isolate::FingerprintStore;
@@ -91,6 +92,21 @@ pub(crate) async fn cert_watch_loop(
                 // A few stat calls, and a PEM parse only when a file changed.
                 certs.reload_changed();
             }
+            _ = shutdown.wait() => return,
+        }
+    }
+}
+
+/// Close one bucket of recent activity every [`BUCKET`], so the request path only adds.
+pub(crate) async fn activity_loop(activity: Arc<Activity>, mut shutdown: Shutdown) {
+    let mut ticks = tokio::time::interval(BUCKET);
+    // A late tick makes one longer bucket, not a burst of empty ones.
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick is immediate; the history already starts at construction.
+    ticks.tick().await;
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => activity.sample(std::time::Instant::now()),
             _ = shutdown.wait() => return,
         }
     }

@@ -286,6 +286,7 @@ fn canary_banner(demo: &RunningDemo) -> String {
     format!(
         r#"kvgate canary demo is ready.
   gateway:  {base}   (admin: {admin}/ready, /metrics, /rollouts, /pools)
+  status:   {admin}/status in a browser (the status page, refreshes itself)
   pools:    "stable" (engine 0.5.22-sim, weight 75) and "canary" (engine 0.5.23-sim, weight
             25, faulty: it misreports prompt_tokens, so the guard stops every answer it gives)
   tenants:  demo (key {DEMO_API_KEY}) lands on stable, demo-2 (key {DEMO_API_KEY}-2) on the
@@ -322,6 +323,7 @@ pub fn banner(demo: &RunningDemo) -> String {
     format!(
         r#"kvgate demo is ready.
   gateway:  {base}   (admin: http://{admin}/ready, /metrics)
+  status:   http://{admin}/status in a browser (the status page, refreshes itself)
   engines:  {engines} simulated SGLang engines (prefill/decode pool "pd", unified pool "unified")
   API key:  {DEMO_API_KEY}
 

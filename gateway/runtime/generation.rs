@@ -9,6 +9,7 @@ use tokio::sync::Semaphore;
 
 use super::app::{load_tokenizer, StartError};
 use super::live::Generation;
+use crate::activity::Activity;
 use crate::audit::AuditLog;
 use crate::config::Config;
 use crate::load::InFlightLimit;
@@ -33,6 +34,8 @@ pub(crate) struct Process {
     pub replica: String,
     /// Bounds concurrent exact counts on the blocking pool (per process).
     pub count_permits: Arc<Semaphore>,
+    /// Recent outcomes for the status page.
+    pub activity: Arc<Activity>,
 }
 
 /// The parts of a data thread's stack that no reload changes: tenants' keys (reloaded in
@@ -42,6 +45,7 @@ pub(crate) struct FixedParts {
     pub keys: ApiKeys,
     pub limiter: Limiter,
     pub audit: AuditLog,
+    pub activity: Arc<Activity>,
     pub upstream: Upstream,
     pub body: BodyLimits,
     pub limits: DispatchLimits,
@@ -63,6 +67,7 @@ impl FixedParts {
             isolation: generation.isolation.clone(),
             limiter: self.limiter.clone(),
             audit: self.audit.clone(),
+            activity: self.activity.clone(),
             upstream: self.upstream.clone(),
             body: self.body.clone(),
             limits: self.limits.clone(),
@@ -118,6 +123,7 @@ pub(crate) fn build(
         &config,
         process.audit.clone(),
         isolation.clone(),
+        process.activity.clone(),
     ));
     let rollouts = Arc::new(Rollouts::reusing(
         &config,

@@ -1,5 +1,5 @@
 //! The runtime around the stack: the process (`app`: config, state, reload), the listeners
-//! (`server`: TCP/TLS accept loop, drain; `conn_deadlines`), the admin port (`admin`, its pools and rollouts API `admin_api`), reloading the config (`reload`), and the commands that
+//! (`server`: TCP/TLS accept loop, drain; `conn_deadlines`), the admin port (`admin`, its pools and rollouts API `admin_api`, its HTML `status_page`), reloading the config (`reload`), and the commands that
 //! are not the request path (`check`, `demo`).
 
 pub mod accept_balance;
@@ -18,3 +18,4 @@ pub mod preflight;
 pub mod redact;
 pub mod reload;
 pub mod server;
+pub mod status_page;

@@ -13,7 +13,8 @@
 
 use serde_json::{json, Value};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use super::app::StartError;
 use super::check::CapacityReport;
@@ -37,6 +38,18 @@ pub struct Reloader {
     /// Discovery of new workers before they serve.
     pub(crate) upstream: Upstream,
     pub(crate) engine_tls: Arc<EngineTls>,
+    /// Shared by every clone (SIGHUP handler, admin port), so each sees the last reload
+    /// whoever triggered it.
+    pub(crate) last: Arc<Mutex<Option<LastReload>>>,
+}
+
+/// The last reload, as the status page shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastReload {
+    /// When it finished.
+    pub at: SystemTime,
+    /// Ok, or why it was refused (the running config was kept).
+    pub result: Result<(), String>,
 }
 
 /// Why a reload changed nothing.
@@ -72,7 +85,18 @@ impl Reloader {
         if let Err(e) = &result {
             tracing::error!(error = %e, file = %self.path.display(), "reload refused: the running config is kept");
         }
+        let record = LastReload {
+            at: SystemTime::now(),
+            result: result.as_ref().map(|_| ()).map_err(ToString::to_string),
+        };
+        // A panic elsewhere while holding the lock left a whole record: keep using it.
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(record);
         result
+    }
+
+    /// The last reload since start, if any.
+    pub fn last(&self) -> Option<LastReload> {
+        self.last.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     async fn apply(&self) -> Result<Value, ReloadError> {

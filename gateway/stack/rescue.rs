@@ -1,14 +1,17 @@
 //! Rescue: the outermost gateway layer. Turns every error raised below into its HTTP
 //! response (through [`GatewayError::into_response`], the one place that builds error
-//! bodies) and counts each request's single outcome (I6). The stack above it is infallible.
+//! bodies) and counts each request's single outcome (I6), in the metrics and in the
+//! status page's recent [`Activity`]. The stack above it is infallible.
 
 use futures_util::future::BoxFuture;
 use http::{Request, Response};
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 use tower::{Layer, Service};
 
+use crate::activity::Activity;
 use crate::audit::AuditLog;
 use crate::body::{BoxBody, BoxError};
 use crate::error::GatewayError;
@@ -19,13 +22,23 @@ use crate::stack::guard::OutcomeAtStreamEnd;
 /// Layer constructor for [`Rescue`].
 #[derive(Debug, Clone)]
 pub struct RescueLayer {
+    sinks: Arc<Sinks>,
+}
+
+/// Where outcomes go. One `Arc` for both, so each request clones one pointer, as it did
+/// when the audit log was the only sink.
+#[derive(Debug)]
+struct Sinks {
     audit: AuditLog,
+    activity: Arc<Activity>,
 }
 
 impl RescueLayer {
-    /// Rescue, writing request outcomes to `audit`.
-    pub fn new(audit: AuditLog) -> Self {
-        Self { audit }
+    /// Rescue, writing request outcomes to `audit` and counting them in `activity`.
+    pub fn new(audit: AuditLog, activity: Arc<Activity>) -> Self {
+        Self {
+            sinks: Arc::new(Sinks { audit, activity }),
+        }
     }
 }
 
@@ -34,7 +47,7 @@ impl<S> Layer<S> for RescueLayer {
     fn layer(&self, inner: S) -> Rescue<S> {
         Rescue {
             inner,
-            audit: self.audit.clone(),
+            sinks: self.sinks.clone(),
         }
     }
 }
@@ -43,7 +56,7 @@ impl<S> Layer<S> for RescueLayer {
 #[derive(Debug, Clone)]
 pub struct Rescue<S> {
     inner: S,
-    audit: AuditLog,
+    sinks: Arc<Sinks>,
 }
 
 // === impl Rescue ===
@@ -69,7 +82,7 @@ where
             .map(Endpoint::label)
             .unwrap_or("other");
         let started = Instant::now();
-        let audit = self.audit.clone();
+        let sinks = self.sinks.clone();
         let request_id = request
             .headers()
             .get("x-request-id")
@@ -113,6 +126,10 @@ where
             // Exactly one outcome per request (I6): streams count theirs when they end.
             if response.extensions().get::<OutcomeAtStreamEnd>().is_none() {
                 let outcome = if code.is_some() { "error" } else { "success" };
+                match code {
+                    Some(code) => sinks.activity.refuse(code),
+                    None => sinks.activity.admit(),
+                }
                 ::metrics::counter!(metrics::REQUEST_OUTCOMES_TOTAL, "outcome" => outcome)
                     .increment(1);
                 let mut fields = serde_json::Map::new();
@@ -131,7 +148,7 @@ where
                 {
                     fields.insert("pool".into(), pool.into());
                 }
-                audit.record("request", fields);
+                sinks.audit.record("request", fields);
             }
             Ok(response)
         })

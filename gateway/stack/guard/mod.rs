@@ -8,6 +8,8 @@
 //! mapping in `GatewayError`), or — once a stream is under way — an SSE error event that ends
 //! the stream without `[DONE]`. Every trip is one audit line and one
 //! `kvgate_guard_trips_total{reason,pool}`; every stream's outcome is counted once (I6).
+//! Trips, leak suspicions and stream outcomes are also counted in the status page's
+//! recent [`Activity`].
 //!
 //! Reads: `InferenceRequest`, `RoutePlan`, `TokenCount`, `AuthContext`; the response
 //! extensions `PrefillAnswer` and `ServedBy` from dispatch.
@@ -26,6 +28,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use tower::ServiceExt;
 
+use crate::activity::Activity;
 use crate::audit::AuditLog;
 use crate::body;
 use crate::config::{Config, GuardConfig, LeakMode};
@@ -69,13 +72,27 @@ struct PoolGuard {
 #[derive(Debug)]
 pub struct GuardState {
     pools: HashMap<String, PoolGuard>,
-    audit: AuditLog,
+    sinks: Arc<Sinks>,
     isolation: Arc<IsolationState>,
 }
 
+/// Where trips and outcomes go. One `Arc` for both, so each request's report clones one
+/// pointer, as it did when the audit log was the only sink.
+#[derive(Debug)]
+struct Sinks {
+    audit: AuditLog,
+    /// The gateway's recent counts (status page).
+    activity: Arc<Activity>,
+}
+
 impl GuardState {
-    /// Per-pool rules from the config.
-    pub fn from_config(config: &Config, audit: AuditLog, isolation: Arc<IsolationState>) -> Self {
+    /// Per-pool rules from the config; trips and outcomes are counted in `activity`.
+    pub fn from_config(
+        config: &Config,
+        audit: AuditLog,
+        isolation: Arc<IsolationState>,
+        activity: Arc<Activity>,
+    ) -> Self {
         let pools = config
             .pools
             .iter()
@@ -89,7 +106,7 @@ impl GuardState {
             .collect();
         Self {
             pools,
-            audit,
+            sinks: Arc::new(Sinks { audit, activity }),
             isolation,
         }
     }
@@ -98,7 +115,7 @@ impl GuardState {
 /// Where a trip is reported: audit line, metric, and the client's error.
 #[derive(Debug, Clone)]
 pub struct TripReport {
-    audit: AuditLog,
+    sinks: Arc<Sinks>,
     /// The request's facts every line carries (shared: the report is cloned per request).
     fields: Arc<Map<String, Value>>,
     pool: String,
@@ -119,6 +136,7 @@ impl TripReport {
         if let Some(signals) = &self.signals {
             signals.trip(trip.reason());
         }
+        self.sinks.activity.trip(trip.reason());
         let mut extra = vec![("reason", Value::from(trip.reason()))];
         match trip {
             Trip::PromptTokens {
@@ -135,7 +153,9 @@ impl TripReport {
             }
             _ => {}
         }
-        self.audit.record_with("guard_trip", &self.fields, &extra);
+        self.sinks
+            .audit
+            .record_with("guard_trip", &self.fields, &extra);
         trip_error(trip, &self.pool)
     }
 
@@ -146,22 +166,30 @@ impl TripReport {
         if let Some(signals) = &self.signals {
             signals.leak();
         }
+        self.sinks.activity.leak();
         let extra = [
             ("owner_tenants", Value::from(suspicion.owner_tenants)),
             ("matched_ngrams", Value::from(suspicion.matched_ngrams)),
         ];
-        self.audit
+        self.sinks
+            .audit
             .record_with("leak_suspected", &self.fields, &extra);
     }
 
     /// Count a stream's outcome and write its audit line.
     pub fn outcome(&self, outcome: &'static str) {
         ::metrics::counter!(metrics::REQUEST_OUTCOMES_TOTAL, "outcome" => outcome).increment(1);
+        match outcome {
+            "success" => self.sinks.activity.admit(),
+            other => self.sinks.activity.refuse(other),
+        }
         let extra = [
             ("outcome", Value::from(outcome)),
             ("stream", Value::from(true)),
         ];
-        self.audit.record_with("request", &self.fields, &extra);
+        self.sinks
+            .audit
+            .record_with("request", &self.fields, &extra);
     }
 }
 
@@ -315,7 +343,7 @@ impl Stage for Guard {
                 }
             }
             let report = TripReport {
-                audit: state.audit.clone(),
+                sinks: state.sinks.clone(),
                 fields: Arc::new(fields),
                 pool: pool.clone(),
                 signals,

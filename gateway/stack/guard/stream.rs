@@ -260,7 +260,10 @@ mod tests {
         })
         .unwrap();
         let report = TripReport {
-            audit,
+            sinks: std::sync::Arc::new(super::super::Sinks {
+                audit,
+                activity: Default::default(),
+            }),
             fields: Default::default(),
             pool: "p".into(),
             signals: None,
