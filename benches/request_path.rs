@@ -69,7 +69,7 @@ api_key_sha256 = ["{}"]
     let catalog = ModelCatalog::from_config(&config);
     let gateway = Gateway::new(config).unwrap();
     rt.block_on(kvgate::stack::routing::discover_all(
-        gateway.router(),
+        &gateway.router(),
         gateway.upstream(),
     ));
     let stack = kvgate::build_stack::<Full<Bytes>>(gateway.stack_parts());

@@ -368,8 +368,7 @@ async fn upstream_tls_settings_are_checked_at_load() {
         "",
     );
     let error = kvgate::runtime::app::Gateway::new(parse_config(&text))
-        .err()
-        .expect("a CA file without certificates is refused")
+        .expect_err("a CA file without certificates is refused")
         .to_string();
     assert!(error.contains("x.pem"), "{error}");
 }
