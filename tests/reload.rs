@@ -5,7 +5,6 @@
 
 mod support;
 
-use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -59,16 +58,7 @@ async fn start(path: &Path) -> RunningGateway {
 }
 
 async fn reload(gw: &RunningGateway) -> Reply {
-    read(
-        send(request(
-            Method::POST,
-            &format!("http://{}/reload", gw.admin_addr()),
-            Some(TOKEN),
-            Bytes::new(),
-        ))
-        .await,
-    )
-    .await
+    admin(gw, Method::POST, "/reload", Some(TOKEN)).await
 }
 
 fn chat(stream: bool, max_tokens: u32) -> Value {
@@ -196,17 +186,7 @@ async fn a_reload_that_adds_a_pool_and_removes_a_worker_changes_routing_without_
     );
 
     // The admin port shows the new pools only.
-    let pools = read(
-        send(request(
-            Method::GET,
-            &format!("http://{}/pools", gw.admin_addr()),
-            Some(TOKEN),
-            Bytes::new(),
-        ))
-        .await,
-    )
-    .await
-    .json();
+    let pools = admin(&gw, Method::GET, "/pools", Some(TOKEN)).await.json();
     let names: Vec<&str> = pools["pools"]
         .as_array()
         .unwrap()

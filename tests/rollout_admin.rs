@@ -8,7 +8,6 @@ mod support;
 use http::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use kvgate::runtime::app::RunningGateway;
 use kvgate_sim::{RunningSim, SimConfig, SimRole};
 use support::*;
 
@@ -35,11 +34,6 @@ fn with_admin_token(config: String) -> String {
         "[server]\n",
         &format!("[server]\nadmin_token_env = \"{TOKEN_ENV}\"\n"),
     )
-}
-
-async fn admin(gw: &RunningGateway, method: Method, path: &str, token: Option<&str>) -> Reply {
-    let url = format!("http://{}{path}", gw.admin_addr());
-    read(send(request(method, &url, token, "")).await).await
 }
 
 fn chat() -> Value {

@@ -14,7 +14,6 @@ use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::{Instant, UNIX_EPOCH};
 
-use kvgate::runtime::app::RunningGateway;
 use kvgate::stack::admission::PoolBudget;
 use kvgate_sim::{SimFault, SimRole};
 use support::*;
@@ -55,11 +54,6 @@ fn config_text(stable: &str, canary: &str) -> String {
             "tokenizers/",
             &format!("{}/config/tokenizers/", repo().display()),
         )
-}
-
-async fn admin(gw: &RunningGateway, method: Method, path: &str, token: Option<&str>) -> Reply {
-    let url = format!("http://{}{path}", gw.admin_addr());
-    read(send(request(method, &url, token, "")).await).await
 }
 
 /// The `<tr>` whose attribute `attr` is `value`.

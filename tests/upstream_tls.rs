@@ -507,16 +507,7 @@ async fn certificates_are_read_again_when_they_change_and_on_reload_without_drop
     // A broken certificate file: POST /reload refuses it, naming the file; the running
     // certificate keeps serving.
     write(&dir, "server.pem", "-----BEGIN CERTIFICATE-----\nbroken\n");
-    let reload = read(
-        send(request(
-            Method::POST,
-            &format!("http://{}/reload", gw.admin_addr()),
-            Some(TOKEN),
-            Bytes::new(),
-        ))
-        .await,
-    )
-    .await;
+    let reload = admin(&gw, Method::POST, "/reload", Some(TOKEN)).await;
     assert_eq!(reload.status, StatusCode::BAD_REQUEST, "{}", reload.text());
     assert_eq!(error_code(&reload), "invalid_certificate");
     assert!(
@@ -531,16 +522,7 @@ async fn certificates_are_read_again_when_they_change_and_on_reload_without_drop
 
     // Fixed again: POST /reload reads it at once and says so.
     write(&dir, "server.pem", &new_cert);
-    let reload = read(
-        send(request(
-            Method::POST,
-            &format!("http://{}/reload", gw.admin_addr()),
-            Some(TOKEN),
-            Bytes::new(),
-        ))
-        .await,
-    )
-    .await;
+    let reload = admin(&gw, Method::POST, "/reload", Some(TOKEN)).await;
     assert_eq!(reload.status, StatusCode::OK, "{}", reload.text());
     assert_eq!(reload.json()["certificates"]["server"], "reloaded");
     assert_eq!(reload.json()["certificates"]["engines"], "reloaded");

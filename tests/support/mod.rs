@@ -233,6 +233,12 @@ pub async fn post_with(
     read(send(req).await).await
 }
 
+/// A request to the admin port of `gw` (`token`: the admin token, if any).
+pub async fn admin(gw: &RunningGateway, method: Method, path: &str, token: Option<&str>) -> Reply {
+    let url = format!("http://{}{path}", gw.admin_addr());
+    read(send(request(method, &url, token, Bytes::new())).await).await
+}
+
 pub async fn get(url: &str, key: Option<&str>) -> Reply {
     read(send(request(Method::GET, url, key, Bytes::new())).await).await
 }
