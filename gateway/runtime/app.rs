@@ -210,6 +210,7 @@ impl Gateway {
                         redact_in(&e.to_string(), &url)
                     ))
                 })?;
+        let connected = first_error.is_none();
         if let Some(e) = first_error {
             tracing::warn!(
                 redis = %redact_url(&url),
@@ -222,7 +223,7 @@ impl Gateway {
             LimitsFailurePolicy::FailOpen => FailurePolicy::FailOpen,
             LimitsFailurePolicy::FailClosed => FailurePolicy::FailClosed,
         };
-        self.limiter = Limiter::new(GuardedStore::new(store, policy));
+        self.limiter = Limiter::new(GuardedStore::starting(store, policy, connected));
         Ok(())
     }
 
@@ -247,6 +248,8 @@ impl Gateway {
         data: TcpListener,
         admin: TcpListener,
     ) -> Result<RunningGateway, StartError> {
+        // The recorder first: gauges set while starting (the limit store's health) count.
+        crate::metrics::handle();
         self.connect_limits().await?;
         let server_cert = match &self.config.server.tls {
             Some(t) => Some(ServerCert::load(&t.cert, &t.key)?),
@@ -254,7 +257,6 @@ impl Gateway {
         };
         let tls = server_cert.as_ref().map(ServerCert::acceptor).transpose()?;
         let certs = Arc::new(CertWatch::new(server_cert, self.engine_tls.clone()));
-        crate::metrics::handle();
         let first = self.live.current();
         discover_all(&first.router, &self.upstream).await;
         let report = CapacityReport::build(&self.config, &first.router);

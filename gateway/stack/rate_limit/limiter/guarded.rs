@@ -51,11 +51,21 @@ pub struct GuardedStore<S> {
 impl<S: LimitStore> GuardedStore<S> {
     /// Wrap `inner`; it starts out healthy.
     pub fn new(inner: S, policy: FailurePolicy) -> Self {
-        metrics::gauge!(STORE_HEALTHY, "backend" => inner.backend()).set(1.0);
+        Self::starting(inner, policy, true)
+    }
+
+    /// Wrap `inner`, healthy or not to begin with (a Redis that did not answer at
+    /// start-up starts unhealthy: the gauge says so until an operation succeeds).
+    pub fn starting(inner: S, policy: FailurePolicy, healthy: bool) -> Self {
+        metrics::gauge!(STORE_HEALTHY, "backend" => inner.backend()).set(if healthy {
+            1.0
+        } else {
+            0.0
+        });
         Self {
             inner,
             policy,
-            healthy: AtomicBool::new(true),
+            healthy: AtomicBool::new(healthy),
             errors: AtomicU64::new(0),
             transitions: AtomicU64::new(0),
         }
@@ -332,6 +342,24 @@ mod tests {
             let d = reserve(&closed);
             assert_eq!(d.denied_by, Some(Denied::StoreUnavailable));
             assert_eq!(d.retry_after, FAIL_CLOSED_RETRY);
+        });
+    }
+
+    #[test]
+    fn a_store_that_did_not_answer_at_start_up_is_unhealthy_until_it_does() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            let store = GuardedStore::starting(Flaky::default(), FailurePolicy::FailOpen, false);
+            assert!(!store.is_healthy());
+            assert!(handle
+                .render()
+                .contains("kvgate_limit_store_healthy{backend=\"flaky\"} 0"));
+            reserve(&store);
+            assert!(store.is_healthy());
+            assert!(handle
+                .render()
+                .contains("kvgate_limit_store_healthy{backend=\"flaky\"} 1"));
         });
     }
 }
