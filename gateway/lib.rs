@@ -44,6 +44,7 @@ pub mod rollout;
 pub mod runtime;
 pub mod secure_random;
 pub mod stack;
+pub mod telemetry;
 pub mod tenant;
 pub mod tls;
 pub mod upstream;
