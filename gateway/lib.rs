@@ -6,6 +6,7 @@
 //! ```text
 //! sensitive headers   keys never reach logs                      (tower-http)
 //! stack::request_id   the gateway's own id; the client's is echoed, never forwarded
+//! stack::trace_context W3C traceparent in, the request's trace and its server span
 //! trace               one span per request                       (tower-http)
 //! catch panic         a bug answers 500, never a dropped socket  (tower-http, I6)
 //! stack::rescue       errors → OpenAI JSON, one outcome per request (I6)
@@ -22,6 +23,7 @@
 //! stack::observe      the outcome of each routed request in its pool's window (rollouts)
 //! stack::isolate      the tenant's cache salt, prompt fingerprints for the leak detector (I5)
 //! stack::guard        aborts, placeholders, count mismatch, foreign data: never a false 2xx (I1)
+//! stack::stage_span   (around admission, rate limit, route, guard) one span per stage
 //! stack::dispatch     builds the engine body once; unified or prefill/decode legs, deadlines
 //! ```
 //!
@@ -29,9 +31,9 @@
 //! (the one error type and its HTTP mapping), `body`, `metrics`, `audit`, `activity` (recent
 //! counts for the status page), `tenant` (a
 //! tenant's policy and limits), `load` (in-flight caps and the buffer budget),
-//! `secure_random` and `upstream` (the one engine client). The runtime around
-//! it is `runtime/` (app, server, live (the reloadable config), admin, reload, check, demo);
-//! `tls` holds the certificates that reload. The tokenizer and the
+//! `secure_random`, `telemetry` (trace context, spans, OTLP export) and `upstream` (the one
+//! engine client). The runtime around it is `runtime/` (app, server, live (the reloadable
+//! config), admin, reload, check, demo); `tls` holds the certificates that reload. The tokenizer and the
 //! simulated engine are crates of their own (`crates/tokenize`, `crates/sim`).
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -47,6 +49,7 @@ pub mod rollout;
 pub mod runtime;
 pub mod secure_random;
 pub mod stack;
+pub mod telemetry;
 pub mod tenant;
 pub mod tls;
 pub mod upstream;
@@ -81,7 +84,10 @@ use crate::stack::rate_limit::RateLimit;
 use crate::stack::request_id::RequestIdLayer;
 use crate::stack::rescue::RescueLayer;
 use crate::stack::routing::{Route, Router};
+use crate::stack::stage_span::{StageName, StageSpanLayer};
 use crate::stack::tenant_rules::TenantRules;
+use crate::stack::trace_context::TraceContextLayer;
+use crate::telemetry::Telemetry;
 use crate::upstream::Upstream;
 
 /// What the data-port stack is built from.
@@ -107,6 +113,8 @@ pub struct StackParts {
     /// Largest header value and header block, in bytes.
     pub max_header_value_bytes: usize,
     pub max_header_bytes: usize,
+    /// Trace context and span export (`[tracing]`).
+    pub telemetry: Telemetry,
 }
 
 /// The data-port request path, outermost layer first.
@@ -133,6 +141,10 @@ where
         // Every request gets the gateway's own id first, so logs, engine requests and errors
         // share it; the client's id is echoed as x-client-request-id, never forwarded.
         .layer(RequestIdLayer)
+        // The request's trace (the client's traceparent, or a sampled new one) and its server
+        // span, parent of every stage and engine span; needs the request id, and sits above
+        // everything so the span covers every outcome, rescued errors included.
+        .layer(TraceContextLayer::new(parts.telemetry))
         // One span per request covering everything below.
         .layer(TraceLayer::new_for_http())
         // A bug below answers 500 instead of dropping the connection without a status (I6).
@@ -159,12 +171,21 @@ where
         .layer(TenantRules::layer())
         // Exact token counts against every pool's smallest KV bound: 400 before any byte
         // goes downstream (I2); inserts TokenCount and the admitted pools.
-        .layer(Admit::layer(parts.admission))
+        .layer(StageSpanLayer::new(
+            StageName::Admission,
+            Admit::layer(parts.admission),
+        ))
         // Tenant RPM/TPM/concurrency: reserves admission's count; the permit lives in the
         // response body (slot until the stream ends; tokens settled with engine usage).
-        .layer(RateLimit::layer(parts.limiter))
+        .layer(StageSpanLayer::new(
+            StageName::RateLimit,
+            RateLimit::layer(parts.limiter),
+        ))
         // Pool by weight, then least-loaded eligible workers (I3: unknown capacity never serves).
-        .layer(Route::layer(parts.router))
+        .layer(StageSpanLayer::new(
+            StageName::Route,
+            Route::layer(parts.router),
+        ))
         // Every routed request's outcome counts in its pool's window: canary rollouts roll
         // back on these, the admin port shows them.
         .layer(Observe::layer(parts.rollouts))
@@ -173,7 +194,10 @@ where
         .layer(Isolate::layer(parts.isolation))
         // Reads every engine answer, the prefill leg included: no abort, placeholder or
         // foreign data leaves as a success (I1).
-        .layer(Guard::layer(parts.guard))
+        .layer(StageSpanLayer::new(
+            StageName::Guard,
+            Guard::layer(parts.guard),
+        ))
         .service(Dispatch::new(parts.upstream, parts.limits))
 }
 

@@ -45,6 +45,10 @@ pub const CONNECTIONS_OPEN: &str = "kvgate_connections_open";
 pub const LOAD_SHED_TOTAL: &str = "kvgate_load_shed_total";
 /// Audit lines dropped because the sink fell behind by a whole queue.
 pub const AUDIT_LINES_DROPPED_TOTAL: &str = "kvgate_audit_lines_dropped_total";
+/// Trace spans dropped: the export queue was full, or the collector refused or missed a batch.
+pub const TRACE_SPANS_DROPPED_TOTAL: &str = "kvgate_trace_spans_dropped_total";
+/// OTLP export requests, by outcome (ok, error, timeout).
+pub const TRACE_EXPORTS_TOTAL: &str = "kvgate_trace_exports_total";
 /// Retries on another worker after a connect failure, by pool.
 pub const UPSTREAM_RETRIES_TOTAL: &str = "kvgate_upstream_retries_total";
 /// Canary rollbacks, by model, canary pool, signal and origin.
@@ -119,6 +123,11 @@ fn describe_all() {
         AUDIT_LINES_DROPPED_TOTAL,
         "Audit lines dropped because the sink fell behind"
     );
+    describe_counter!(
+        TRACE_SPANS_DROPPED_TOTAL,
+        "Trace spans dropped (export queue full, or the export failed)"
+    );
+    describe_counter!(TRACE_EXPORTS_TOTAL, "OTLP trace export requests by outcome");
     describe_counter!(
         UPSTREAM_RETRIES_TOTAL,
         "Retries on another worker after a connect failure"

@@ -19,6 +19,8 @@ use tokio::time::Instant;
 use crate::config::UpstreamConfig;
 use crate::error::GatewayError;
 use crate::load::{BufferBudget, BufferPermit};
+use crate::telemetry::context::{TRACEPARENT, TRACESTATE};
+use crate::telemetry::Propagation;
 use crate::tls::EngineTls;
 
 /// The shared upstream client.
@@ -85,13 +87,15 @@ impl Upstream {
         }
     }
 
-    /// POST a JSON body to `worker` and wait (until `deadline`) for the response headers.
+    /// POST a JSON body to `worker` and wait (until `deadline`) for the response headers;
+    /// `trace` continues the request's trace (W3C `traceparent`, `tracestate`).
     pub async fn post_json(
         &self,
         worker: &dyn Peer,
         path: &str,
         body: Bytes,
         request_id: Option<&HeaderValue>,
+        trace: Option<&Propagation>,
         deadline: Instant,
     ) -> Result<Response<Incoming>, GatewayError> {
         let mut builder = Request::builder()
@@ -101,6 +105,12 @@ impl Upstream {
             .header(header::ACCEPT, "application/json, text/event-stream");
         if let Some(id) = request_id {
             builder = builder.header("x-request-id", id);
+        }
+        if let Some(trace) = trace {
+            builder = builder.header(TRACEPARENT, &trace.traceparent);
+            if let Some(state) = &trace.tracestate {
+                builder = builder.header(TRACESTATE, state);
+            }
         }
         let request = builder
             .body(Full::new(body))

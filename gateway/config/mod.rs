@@ -11,6 +11,7 @@ mod health;
 mod preflight;
 mod rollout;
 mod server;
+mod tracing;
 mod upstream;
 mod validate;
 
@@ -22,6 +23,7 @@ pub use health::{HealthConfig, OutlierConfig};
 pub use preflight::PreflightConfig;
 pub use rollout::{PromotionConfig, RollbackMargins, RolloutConfig};
 pub use server::{ServerConfig, TlsConfig};
+pub use tracing::TracingConfig;
 pub use upstream::{UpstreamConfig, UpstreamTlsConfig};
 pub use validate::validate;
 
@@ -87,6 +89,9 @@ pub struct Config {
     /// What `kvgate preflight` may spend.
     #[serde(default)]
     pub preflight: PreflightConfig,
+    /// OpenTelemetry trace export (off unless `otlp_endpoint` is set).
+    #[serde(default)]
+    pub tracing: TracingConfig,
     /// The file this was read from; relative paths inside were resolved against its folder.
     #[serde(skip)]
     pub source: PathBuf,

@@ -307,6 +307,7 @@ pub fn validate(mut config: Config) -> Result<Config, ConfigError> {
     super::rollout::check(&config).map_err(|(key, reason)| invalid(key, reason))?;
     super::health::check(&config).map_err(|(key, reason)| invalid(key, reason))?;
     super::preflight::check(&config.preflight).map_err(|(key, reason)| invalid(key, reason))?;
+    super::tracing::check(&config.tracing).map_err(|(key, reason)| invalid(key, reason))?;
     if key_hashes.is_empty() && !config.server.allow_anonymous {
         return Err(invalid(
             "tenants".into(),

@@ -31,6 +31,8 @@ use crate::stack::rate_limit::limiter::{
     FailurePolicy, GuardedStore, Limiter, MemoryStore, RedisStore,
 };
 use crate::stack::routing::{discover_all, Router};
+use crate::telemetry::export::ExportTask;
+use crate::telemetry::Telemetry;
 use crate::tls::{CertWatch, EngineTls, ServerCert};
 use crate::upstream::Upstream;
 use crate::{build_stack, StackParts};
@@ -109,6 +111,10 @@ pub struct Gateway {
     /// Shared by every stack built from this gateway: the ceilings are per process.
     budget: BufferBudget,
     in_flight: InFlightLimit,
+    /// Trace context and span export (`[tracing]`).
+    telemetry: Telemetry,
+    /// The span export task, spawned by `start` (export on only).
+    export_task: Option<ExportTask>,
 }
 
 impl Gateway {
@@ -129,6 +135,7 @@ impl Gateway {
         let keys = ApiKeys::from_config(&config);
         let budget = BufferBudget::new(config.server.max_buffered_bytes.as_u64());
         let in_flight = InFlightLimit::new(config.server.max_in_flight);
+        let (telemetry, export_task) = Telemetry::from_config(&config.tracing);
         let started = Arc::new(config.clone());
         let live = Arc::new(Live::new(generation::build(config, None, &process)?));
         Ok(Self {
@@ -142,6 +149,8 @@ impl Gateway {
             limiter: Limiter::new(MemoryStore::new()),
             budget,
             in_flight,
+            telemetry,
+            export_task,
         })
     }
 
@@ -187,6 +196,7 @@ impl Gateway {
             in_flight: self.in_flight.clone(),
             max_header_value_bytes: bytes_usize(server.max_header_value_bytes),
             max_header_bytes: bytes_usize(server.max_header_bytes),
+            telemetry: self.telemetry.clone(),
         }
     }
 
@@ -305,6 +315,12 @@ impl Gateway {
         // The admin port outlives the data port's drain, so `/health` can answer 503 while
         // draining (load balancers see it) instead of refusing connections.
         let (admin_trigger, admin_shutdown) = Shutdown::new();
+        if let Some(export) = self.export_task.take() {
+            // Spans of draining requests still go out: export stops with the admin port,
+            // after the drain, and flushes what is queued then.
+            let mut stop = admin_shutdown.clone();
+            tasks.push(tokio::spawn(export.run(async move { stop.wait().await })));
+        }
         // One stack per data thread, each with its own engine client (pooled connections
         // stay on their thread); everything else in it is shared. Each follows reloads.
         let fixed = self.fixed_parts();

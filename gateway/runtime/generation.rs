@@ -23,6 +23,7 @@ use crate::stack::guard::GuardState;
 use crate::stack::isolate::IsolationState;
 use crate::stack::rate_limit::limiter::Limiter;
 use crate::stack::routing::Router;
+use crate::telemetry::Telemetry;
 use crate::upstream::Upstream;
 use crate::StackParts;
 
@@ -52,6 +53,7 @@ pub(crate) struct FixedParts {
     pub in_flight: InFlightLimit,
     pub max_header_value_bytes: usize,
     pub max_header_bytes: usize,
+    pub telemetry: Telemetry,
 }
 
 impl FixedParts {
@@ -74,6 +76,7 @@ impl FixedParts {
             in_flight: self.in_flight.clone(),
             max_header_value_bytes: self.max_header_value_bytes,
             max_header_bytes: self.max_header_bytes,
+            telemetry: self.telemetry.clone(),
         }
     }
 }
@@ -179,6 +182,7 @@ impl Changes {
             ("audit", a.audit != b.audit),
             ("isolation", a.isolation != b.isolation),
             ("admission", a.admission != b.admission),
+            ("tracing", a.tracing != b.tracing),
         ] {
             if differs {
                 changes.restart_required.push(section);

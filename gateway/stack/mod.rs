@@ -17,4 +17,6 @@ pub mod rate_limit;
 pub mod request_id;
 pub mod rescue;
 pub mod routing;
+pub mod stage_span;
 pub mod tenant_rules;
+pub mod trace_context;

@@ -18,6 +18,8 @@ use crate::error::GatewayError;
 use crate::metrics;
 use crate::stack::api::Endpoint;
 use crate::stack::guard::OutcomeAtStreamEnd;
+use crate::stack::trace_context::ErrorCode;
+use crate::telemetry::RequestTrace;
 
 /// Layer constructor for [`Rescue`].
 #[derive(Debug, Clone)]
@@ -94,6 +96,9 @@ where
             .get("x-client-request-id")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
+        // Traced requests only (stack::trace_context): their logs and audit lines name the
+        // trace, and their server span gets the error code.
+        let trace = request.extensions().get::<Arc<RequestTrace>>().cloned();
         Box::pin(async move {
             use tower::ServiceExt;
             let mut code = None;
@@ -107,12 +112,19 @@ where
                     // short message and the id to quote.
                     let id = request_id.as_deref().unwrap_or("-");
                     let client = client_request_id.as_deref().unwrap_or("-");
+                    let trace_id = trace.as_ref().map(|t| t.trace_id_hex());
+                    let trace_id = trace_id.as_deref().unwrap_or("-");
                     if error.status().is_server_error() {
-                        tracing::warn!(%error, code = error.code(), request_id = id, client_request_id = client, "request failed");
+                        tracing::warn!(%error, code = error.code(), request_id = id, client_request_id = client, trace_id, "request failed");
                     } else {
-                        tracing::debug!(%error, code = error.code(), request_id = id, client_request_id = client, "request refused");
+                        tracing::debug!(%error, code = error.code(), request_id = id, client_request_id = client, trace_id, "request refused");
                     }
-                    error.into_response(request_id.as_deref())
+                    let code = error.code();
+                    let mut response = error.into_response(request_id.as_deref());
+                    if trace.is_some() {
+                        response.extensions_mut().insert(ErrorCode(code));
+                    }
+                    response
                 }
             };
             ::metrics::counter!(
@@ -140,6 +152,9 @@ where
                 fields.insert("request_id".into(), request_id.into());
                 if let Some(client) = client_request_id {
                     fields.insert("client_request_id".into(), client.into());
+                }
+                if let Some(trace) = &trace {
+                    fields.insert("trace_id".into(), trace.trace_id_hex().into());
                 }
                 if let Some(pool) = response
                     .headers()

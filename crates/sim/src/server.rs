@@ -45,14 +45,14 @@ pub(crate) async fn handle(
 ) -> Result<Response<Body>, ResetConnection> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
-    let bytes = match Limited::new(req.into_body(), MAX_BODY_BYTES)
-        .collect()
-        .await
-    {
+    let (parts, body) = req.into_parts();
+    let headers = parts.headers;
+    let bytes = match Limited::new(body, MAX_BODY_BYTES).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(_) => {
             engine.stats.record(ReceivedRequest {
                 path,
+                headers,
                 body: Value::Null,
                 bytes: 0,
             });
@@ -70,6 +70,7 @@ pub(crate) async fn handle(
     // Record first, so tests see every request whatever happens next.
     engine.stats.record(ReceivedRequest {
         path: path.clone(),
+        headers,
         body: parsed.clone().unwrap_or(Value::Null),
         bytes: bytes.len(),
     });

@@ -8,6 +8,8 @@ use std::sync::Mutex;
 pub struct ReceivedRequest {
     /// Request path, e.g. `/generate`.
     pub path: String,
+    /// The request headers (tests check what the gateway forwards, e.g. `traceparent`).
+    pub headers: http::HeaderMap,
     /// The body parsed as JSON, or `null` when empty or malformed.
     pub body: serde_json::Value,
     /// Body length in bytes.

@@ -419,7 +419,7 @@ impl Prober<'_> {
         let request_id = HeaderValue::from_str(rid).ok();
         let response = match self
             .upstream
-            .post_json(worker, path, body, request_id.as_ref(), deadline)
+            .post_json(worker, path, body, request_id.as_ref(), None, deadline)
             .await
         {
             Ok(r) => r,

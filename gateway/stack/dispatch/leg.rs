@@ -7,6 +7,9 @@
 //! dropped unfinished (the other PD leg failed first, or the client went away). So the
 //! counter reconciles with what the engines received.
 //!
+//! A leg of a traced request is also a client span (a child of the server span), and the
+//! engine gets a `traceparent` naming that span as its parent ([`Leg::propagation`]).
+//!
 //! An engine failure (unreachable, timed out, unreadable, 5xx) also counts towards the
 //! worker's outlier ejection; successes and guard trips are known only once the guard has
 //! read the answer, so `rollout::signals` reports those.
@@ -15,21 +18,39 @@ use std::sync::Arc;
 
 use crate::metrics;
 use crate::stack::routing::Worker;
+use crate::telemetry::{AttrValue, Propagation, RequestTrace, Span, SpanKind};
 
 /// A started leg; counts its outcome once (on [`Leg::finish`], or as `cancelled` on drop).
 #[derive(Debug)]
 pub(super) struct Leg {
     worker: Arc<Worker>,
     outcome: Option<&'static str>,
+    /// The leg's span, for traced requests (recorded or only propagated).
+    span: Option<Span>,
 }
 
 impl Leg {
-    /// A leg to `worker` starts now.
-    pub fn start(worker: &Arc<Worker>) -> Self {
+    /// A leg to `worker` starts now, in `trace` when the request has one.
+    pub fn start(worker: &Arc<Worker>, trace: Option<&Arc<RequestTrace>>) -> Self {
+        let span = trace.map(|trace| {
+            let mut span = trace.child("upstream", SpanKind::Client);
+            if span.recording() {
+                span.attr("kvgate.role", AttrValue::Static(worker.role.as_str()));
+                span.attr("kvgate.pool", AttrValue::Str(worker.pool.to_string()));
+                span.attr("kvgate.worker", AttrValue::Str(worker.authority.clone()));
+            }
+            span
+        });
         Self {
             worker: worker.clone(),
             outcome: None,
+            span,
         }
+    }
+
+    /// The `traceparent` (and `tracestate`) the engine gets: its parent is this leg's span.
+    pub fn propagation(&self) -> Option<Propagation> {
+        self.span.as_ref().and_then(Span::propagation)
     }
 
     /// The leg's outcome is known; the first one set is the one counted.
@@ -49,6 +70,14 @@ impl Leg {
 
 impl Drop for Leg {
     fn drop(&mut self) {
+        if let Some(mut span) = self.span.take() {
+            let outcome = self.outcome.unwrap_or("cancelled");
+            span.attr("kvgate.outcome", AttrValue::Static(outcome));
+            if !matches!(outcome, "ok" | "status_4xx") {
+                span.fail(outcome);
+            }
+            span.end();
+        }
         ::metrics::counter!(
             metrics::UPSTREAM_REQUESTS_TOTAL,
             "pool" => ::metrics::SharedString::from(self.worker.pool.clone()),

@@ -39,6 +39,7 @@ use crate::metrics;
 use crate::stack::api::InferenceRequest;
 use crate::stack::guard::PrefillAnswer;
 use crate::stack::routing::{RoutePlan, ServedBy, Target};
+use crate::telemetry::RequestTrace;
 use crate::upstream::Upstream;
 use leg::Leg;
 
@@ -106,6 +107,7 @@ impl Service<Request<Bytes>> for Dispatch {
         // The request body's reservation is held until the engine has its bytes.
         let held = request.extensions_mut().remove::<Arc<BufferPermit>>();
         let request_id = request.headers().get("x-request-id").cloned();
+        let trace = request.extensions_mut().remove::<Arc<RequestTrace>>();
         drop(request);
         Box::pin(async move {
             let (Some(parsed), Some(plan)) = (parsed, plan) else {
@@ -113,7 +115,7 @@ impl Service<Request<Bytes>> for Dispatch {
                     GatewayError::Internal("dispatch ran before parse/route".into()).into(),
                 );
             };
-            let answer = this.dispatch(parsed, plan, request_id).await;
+            let answer = this.dispatch(parsed, plan, request_id, trace).await;
             drop(held);
             answer.map_err(BoxError::from)
         })
@@ -126,7 +128,9 @@ impl Dispatch {
         parsed: InferenceRequest,
         plan: RoutePlan,
         request_id: Option<HeaderValue>,
+        trace: Option<Arc<RequestTrace>>,
     ) -> Result<Response<BoxBody>, GatewayError> {
+        let trace = trace.as_ref();
         let upstream = &self.upstream;
         let deadlines = upstream.deadlines(parsed.stream);
         let path = parsed.endpoint.path();
@@ -140,6 +144,7 @@ impl Dispatch {
             limits: self.limits.clone(),
             deadlines,
             pool: plan.pool.clone(),
+            request_id: request_id.clone(),
         };
         let id = request_id.as_ref();
         let RoutePlan { pool, target, slot } = plan;
@@ -150,9 +155,16 @@ impl Dispatch {
                 self.retries.deposit();
                 let mut worker = load.worker().clone();
                 let mut target = target.clone();
-                let mut leg = Leg::start(&worker);
+                let mut leg = Leg::start(&worker, trace);
                 let mut response = upstream
-                    .post_json(&worker, path, bytes.clone(), id, deadlines.headers)
+                    .post_json(
+                        &worker,
+                        path,
+                        bytes.clone(),
+                        id,
+                        leg.propagation().as_ref(),
+                        deadlines.headers,
+                    )
                     .await;
                 if let Err(e @ GatewayError::UpstreamUnavailable { connect: true, .. }) = &response
                 {
@@ -161,7 +173,7 @@ impl Dispatch {
                         .pick_other_unified(&worker)
                         .filter(|_| self.retries.withdraw())
                     {
-                        tracing::warn!(error = %e, "connect failed; retrying on another worker");
+                        tracing::warn!(error = %e, request_id = rid.as_str(), "connect failed; retrying on another worker");
                         ::metrics::counter!(metrics::UPSTREAM_RETRIES_TOTAL, "pool" => pool.name.to_string())
                             .increment(1);
                         leg.finish(e.code());
@@ -173,9 +185,16 @@ impl Dispatch {
                         worker = load.worker().clone();
                         // The failed worker's load ends now, not with the answer.
                         target = Arc::new(other);
-                        leg = Leg::start(&worker);
+                        leg = Leg::start(&worker, trace);
                         response = upstream
-                            .post_json(&worker, path, bytes, id, deadlines.headers)
+                            .post_json(
+                                &worker,
+                                path,
+                                bytes,
+                                id,
+                                leg.propagation().as_ref(),
+                                deadlines.headers,
+                            )
                             .await;
                     }
                 }
@@ -191,17 +210,33 @@ impl Dispatch {
             Target::Disaggregated { prefill, decode } => {
                 let bytes = engine_body::build(parsed, &pool, Some(prefill.worker()), &rid)?;
                 let guard = TargetGuard::new(target.clone(), slot);
-                let mut decode_count = Leg::start(decode.worker());
+                let mut decode_count = Leg::start(decode.worker(), trace);
+                // Each leg is its own span: the engines' traceparents name different parents.
+                let decode_trace = decode_count.propagation();
                 let prefill_leg = async {
-                    let leg = Leg::start(prefill.worker());
+                    let leg = Leg::start(prefill.worker(), trace);
                     let response = upstream
-                        .post_json(prefill.worker(), path, bytes.clone(), id, deadlines.headers)
+                        .post_json(
+                            prefill.worker(),
+                            path,
+                            bytes.clone(),
+                            id,
+                            leg.propagation().as_ref(),
+                            deadlines.headers,
+                        )
                         .await;
                     relay.drain_prefill(prefill.worker(), leg, response).await
                 };
                 let decode_leg = async {
                     let response = upstream
-                        .post_json(decode.worker(), path, bytes.clone(), id, deadlines.headers)
+                        .post_json(
+                            decode.worker(),
+                            path,
+                            bytes.clone(),
+                            id,
+                            decode_trace.as_ref(),
+                            deadlines.headers,
+                        )
                         .await;
                     relay
                         .answer(decode.worker(), &mut decode_count, response, guard)

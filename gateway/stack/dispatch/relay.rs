@@ -29,6 +29,8 @@ pub(super) struct Relay {
     pub limits: DispatchLimits,
     pub deadlines: Deadlines,
     pub pool: Arc<Pool>,
+    /// The gateway's request id, for the log lines written here.
+    pub request_id: Option<HeaderValue>,
 }
 
 impl Relay {
@@ -188,6 +190,11 @@ impl Relay {
         let message = error_message(status, &body);
         // The engine's own words are for the operator: logged here, never sent to clients.
         tracing::warn!(
+            request_id = self
+                .request_id
+                .as_ref()
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("-"),
             pool = %worker.pool,
             role = worker.role.as_str(),
             worker = %worker.authority,

@@ -327,6 +327,12 @@ impl Stage for Guard {
             {
                 fields.insert("client_request_id".into(), Value::from(id));
             }
+            if let Some(trace) = request
+                .extensions()
+                .get::<Arc<crate::telemetry::RequestTrace>>()
+            {
+                fields.insert("trace_id".into(), Value::from(trace.trace_id_hex()));
+            }
 
             let mut response = next.oneshot(request).await?;
             if let Some(served) = response.extensions().get::<ServedBy>() {
