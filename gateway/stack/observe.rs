@@ -11,7 +11,6 @@
 
 use std::sync::Arc;
 use std::time::Instant;
-use tower::ServiceExt;
 
 use crate::error::GatewayError;
 use crate::rollout::{RequestSignals, Rollouts};
@@ -52,7 +51,7 @@ impl Stage for Observe {
             .get::<RoutePlan>()
             .map(|p| p.pool.clone())
         else {
-            return Box::pin(next.oneshot(request));
+            return next.oneshot(request);
         };
         let rollout = self.rollouts.of_canary(&pool.name).cloned();
         let signals = Arc::new(RequestSignals::new(pool, rollout));

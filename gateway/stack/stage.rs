@@ -4,21 +4,73 @@
 //! to continue down the stack, and look at (or wrap) what comes back. [`StageLayer`] turns
 //! it into a tower layer, so the Layer/Service plumbing — always ready, the inner service
 //! cloned per call — is written once here instead of in every stage.
+//!
+//! [`Next`] is the rest of the stack behind one shared pointer. tower's `BoxCloneService`
+//! would clone the whole boxed chain below a stage on every call — one allocation per
+//! stage below it, for every stage, on every request — where this clones one reference
+//! count and, when called, the concrete service below (reference counts, no allocation).
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use http::{Request, Response};
+use std::sync::Arc;
 use std::task::{Context, Poll};
-use tower::util::BoxCloneService;
-use tower::{Layer, Service};
+use tower::{Layer, Service, ServiceExt};
 
 use crate::body::{BoxBody, BoxError};
 
-/// The rest of the stack below a stage.
-pub type Next = BoxCloneService<Request<Bytes>, Response<BoxBody>, BoxError>;
-
 /// The future a stage returns.
 pub type StageFuture = BoxFuture<'static, Result<Response<BoxBody>, BoxError>>;
+
+/// The rest of the stack below a stage; cheap to clone (one reference count).
+#[derive(Clone)]
+pub struct Next(Arc<dyn CallNext>);
+
+impl Next {
+    /// Wrap `service`, the rest of the stack.
+    pub fn new<S>(service: S) -> Self
+    where
+        S: Service<Request<Bytes>, Response = Response<BoxBody>, Error = BoxError>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        Self(Arc::new(service))
+    }
+
+    /// Send `request` down the rest of the stack (waiting for it to be ready first, as
+    /// tower's `oneshot` does).
+    pub fn oneshot(self, request: Request<Bytes>) -> StageFuture {
+        self.0.call_next(request)
+    }
+}
+
+impl std::fmt::Debug for Next {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Next")
+    }
+}
+
+/// A service called through a shared reference: a fresh clone serves each request.
+trait CallNext: Send + Sync {
+    fn call_next(&self, request: Request<Bytes>) -> StageFuture;
+}
+
+impl<S> CallNext for S
+where
+    S: Service<Request<Bytes>, Response = Response<BoxBody>, Error = BoxError>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    fn call_next(&self, request: Request<Bytes>) -> StageFuture {
+        Box::pin(self.clone().oneshot(request))
+    }
+}
 
 /// An asynchronous stage of the request path.
 pub trait Stage: Clone + Send + 'static {
@@ -45,6 +97,7 @@ where
     S: Service<Request<Bytes>, Response = Response<BoxBody>, Error = BoxError>
         + Clone
         + Send
+        + Sync
         + 'static,
     S::Future: Send + 'static,
 {
@@ -53,7 +106,7 @@ where
     fn layer(&self, inner: S) -> StageService<T> {
         StageService {
             stage: self.stage.clone(),
-            next: BoxCloneService::new(inner),
+            next: Next::new(inner),
         }
     }
 }
@@ -79,7 +132,7 @@ impl<T: Stage> Service<Request<Bytes>> for StageService<T> {
     }
 
     fn call(&mut self, request: Request<Bytes>) -> Self::Future {
-        // A fresh clone per call: the one that was polled ready stays with us (tower's
+        // `Next` clones the service below per call and waits for it to be ready (tower's
         // "be careful when cloning inner services"; all ours are always ready anyway).
         self.stage.handle(request, self.next.clone())
     }

@@ -26,7 +26,6 @@ use http::Request;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::Semaphore;
-use tower::ServiceExt;
 
 use crate::error::GatewayError;
 use crate::stack::api::InferenceRequest;

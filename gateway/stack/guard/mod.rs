@@ -26,7 +26,6 @@ use http_body_util::BodyExt;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
-use tower::ServiceExt;
 
 use crate::activity::Activity;
 use crate::audit::AuditLog;

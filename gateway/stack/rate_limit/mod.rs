@@ -13,7 +13,6 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, Response};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tower::ServiceExt;
 
 use crate::body::{self, GuardBody};
 use crate::error::GatewayError;
