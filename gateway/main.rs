@@ -202,7 +202,12 @@ async fn serve(path: PathBuf) -> ExitCode {
     // SIGHUP reloads the config and the certificates (the reload logs its outcome, the
     // refusal included); anything else stops.
     while let SignalEvent::Reload = signals.next().await {
-        let _ = running.reloader().reload().await;
+        // In a task of its own: a reload that waits on discovery or a tokenizer must not
+        // delay a SIGTERM behind it (the drain has a deadline).
+        let reloader = running.reloader().clone();
+        tokio::spawn(async move {
+            let _ = reloader.reload().await;
+        });
     }
     tracing::info!("shutting down: no new connections, draining in-flight requests");
     running.shutdown().await;

@@ -340,3 +340,65 @@ async fn health_settings_are_checked_at_load() {
         assert!(error.contains(key), "{error}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ejected_workers_smaller_kv_pool_still_bounds_admission() {
+    // `small` aborts everything (so it is ejected) and holds 8192 tokens; `big` is fine
+    // and holds 40960. An ejection ends on a timer: a prompt admitted while `small` is out
+    // could be routed to it once it is back, so `small`'s pool still bounds admission (I2).
+    let small = unified(SimFault::AbortNoStatus, 8192).await;
+    let big = unified(SimFault::None, 40960).await;
+    let health = "[health]\nactive = false\n[health.outlier]\nconsecutive_failures = 2\nbase_ejection = \"1m\"";
+    let pools = unified_pool(
+        "p",
+        &[worker(&small, Some(8192)), worker(&big, Some(40960))],
+    );
+    let gw = gateway(&config(&pools, health)).await;
+    while state(&worker_view(&gw, small.http_addr).await) != "ejected" {
+        let reply = chat_reply(&gw).await;
+        assert!(
+            reply.status == StatusCode::OK || error_code(&reply) == "upstream_aborted",
+            "{}",
+            reply.text()
+        );
+    }
+    let long = json!({"model": "qwen3", "max_tokens": 4,
+        "messages": [{"role": "user", "content": "word ".repeat(12_000)}]});
+    let url = format!("http://{}/v1/chat/completions", gw.data_addr());
+    let sent = generations(&big).len();
+    let reply = post(&url, Some(KEY), &long).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.text());
+    assert_eq!(error_code(&reply), "context_length_exceeded");
+    assert!(error_message(&reply).contains("8185"), "{}", reply.text());
+    assert_eq!(generations(&big).len(), sent, "nothing was sent");
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_provoking_content_trips_cannot_eject_a_shared_worker() {
+    // The simulated engine answers with its prompt, so a prompt carrying the configured
+    // placeholder marker trips the guard every time. That trip is about what the answer
+    // says, which a tenant controls: it must not take the worker from everyone else.
+    let only = unified(SimFault::None, 40960).await;
+    let health = "[health]\nactive = false\n[health.outlier]\nconsecutive_failures = 2\nmax_ejected_share = 1.0";
+    let pools = format!(
+        "{}[pools.guard]\nmarkers = [\"PLACEHOLDER-XYZ\"]\n",
+        unified_pool("p", &[worker(&only, None)])
+    );
+    let gw = gateway(&config(&pools, health)).await;
+    let url = format!("http://{}/v1/chat/completions", gw.data_addr());
+    let provoking = json!({"model": "qwen3", "max_tokens": 64,
+        "messages": [{"role": "user", "content": "PLACEHOLDER-XYZ"}]});
+    for _ in 0..6 {
+        let reply = post(&url, Some(KEY), &provoking).await;
+        assert_ne!(
+            reply.status,
+            StatusCode::OK,
+            "the marker trips the guard: {}",
+            reply.text()
+        );
+    }
+    assert_eq!(state(&worker_view(&gw, only.http_addr).await), "serving");
+    assert_eq!(chat_reply(&gw).await.status, StatusCode::OK);
+    gw.shutdown().await;
+}

@@ -305,3 +305,87 @@ async fn an_unchanged_pool_keeps_its_state_and_sections_read_at_start_are_report
     assert_eq!(chat_in(&gw, "p1").await.status, StatusCode::OK);
     gw.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strict_gateway_reloads_a_new_pool_whose_capacity_is_discovered() {
+    // `admission.strict` refuses a reload that brings a window larger than a KV pool; a
+    // new worker without `kv_tokens` is not that: its capacity is discovered first.
+    let dir = temp_dir("reload-strict");
+    let path = dir.join("kvgate.toml");
+    let a = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
+    let b = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
+    let small = engine(SimRole::Unified, SimFault::None, 8192, WINDOW as usize).await;
+    let strict = |pools: &str| format!("{pools}\n[admission]\nstrict = true\n");
+    write_config(&path, &strict(&pool("p1", &[discovered(&a)])));
+    let gw = start(&path).await;
+
+    write_config(
+        &path,
+        &strict(&format!(
+            "{}\n{}",
+            pool("p1", &[discovered(&a)]),
+            pool("p2", &[discovered(&b)])
+        )),
+    );
+    let answer = reload(&gw).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text());
+    assert_eq!(chat_in(&gw, "p2").await.status, StatusCode::OK);
+
+    // A pool whose discovered KV is smaller than the window is the mismatch strict refuses.
+    write_config(
+        &path,
+        &strict(&format!(
+            "{}\n{}",
+            pool("p1", &[discovered(&a)]),
+            pool("p3", &[discovered(&small)])
+        )),
+    );
+    let answer = reload(&gw).await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{}", answer.text());
+    assert!(error_message(&answer).contains("p3"), "{}", answer.text());
+    assert_eq!(
+        chat_in(&gw, "p2").await.status,
+        StatusCode::OK,
+        "the running config stays"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_rebuilt_over_kept_pools_starts_again_from_the_configured_weights() {
+    let dir = temp_dir("reload-rollout");
+    let path = dir.join("kvgate.toml");
+    let a = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
+    let b = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
+    let with_rollout = |min_requests: u32| {
+        format!(
+            "{}\n{}\n[[rollouts]]\nmodel = \"qwen3\"\nstable = \"stable\"\ncanary = \"canary\"\nmin_requests = {min_requests}\n",
+            pool("stable", &[worker(&a, None)]),
+            pool("canary", &[worker(&b, None)]).replace("mode = \"unified\"", "mode = \"unified\"\nweight = 20"),
+        )
+    };
+    write_config(&path, &with_rollout(20));
+    let gw = start(&path).await;
+    let old = gw.rollouts().of_model("qwen3").unwrap().clone();
+    old.roll_back("test");
+    let canary = gw.router().pool("canary").unwrap().clone();
+    assert_eq!(canary.weight(), 0, "rolled back");
+
+    // Only the rollout's settings change: both pools are kept, the rollout starts again.
+    write_config(&path, &with_rollout(30));
+    let answer = reload(&gw).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text());
+    assert_eq!(answer.json()["pools_kept"], json!(["stable", "canary"]));
+    let kept = gw.router().pool("canary").unwrap().clone();
+    assert!(std::sync::Arc::ptr_eq(&canary, &kept));
+    assert_eq!(kept.weight(), 20, "the canary is sampled again");
+    let new = gw.rollouts().of_model("qwen3").unwrap().clone();
+    assert!(!std::sync::Arc::ptr_eq(&old, &new));
+    assert_eq!(new.decision().phase, kvgate::rollout::Phase::Canary);
+
+    // The replaced rollout decides nothing more, whatever requests still report to it.
+    old.roll_back("late");
+    old.evaluate(std::time::Instant::now());
+    assert_eq!(kept.weight(), 20);
+    gw.shutdown().await;
+}

@@ -65,6 +65,9 @@ pub struct Rollout {
     replica: Arc<str>,
     audit: AuditLog,
     state: Mutex<State>,
+    /// Replaced by a reload: requests still in flight from before it must not move the
+    /// weights of pools the new config shares.
+    retired: std::sync::atomic::AtomicBool,
 }
 
 fn now_ms() -> u64 {
@@ -100,9 +103,23 @@ impl Rollout {
                 since: Instant::now(),
                 unpublished: false,
             }),
+            retired: std::sync::atomic::AtomicBool::new(false),
         };
         rollout.publish_gauges(&Phase::Canary);
         rollout
+    }
+
+    /// A reload replaced this rollout: it decides nothing more.
+    pub fn retire(&self) {
+        self.retired
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// A new rollout over pools a reload kept: both start again from their configured
+    /// weights (a rolled-back canary would otherwise stay at 0 and never be sampled).
+    pub fn start_from_configured_weights(&self) {
+        self.canary.set_weight(self.canary.configured_weight);
+        self.stable.set_weight(self.stable.configured_weight);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -117,6 +134,9 @@ impl Rollout {
     /// Look at both windows now: roll back on a breach, promote after a clean window.
     /// Called after every canary request and once a second.
     pub fn evaluate(&self, now: Instant) {
+        if self.retired.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
         let canary = self.canary.signals.rates(now);
         let stable = self.stable.signals.rates(now);
         let mut state = self.lock();
@@ -287,6 +307,10 @@ impl Rollout {
         epoch: u64,
         by: Option<String>,
     ) {
+        // Every decision passes here: a rollout a reload replaced changes nothing more.
+        if self.retired.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
         let ours = by.is_none();
         let (canary_weight, stable_weight) = self.weights(&phase, step);
         self.canary.set_weight(canary_weight);

@@ -78,6 +78,14 @@ impl RequestSignals {
     }
 }
 
+/// Whether a guard trip shows what the engine *did* (aborted, miscounted the prompt, broke
+/// or stalled the stream), which counts towards ejecting the worker. What an answer *says*
+/// (a placeholder marker, another tenant's text) can be provoked by a tenant's own prompt,
+/// so it never ejects a worker others share.
+fn engine_fault(trip: &str) -> bool {
+    !matches!(trip, "placeholder_marker" | "leak_suspected")
+}
+
 impl Drop for RequestSignals {
     fn drop(&mut self) {
         let mut outcome = *self.outcome.get_mut().unwrap_or_else(|p| p.into_inner());
@@ -88,8 +96,10 @@ impl Drop for RequestSignals {
         }
         if let Some(served) = self.served.get() {
             // Engine failures were counted by dispatch's legs, on the worker that failed.
-            if outcome.trip.is_some() {
-                let blamed = if self.prefill_blamed.load(Ordering::Relaxed) {
+            if let Some(trip) = outcome.trip {
+                let blamed = if !engine_fault(trip) {
+                    None
+                } else if self.prefill_blamed.load(Ordering::Relaxed) {
                     served.prefill.as_ref()
                 } else {
                     Some(&served.worker)

@@ -359,6 +359,8 @@ impl Gateway {
             upstream: self.upstream.clone(),
             engine_tls: self.engine_tls.clone(),
             last: Arc::default(),
+            serial: Arc::default(),
+            strict: self.config.admission.strict,
         };
         let admin_token = admin_token(&self.config.server)?;
         let admin_service = Admin::new(self.live.clone(), shutdown.clone(), Some(reloader.clone()))

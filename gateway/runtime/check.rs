@@ -33,6 +33,9 @@ pub struct PoolLimits {
 pub struct CapacityReport {
     models: Vec<(String, u64, Vec<PoolLimits>)>,
     warnings: Vec<String>,
+    /// The warnings that are configuration mismatches (a window larger than a KV pool),
+    /// not workers briefly out.
+    mismatches: Vec<String>,
 }
 
 impl CapacityReport {
@@ -40,6 +43,7 @@ impl CapacityReport {
     pub fn build(config: &Config, router: &Router) -> Self {
         let mut models = Vec::new();
         let mut warnings = Vec::new();
+        let mut mismatches = Vec::new();
         for model in &config.models {
             let window = model.context_window;
             let mut pools = Vec::new();
@@ -47,12 +51,13 @@ impl CapacityReport {
                 let limits = pool_limits(pool, window);
                 if let Some(smallest) = limits.prefill_pool {
                     if window > smallest {
-                        warnings.push(format!(
+                        mismatches.push(format!(
                             "model `{}`: context window {window} is larger than the smallest prefill KV pool {smallest} of pool `{}` — the incident's configuration. kvgate refuses prompts over {} tokens here; size the KV pool to the context window or lower context_window.",
                             model.name,
                             pool.name,
                             limits.max_prompt_tokens.unwrap_or(0)
                         ));
+                        warnings.extend(mismatches.last().cloned());
                     }
                 }
                 for reason in &limits.ineligible {
@@ -72,12 +77,22 @@ impl CapacityReport {
             }
             models.push((model.name.clone(), window, pools));
         }
-        Self { models, warnings }
+        Self {
+            models,
+            warnings,
+            mismatches,
+        }
     }
 
     /// Configuration mismatches and workers that cannot serve.
     pub fn warnings(&self) -> &[String] {
         &self.warnings
+    }
+
+    /// The warnings that are a model's window larger than a pool's KV (I4), without the
+    /// workers that cannot serve right now.
+    pub fn mismatches(&self) -> &[String] {
+        &self.mismatches
     }
 
     /// The limits of a pool, by name.

@@ -41,6 +41,10 @@ pub struct Reloader {
     /// Shared by every clone (SIGHUP handler, admin port), so each sees the last reload
     /// whoever triggered it.
     pub(crate) last: Arc<Mutex<Option<LastReload>>>,
+    /// Held for a whole reload (shared by every clone).
+    pub(crate) serial: Arc<tokio::sync::Mutex<()>>,
+    /// `admission.strict` of the config the gateway started with.
+    pub(crate) strict: bool,
 }
 
 /// The last reload, as the status page shows it.
@@ -100,23 +104,23 @@ impl Reloader {
     }
 
     async fn apply(&self) -> Result<Value, ReloadError> {
+        // One reload at a time: two overlapping ones (a SIGHUP and a POST) would each build
+        // from the same running config, and the older file could be installed last.
+        let _one_at_a_time = self.serial.lock().await;
         let config = Config::load(&self.path)?;
-        let certificates = self.certs.as_ref().map(|c| c.reload_all());
-        if let Some(e) = certificates.as_ref().and_then(|c| c.error()) {
-            return Err(e.clone().into());
-        }
+        // Read every certificate now, use them only once everything else passed.
+        let certificates = match &self.certs {
+            Some(c) => Some(c.read_all()?),
+            None => None,
+        };
         let running = self.live.current();
-        let next = generation::build(config, Some(&running), &self.process)?;
-        let report = CapacityReport::build(&next.config, &next.router);
-        for line in report.warnings() {
-            tracing::warn!("{line}");
-        }
-        if next.config.admission.strict && !report.warnings().is_empty() {
-            return Err(StartError::Mismatch(report.warnings().join("\n")).into());
-        }
-        // https:// workers added by the reload need their names (and, without a CA
-        // file, the system's roots) before the first connection.
-        self.engine_tls.reconfigure(&next.config)?;
+        // Tokenizers load from disk (a new one takes seconds): off the runtime's threads.
+        let (process, previous) = (self.process.clone(), running.clone());
+        let next = tokio::task::spawn_blocking(move || {
+            generation::build(config, Some(&previous), &process)
+        })
+        .await
+        .map_err(|e| StartError::Limits(format!("building the new config failed: {e}")))??;
         let changes = Changes::between(&running, &next);
         // Workers of new or changed pools serve only once their capacity is known; the
         // running config serves meanwhile.
@@ -128,10 +132,44 @@ impl Reloader {
             .flat_map(|p| p.all_workers().cloned().collect::<Vec<_>>())
             .map(|w| discover_worker(w, self.upstream.clone()));
         futures_util::future::join_all(fresh).await;
-        let keys = self.keys.reload(&next.config);
+        // After discovery, as at start-up, so the report speaks of real capacity.
+        let report = CapacityReport::build(&next.config, &next.router);
+        for line in report.warnings() {
+            tracing::warn!("{line}");
+        }
+        // `[admission]` applies from start: its `strict` refuses a reload that brings a
+        // window larger than a KV pool (not one that finds a worker briefly out).
+        if self.strict && !report.mismatches().is_empty() {
+            return Err(StartError::Mismatch(report.mismatches().join("\n")).into());
+        }
+        // https:// workers added by the reload need their names (and, without a CA
+        // file, the system's roots) before the first connection.
+        self.engine_tls.reconfigure(&next.config)?;
+        let certificates = match (&self.certs, certificates) {
+            (Some(watch), Some(read)) => Some(watch.install(read)),
+            _ => None,
+        };
         let tenants = next.config.tenants.len();
         let models = next.config.models.len();
+        let keys_config = next.config.clone();
+        let (old_rollouts, new_rollouts) = (running.rollouts.clone(), next.rollouts.clone());
         let number = self.live.install(next);
+        // Rollouts the reload replaced stop deciding (requests in flight still report to
+        // them); new ones over kept pools start from the configured weights.
+        let same =
+            |a: &Arc<crate::rollout::Rollout>, b: &Arc<crate::rollout::Rollout>| Arc::ptr_eq(a, b);
+        for old in old_rollouts.all() {
+            if !new_rollouts.all().iter().any(|r| same(r, old)) {
+                old.retire();
+            }
+        }
+        for new in new_rollouts.all() {
+            if !old_rollouts.all().iter().any(|r| same(r, new)) {
+                new.start_from_configured_weights();
+            }
+        }
+        // Right after the swap: tenants and keys live beside the generation (in place).
+        let keys = self.keys.reload(&keys_config);
         if !changes.restart_required.is_empty() {
             tracing::warn!(
                 sections = ?changes.restart_required,

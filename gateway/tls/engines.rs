@@ -22,6 +22,13 @@ use std::sync::{Arc, RwLock};
 use super::{files, provider, TlsError};
 use crate::config::Config;
 
+/// Trusted CAs and a client certificate, read but not yet in use.
+#[derive(Debug)]
+pub(super) struct EngineMaterial {
+    verifier: Option<Arc<WebPkiServerVerifier>>,
+    identity: Option<Arc<CertifiedKey>>,
+}
+
 /// The TLS settings of every engine connection.
 #[derive(Debug)]
 pub struct EngineTls {
@@ -75,23 +82,34 @@ impl EngineTls {
     /// Read the CA bundle (or the system's roots) and the client certificate again. All or
     /// nothing: on an error the running ones stay.
     pub fn reload(&self) -> Result<(), TlsError> {
+        self.install(self.read()?);
+        Ok(())
+    }
+
+    /// Read the CA bundle and client certificate into new material without using it yet.
+    pub(super) fn read(&self) -> Result<EngineMaterial, TlsError> {
         let any_https = self.any_https.load(std::sync::atomic::Ordering::Relaxed);
-        let verifier = verifier(self.ca_file.as_deref(), any_https)?;
-        let identity = match &self.client_files {
-            Some((cert, key)) => Some(files::identity(cert, key, &provider())?),
-            None => None,
-        };
+        Ok(EngineMaterial {
+            verifier: verifier(self.ca_file.as_deref(), any_https)?,
+            identity: match &self.client_files {
+                Some((cert, key)) => Some(files::identity(cert, key, &provider())?),
+                None => None,
+            },
+        })
+    }
+
+    /// Use `material` for the next engine connections.
+    pub(super) fn install(&self, material: EngineMaterial) {
         *self
             .verifier
             .current
             .write()
-            .unwrap_or_else(|p| p.into_inner()) = verifier;
+            .unwrap_or_else(|p| p.into_inner()) = material.verifier;
         *self
             .identity
             .current
             .write()
-            .unwrap_or_else(|p| p.into_inner()) = identity;
-        Ok(())
+            .unwrap_or_else(|p| p.into_inner()) = material.identity;
     }
 
     /// A reloaded config's workers: their server names, and (without a `ca_file`) the

@@ -29,9 +29,18 @@ impl ServerCert {
 
     /// Read the files again; on an error the running certificate stays.
     pub fn reload(&self) -> Result<(), TlsError> {
-        let identity = files::identity(&self.cert, &self.key, &provider())?;
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = identity;
+        self.install(self.read()?);
         Ok(())
+    }
+
+    /// Read the files into a new identity without using it yet.
+    pub(super) fn read(&self) -> Result<Arc<CertifiedKey>, TlsError> {
+        files::identity(&self.cert, &self.key, &provider())
+    }
+
+    /// Use `identity` for the next handshakes.
+    pub(super) fn install(&self, identity: Arc<CertifiedKey>) {
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = identity;
     }
 
     /// The files it is read from.

@@ -94,20 +94,54 @@ impl CertWatch {
         done
     }
 
-    /// Read every certificate again now (SIGHUP, `POST /reload`).
-    pub fn reload_all(&self) -> Reloaded {
+    /// Read every certificate file (SIGHUP, `POST /reload`) without using any yet: all of
+    /// them load, or none is used (the failure is logged and counted).
+    pub fn read_all(&self) -> Result<ReadCertificates, TlsError> {
+        let server = match &self.server {
+            Some(s) => Some(s.read().map_err(|e| report_failure("server", e))?),
+            None => None,
+        };
+        let engines = if self.engines.files().is_empty() {
+            None
+        } else {
+            Some(
+                self.engines
+                    .read()
+                    .map_err(|e| report_failure("engines", e))?,
+            )
+        };
+        Ok(ReadCertificates { server, engines })
+    }
+
+    /// Use what [`Self::read_all`] read, for new connections from now on.
+    pub fn install(&self, read: ReadCertificates) -> Reloaded {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         let mut done = Reloaded::default();
-        if let Some(server) = &self.server {
+        if let (Some(server), Some(identity)) = (&self.server, read.server) {
+            server.install(identity);
             seen.server = stamps(&server.files());
-            done.server = Some(report("server", server.reload()));
+            done.server = Some(report("server", Ok(())));
         }
-        if !self.engines.files().is_empty() {
+        if let Some(material) = read.engines {
+            self.engines.install(material);
             seen.engines = stamps(&self.engines.files());
-            done.engines = Some(report("engines", self.engines.reload()));
+            done.engines = Some(report("engines", Ok(())));
         }
         done
     }
+}
+
+/// Certificates read for a reload, not yet in use.
+#[derive(Debug)]
+pub struct ReadCertificates {
+    server: Option<Arc<rustls::sign::CertifiedKey>>,
+    engines: Option<super::engines::EngineMaterial>,
+}
+
+/// Log and count a failed read; the error passes through.
+fn report_failure(target: &'static str, error: TlsError) -> TlsError {
+    let _ = report(target, Err(error.clone()));
+    error
 }
 
 /// Log and count one reload.

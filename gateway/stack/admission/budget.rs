@@ -129,9 +129,12 @@ impl PoolBudget {
             PoolWorkers::Unified(ws) => (ws, ws),
             PoolWorkers::Disaggregated { prefill, decode } => (prefill, decode),
         };
+        // Every worker whose capacity is known, whatever its health, drain or version:
+        // routing may pick any of them once it is eligible again (an ejection ends, a
+        // recovered worker comes back) between this admission and the pick, so the bound
+        // must hold for all of them (I2). Unknown capacity never serves (I3).
         let smallest = |ws: &[Arc<Worker>], value: &dyn Fn(&Worker) -> Option<u64>| {
             ws.iter()
-                .filter(|w| w.is_eligible())
                 .filter_map(|w| {
                     value(w).map(|tokens| WorkerBound {
                         tokens,

@@ -44,7 +44,9 @@ async fn check_worker(worker: Arc<Worker>, upstream: &Upstream, timeout: Duratio
             // An engine that restarted may have come back with another KV pool: its
             // capacity is asked again before it serves (I3).
             discover_worker(worker.clone(), upstream.clone()).await;
-            if matches!(worker.discovery(), Discovery::Found(_)) {
+            // Back when its capacity is known: discovered now, or configured for an engine
+            // that offers no discovery (an OpenAI-style server answering 404 there).
+            if matches!(worker.discovery(), Discovery::Found(_)) || worker.kv_tokens().is_some() {
                 worker.health().mark_up();
                 tracing::info!(
                     pool = %worker.pool, role = worker.role.as_str(), worker = %worker.authority,
