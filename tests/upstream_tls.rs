@@ -535,3 +535,44 @@ async fn certificates_are_read_again_when_they_change_and_on_reload_without_drop
     );
     gw.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ca_taken_out_of_the_bundle_is_not_trusted_on_new_connections() {
+    // Every engine request on a new connection (no idle pool), so the second one after the
+    // CA file changed handshakes again: it must be verified against the new bundle, not
+    // resume the earlier session.
+    let dir = temp_dir("tls-ca-removed");
+    let ca = Ca::new("engines CA");
+    let (engine_cert, engine_key, _) = ca.leaf(&["engine.test"]);
+    let ca_file = write(&dir, "ca.pem", &ca.pem());
+    let engine = plain_engine().await;
+    let front = tls_front(engine.http_addr, &engine_cert, &engine_key, None).await;
+    let text = config(
+        &https_pool(front.addr, "engine.test", Some(40960)),
+        &format!("ca_file = \"{}\"", path_str(&ca_file)),
+        "",
+    )
+    .replace("[upstream]\n", "[upstream]\nmax_idle_per_host = 0\n");
+    let gw = gateway(&text).await;
+    for _ in 0..2 {
+        let reply = chat_reply(&gw, false).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    }
+    let handshakes = front.handshakes.load(Ordering::SeqCst);
+    write(&dir, "ca.pem", &Ca::new("another CA").pem());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let reply = chat_reply(&gw, false).await;
+        if reply.status == StatusCode::BAD_GATEWAY {
+            break;
+        }
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the engine stayed trusted after its CA left the bundle"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(handshakes >= 2, "one handshake per request: {handshakes}");
+    gw.shutdown().await;
+}

@@ -68,6 +68,11 @@ impl EngineTls {
             // which a reload swaps (rustls fixes the verifier when the config is built).
             .with_custom_certificate_verifier(verifier.clone())
             .with_client_cert_resolver(identity.clone());
+        // No session resumption: a resumed TLS 1.3 session is not verified again, so a CA
+        // taken out of `ca_file` (or a client certificate replaced) would still be trusted on
+        // resumed connections. Engine connections are pooled; full handshakes are rare.
+        let mut client_config = client_config;
+        client_config.resumption = rustls::client::Resumption::disabled();
         Ok(Arc::new(Self {
             ca_file: tls.ca_file.clone(),
             any_https: any_https.into(),
