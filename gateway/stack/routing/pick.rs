@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use super::Worker;
+use super::{Worker, WorkerLoad};
 
 /// Least outstanding requests among eligible workers; ties go round-robin from `cursor`,
 /// so an idle pool still spreads load instead of always hitting the first worker.
@@ -25,6 +25,29 @@ pub fn least_outstanding(workers: &[Arc<Worker>], cursor: &AtomicUsize) -> Optio
         }
     }
     best.map(|(w, _)| w.clone())
+}
+
+/// [`least_outstanding`], taking the worker for the request: a worker on trial that
+/// another request claimed in the meantime is passed over for the next best.
+pub fn claim_least_outstanding(
+    workers: &[Arc<Worker>],
+    cursor: &AtomicUsize,
+) -> Option<WorkerLoad> {
+    let mut left: Vec<Arc<Worker>>;
+    let mut candidates = workers;
+    loop {
+        let worker = least_outstanding(candidates, cursor)?;
+        if let Some(load) = worker.claim() {
+            return Some(load);
+        }
+        // Rare (a trial raced): try the others.
+        left = candidates
+            .iter()
+            .filter(|w| !Arc::ptr_eq(w, &worker))
+            .cloned()
+            .collect();
+        candidates = &left;
+    }
 }
 
 /// Deterministic weighted choice: over `total` consecutive calls each index `i` is chosen

@@ -213,24 +213,23 @@ impl Pool {
             .filter(|w| w.authority != failed.authority)
             .cloned()
             .collect();
-        let w = pick::least_outstanding(&others, &self.cursors[0])?;
-        Some(Target::Unified(w.start_request()))
+        Some(Target::Unified(pick::claim_least_outstanding(
+            &others,
+            &self.cursors[0],
+        )?))
     }
 
     /// Choose the workers for one request (least outstanding, round-robin on ties).
     pub fn pick(&self) -> Option<Target> {
         match &self.workers {
-            PoolWorkers::Unified(ws) => {
-                let w = pick::least_outstanding(ws, &self.cursors[0])?;
-                Some(Target::Unified(w.start_request()))
-            }
+            PoolWorkers::Unified(ws) => Some(Target::Unified(pick::claim_least_outstanding(
+                ws,
+                &self.cursors[0],
+            )?)),
             PoolWorkers::Disaggregated { prefill, decode } => {
-                let p = pick::least_outstanding(prefill, &self.cursors[0])?;
-                let d = pick::least_outstanding(decode, &self.cursors[1])?;
-                Some(Target::Disaggregated {
-                    prefill: p.start_request(),
-                    decode: d.start_request(),
-                })
+                let prefill = pick::claim_least_outstanding(prefill, &self.cursors[0])?;
+                let decode = pick::claim_least_outstanding(decode, &self.cursors[1])?;
+                Some(Target::Disaggregated { prefill, decode })
             }
         }
     }

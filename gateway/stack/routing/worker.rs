@@ -338,6 +338,22 @@ impl Worker {
         self.outstanding.load(Ordering::Relaxed)
     }
 
+    /// Take this worker for one request, if it is still free to take: a worker on trial
+    /// after an ejection takes one request at a time across every data thread (the load
+    /// is claimed with a compare-and-swap from 0), any other always.
+    pub fn claim(self: &Arc<Self>) -> Option<WorkerLoad> {
+        if self.health.serving() == Serving::Trial {
+            self.outstanding
+                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+                .ok()?;
+            self.outstanding_gauge().set(1.0);
+            return Some(WorkerLoad {
+                worker: self.clone(),
+            });
+        }
+        Some(self.start_request())
+    }
+
     /// Count one request against this worker until the returned guard drops.
     pub fn start_request(self: &Arc<Self>) -> WorkerLoad {
         let n = self.outstanding.fetch_add(1, Ordering::Relaxed) + 1;
@@ -497,5 +513,31 @@ mod tests {
         assert_eq!(w.outstanding(), 1);
         drop(b);
         assert_eq!(w.outstanding(), 0);
+    }
+
+    #[test]
+    fn a_worker_on_trial_is_claimed_by_one_request_at_a_time() {
+        let policy = Arc::new(HealthPolicy {
+            consecutive_failures: 1,
+            base_ejection: std::time::Duration::from_secs(10),
+            ..HealthPolicy::default()
+        });
+        let w = Arc::new(worker(Some(1000), Role::Unified).with_health(
+            policy,
+            Arc::new(EjectionGroup::new(2, 1.0)),
+            "/health",
+        ));
+        // Ejected 20 s ago for 10 s: on trial now.
+        let then = std::time::Instant::now() - std::time::Duration::from_secs(20);
+        assert!(w.health().failure(then, "status_5xx").is_some());
+        assert_eq!(w.health().serving(), Serving::Trial);
+        let first = w.claim().expect("the trial request");
+        assert!(w.claim().is_none(), "a second request waits for the trial");
+        drop(first);
+        assert!(w.claim().is_some());
+        // Back in service: any number at once.
+        assert!(w.health().success());
+        let (a, b) = (w.claim(), w.claim());
+        assert!(a.is_some() && b.is_some());
     }
 }
