@@ -238,9 +238,20 @@ impl Worker {
         }
     }
 
+    /// One number of what discovery found, read in place: the request path asks these for
+    /// every worker (admission's bounds), and a clone of the whole answer would copy its
+    /// strings each time.
+    fn discovered_number<T>(&self, field: impl FnOnce(&ServerInfo) -> Option<T>) -> Option<T> {
+        let guard = self.discovery.read().unwrap_or_else(|p| p.into_inner());
+        match &*guard {
+            Discovery::Found(info) => field(info),
+            _ => None,
+        }
+    }
+
     /// The KV pool size the gateway enforces: the smaller of configured and discovered.
     pub fn kv_tokens(&self) -> Option<u64> {
-        let discovered = self.discovered().and_then(|i| i.max_total_num_tokens);
+        let discovered = self.discovered_number(|i| i.max_total_num_tokens);
         match (self.configured_kv_tokens, discovered) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -249,25 +260,25 @@ impl Worker {
 
     /// Whether configured and discovered capacity disagree.
     pub fn capacity_mismatch(&self) -> Option<(u64, u64)> {
-        let discovered = self.discovered().and_then(|i| i.max_total_num_tokens)?;
+        let discovered = self.discovered_number(|i| i.max_total_num_tokens)?;
         let configured = self.configured_kv_tokens?;
         (configured != discovered).then_some((configured, discovered))
     }
 
     /// The engine's own input limit when it reported one.
     pub fn discovered_max_req_input_len(&self) -> Option<u64> {
-        self.discovered().and_then(|i| i.max_req_input_len)
+        self.discovered_number(|i| i.max_req_input_len)
     }
 
     /// The engine's own context length when it reported one.
     pub fn discovered_context_length(&self) -> Option<u64> {
-        self.discovered().and_then(|i| i.context_length)
+        self.discovered_number(|i| i.context_length)
     }
 
     /// The KV bootstrap port (prefill): configured, else discovered.
     pub fn bootstrap_port(&self) -> Option<u16> {
         self.configured_bootstrap_port
-            .or_else(|| self.discovered().and_then(|i| i.bootstrap_port))
+            .or_else(|| self.discovered_number(|i| i.bootstrap_port))
     }
 
     /// Why this worker may not serve, or `None` when it may.
@@ -396,7 +407,7 @@ impl Worker {
         sourced("configured", self.configured_kv_tokens);
         sourced(
             "discovered",
-            self.discovered().and_then(|i| i.max_total_num_tokens),
+            self.discovered_number(|i| i.max_total_num_tokens),
         );
         sourced("enforced", self.kv_tokens());
         ::metrics::gauge!(metrics::WORKER_CAPACITY_MISMATCH, &labels).set(
