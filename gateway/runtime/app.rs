@@ -25,7 +25,6 @@ use crate::runtime::redact::{redact_in, redact_url};
 use crate::runtime::reload::Reloader;
 use crate::runtime::server::{self, ConnectionLimits, Shutdown, ShutdownTrigger, TlsError};
 use crate::stack::api::read_body::BodyLimits;
-use crate::stack::auth::ApiKeys;
 use crate::stack::dispatch::DispatchLimits;
 use crate::stack::rate_limit::limiter::{
     FailurePolicy, GuardedStore, Limiter, MemoryStore, RedisStore,
@@ -106,7 +105,6 @@ pub struct Gateway {
     upstream: Upstream,
     /// TLS to engines, shared by every engine client (a reload reaches them all).
     engine_tls: Arc<EngineTls>,
-    keys: ApiKeys,
     limiter: Limiter,
     /// Shared by every stack built from this gateway: the ceilings are per process.
     budget: BufferBudget,
@@ -132,7 +130,6 @@ impl Gateway {
             count_permits: Arc::new(tokio::sync::Semaphore::new(counts)),
             activity: Arc::new(Activity::default()),
         };
-        let keys = ApiKeys::from_config(&config);
         let budget = BufferBudget::new(config.server.max_buffered_bytes.as_u64());
         let in_flight = InFlightLimit::new(config.server.max_in_flight);
         let (telemetry, export_task) = Telemetry::from_config(&config.tracing);
@@ -144,7 +141,6 @@ impl Gateway {
             process,
             upstream,
             engine_tls,
-            keys,
             // Redis, when configured, is connected in `start` (it needs the runtime).
             limiter: Limiter::new(MemoryStore::new()),
             budget,
@@ -177,7 +173,6 @@ impl Gateway {
     fn fixed_parts(&self) -> FixedParts {
         let server = &self.config.server;
         FixedParts {
-            keys: self.keys.clone(),
             limiter: self.limiter.clone(),
             audit: self.process.audit.clone(),
             activity: self.process.activity.clone(),
@@ -352,7 +347,6 @@ impl Gateway {
         }));
         let reloader = Reloader {
             path: self.config.source.clone(),
-            keys: self.keys.clone(),
             certs: Some(certs),
             live: self.live.clone(),
             process: self.process.clone(),

@@ -39,11 +39,10 @@ pub(crate) struct Process {
     pub activity: Arc<Activity>,
 }
 
-/// The parts of a data thread's stack that no reload changes: tenants' keys (reloaded in
-/// place), limits, the audit log, the engine client, body and buffer ceilings.
+/// The parts of a data thread's stack that no reload changes: limits, the audit log, the
+/// engine client, body and buffer ceilings.
 #[derive(Debug, Clone)]
 pub(crate) struct FixedParts {
-    pub keys: ApiKeys,
     pub limiter: Limiter,
     pub audit: AuditLog,
     pub activity: Arc<Activity>,
@@ -60,7 +59,7 @@ impl FixedParts {
     /// The stack's parts for `generation`.
     pub fn of(&self, generation: &Generation) -> StackParts {
         StackParts {
-            keys: self.keys.clone(),
+            keys: generation.keys.clone(),
             catalog: generation.catalog.clone(),
             router: generation.router.clone(),
             rollouts: generation.rollouts.clone(),
@@ -137,6 +136,7 @@ pub(crate) fn build(
     ));
     Ok(Generation {
         number: 0,
+        keys: ApiKeys::from_config(&config),
         catalog: ModelCatalog::from_config(&config),
         config: Arc::new(config),
         router,

@@ -1,6 +1,6 @@
-//! The live configuration: what one config builds and a reload replaces whole — models,
-//! pools and their workers, rollouts, admission, the guard's and isolation's per-pool
-//! settings. Requests take the [`Generation`] that is current when they arrive and keep it
+//! The live configuration: what one config builds and a reload replaces whole — tenants
+//! and keys, models, pools and their workers, rollouts, admission, the guard's and
+//! isolation's per-pool settings. Requests take the [`Generation`] that is current when they arrive and keep it
 //! until they end (a stream included), so a reload never changes a request midway.
 //!
 //! The request path does not lock anything to follow reloads: each data thread's stack
@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::rollout::Rollouts;
 use crate::stack::admission::AdmissionState;
 use crate::stack::api::ModelCatalog;
+use crate::stack::auth::ApiKeys;
 use crate::stack::guard::GuardState;
 use crate::stack::isolate::IsolationState;
 use crate::stack::routing::Router;
@@ -24,6 +25,8 @@ pub struct Generation {
     /// 1 for the config the gateway started with, then one more per reload.
     pub number: u64,
     pub config: Arc<Config>,
+    /// Tenants and their keys.
+    pub keys: ApiKeys,
     pub router: Arc<Router>,
     pub rollouts: Arc<Rollouts>,
     pub catalog: ModelCatalog,

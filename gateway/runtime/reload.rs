@@ -22,7 +22,6 @@ use super::generation::{self, Changes, Process};
 use super::live::Live;
 use crate::config::{Config, ConfigError};
 use crate::metrics;
-use crate::stack::auth::ApiKeys;
 use crate::stack::routing::discover_worker;
 use crate::tls::{CertWatch, EngineTls, TlsError};
 use crate::upstream::Upstream;
@@ -31,7 +30,6 @@ use crate::upstream::Upstream;
 #[derive(Debug, Clone)]
 pub struct Reloader {
     pub(crate) path: PathBuf,
-    pub(crate) keys: ApiKeys,
     pub(crate) certs: Option<Arc<CertWatch>>,
     pub(crate) live: Arc<Live>,
     pub(crate) process: Process,
@@ -151,7 +149,7 @@ impl Reloader {
         };
         let tenants = next.config.tenants.len();
         let models = next.config.models.len();
-        let keys_config = next.config.clone();
+        let keys = next.keys.len();
         let (old_rollouts, new_rollouts) = (running.rollouts.clone(), next.rollouts.clone());
         let number = self.live.install(next);
         // Rollouts the reload replaced stop deciding (requests in flight still report to
@@ -168,8 +166,6 @@ impl Reloader {
                 new.start_from_configured_weights();
             }
         }
-        // Right after the swap: tenants and keys live beside the generation (in place).
-        let keys = self.keys.reload(&keys_config);
         if !changes.restart_required.is_empty() {
             tracing::warn!(
                 sections = ?changes.restart_required,

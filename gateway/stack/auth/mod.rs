@@ -10,7 +10,7 @@
 use http::{header, HeaderMap, Request};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use tower::filter::{FilterLayer, Predicate};
 
 use crate::body::BoxError;
@@ -56,11 +56,13 @@ impl Directory {
     }
 }
 
-/// The live key table, shared by every request and replaced whole on reload, so a revoked
-/// key stops working for new requests while in-flight ones keep the context they got.
+/// The key table of one config generation (`runtime::live`): a reload builds a new one
+/// with the new pools, so a revoked key stops working for new requests while in-flight
+/// ones keep the context they got — and no request ever pairs one file's tenants with
+/// another's pools. Immutable: a request reads it without a lock.
 #[derive(Debug, Clone)]
 pub struct ApiKeys {
-    current: Arc<RwLock<Arc<Directory>>>,
+    directory: Arc<Directory>,
 }
 
 pub use crate::tenant::ANONYMOUS_TENANT;
@@ -69,31 +71,23 @@ impl ApiKeys {
     /// Build the table from validated config (digests are 64 lowercase hex digits).
     pub fn from_config(config: &Config) -> Self {
         Self {
-            current: Arc::new(RwLock::new(Arc::new(Directory::from_config(config)))),
+            directory: Arc::new(Directory::from_config(config)),
         }
     }
 
-    /// Replace the table with the tenants of a newly loaded config; returns the number of keys.
-    pub fn reload(&self, config: &Config) -> usize {
-        let next = Arc::new(Directory::from_config(config));
-        let keys = next.by_digest.len();
-        match self.current.write() {
-            Ok(mut d) => *d = next,
-            Err(poisoned) => *poisoned.into_inner() = next,
-        }
-        keys
+    /// How many keys it holds.
+    pub fn len(&self) -> usize {
+        self.directory.by_digest.len()
     }
 
-    fn directory(&self) -> Arc<Directory> {
-        match self.current.read() {
-            Ok(d) => d.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
+    /// Whether it holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.directory.by_digest.is_empty()
     }
 
     /// Find the tenant for the request's key.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<AuthContext, GatewayError> {
-        let directory = self.directory();
+        let directory = &self.directory;
         let policy = match presented_key(headers) {
             Some(key) => {
                 let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
@@ -183,10 +177,10 @@ mod tests {
             Arc::new(policy),
         );
         ApiKeys {
-            current: Arc::new(RwLock::new(Arc::new(Directory {
+            directory: Arc::new(Directory {
                 by_digest,
                 anonymous: None,
-            }))),
+            }),
         }
     }
 
