@@ -282,7 +282,7 @@ pub(crate) fn timeout(worker: &dyn Peer, timeout: Duration) -> GatewayError {
 
 /// `e: cause: cause` — hyper-util's top-level message alone ("client error (Connect)") hides
 /// the reason.
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

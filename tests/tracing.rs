@@ -14,6 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
 
+use kvgate::runtime::app::RunningGateway;
+
 use kvgate_sim::{RunningSim, SimFault, SimRole};
 use support::*;
 
@@ -160,17 +162,22 @@ fn client_traceparent(flags: &str) -> String {
     format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-{flags}")
 }
 
+/// A gateway over `pools` that exports its spans to the collector at `collector`.
+async fn traced_gateway(pools: &str, collector: SocketAddr) -> RunningGateway {
+    let config = format!(
+        "{}\n{}",
+        config_with_pools(WINDOW, pools),
+        tracing_section(collector)
+    );
+    gateway(&config).await
+}
+
 #[tokio::test]
 async fn spans_arrive_under_the_clients_trace_and_the_engine_continues_it() {
     let (collector, collector_addr) = Collector::start().await;
     let unified = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
     let pools = unified_pool("u", &[worker(&unified, None)]);
-    let config = format!(
-        "{}\n{}",
-        config_with_pools(WINDOW, &pools),
-        tracing_section(collector_addr)
-    );
-    let gw = gateway(&config).await;
+    let gw = traced_gateway(&pools, collector_addr).await;
     let url = format!("http://{}/v1/chat/completions", gw.data_addr());
     let traceparent = client_traceparent("01");
     let reply = post_with(
@@ -263,12 +270,7 @@ async fn both_pd_legs_get_a_traceparent_naming_their_own_span() {
     let prefill = engine(SimRole::Prefill, SimFault::None, 40960, WINDOW as usize).await;
     let decode = engine(SimRole::Decode, SimFault::None, 40960, WINDOW as usize).await;
     let pools = pd_pool("pd", &[worker(&prefill, None)], &[worker(&decode, None)]);
-    let config = format!(
-        "{}\n{}",
-        config_with_pools(WINDOW, &pools),
-        tracing_section(collector_addr)
-    );
-    let gw = gateway(&config).await;
+    let gw = traced_gateway(&pools, collector_addr).await;
     let url = format!("http://{}/v1/chat/completions", gw.data_addr());
     let traceparent = client_traceparent("01");
     let reply = post_with(&url, Some(KEY), &[("traceparent", &traceparent)], &chat()).await;
@@ -309,12 +311,7 @@ async fn without_a_client_traceparent_export_starts_a_new_trace() {
     let (collector, collector_addr) = Collector::start().await;
     let unified = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
     let pools = unified_pool("u", &[worker(&unified, None)]);
-    let config = format!(
-        "{}\n{}",
-        config_with_pools(WINDOW, &pools),
-        tracing_section(collector_addr)
-    );
-    let gw = gateway(&config).await;
+    let gw = traced_gateway(&pools, collector_addr).await;
     let url = format!("http://{}/v1/chat/completions", gw.data_addr());
     let reply = post(&url, Some(KEY), &chat()).await;
     assert_eq!(reply.status, 200, "{}", reply.text());

@@ -28,15 +28,7 @@ pub struct Next(Arc<dyn CallNext>);
 
 impl Next {
     /// Wrap `service`, the rest of the stack.
-    pub fn new<S>(service: S) -> Self
-    where
-        S: Service<Request<Bytes>, Response = Response<BoxBody>, Error = BoxError>
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-        S::Future: Send + 'static,
-    {
+    pub fn new<S: Below>(service: S) -> Self {
         Self(Arc::new(service))
     }
 
@@ -53,12 +45,17 @@ impl std::fmt::Debug for Next {
     }
 }
 
-/// A service called through a shared reference: a fresh clone serves each request.
-trait CallNext: Send + Sync {
-    fn call_next(&self, request: Request<Bytes>) -> StageFuture;
+/// What a stage can call: the rest of the stack, shareable across threads.
+pub trait Below:
+    Service<Request<Bytes>, Response = Response<BoxBody>, Error = BoxError, Future: Send + 'static>
+    + Clone
+    + Send
+    + Sync
+    + 'static
+{
 }
 
-impl<S> CallNext for S
+impl<S> Below for S
 where
     S: Service<Request<Bytes>, Response = Response<BoxBody>, Error = BoxError>
         + Clone
@@ -67,6 +64,14 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
+}
+
+/// A service called through a shared reference: a fresh clone serves each request.
+trait CallNext: Send + Sync {
+    fn call_next(&self, request: Request<Bytes>) -> StageFuture;
+}
+
+impl<S: Below> CallNext for S {
     fn call_next(&self, request: Request<Bytes>) -> StageFuture {
         Box::pin(self.clone().oneshot(request))
     }
@@ -91,16 +96,7 @@ impl<T> StageLayer<T> {
     }
 }
 
-impl<T, S> Layer<S> for StageLayer<T>
-where
-    T: Clone,
-    S: Service<Request<Bytes>, Response = Response<BoxBody>, Error = BoxError>
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send + 'static,
-{
+impl<T: Clone, S: Below> Layer<S> for StageLayer<T> {
     type Service = StageService<T>;
 
     fn layer(&self, inner: S) -> StageService<T> {

@@ -22,6 +22,7 @@ use super::otlp_json;
 use super::span::SpanData;
 use crate::config::TracingConfig;
 use crate::metrics;
+use crate::upstream::error_chain;
 
 /// The request path's handle: hands finished spans to the export task.
 #[derive(Debug, Clone)]
@@ -166,16 +167,4 @@ impl ExportTask {
             tracing::warn!(url = %self.url, detail, "span export failed; dropping batches until the collector answers");
         }
     }
-}
-
-/// `e: cause: cause` (hyper-util's top-level message alone hides the reason).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }
