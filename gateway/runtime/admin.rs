@@ -25,6 +25,7 @@ use tower::Service;
 use crate::activity::Activity;
 use crate::body::{self, BoxBody, BoxError};
 use crate::runtime::admin_api;
+use crate::runtime::app::StartError;
 use crate::runtime::live::Live;
 use crate::runtime::reload::Reloader;
 use crate::runtime::server::Shutdown;
@@ -282,4 +283,34 @@ impl Admin {
             ),
         }
     }
+}
+
+/// The admin token: from `server.admin_token_env` or `server.admin_token_file` (trimmed);
+/// None (mutating admin routes refused) when unset or empty.
+pub(crate) fn admin_token(
+    server: &crate::config::ServerConfig,
+) -> Result<Option<String>, StartError> {
+    if let Some(path) = &server.admin_token_file {
+        let text = std::fs::read_to_string(path).map_err(|source| StartError::AdminToken {
+            path: path.clone(),
+            source,
+        })?;
+        let token = text.trim().to_owned();
+        if token.is_empty() {
+            tracing::warn!("server.admin_token_file is empty: the admin API is refused");
+        }
+        return Ok(Some(token).filter(|t| !t.is_empty()));
+    }
+    let token = server
+        .admin_token_env
+        .as_deref()
+        .and_then(|v| std::env::var(v).ok())
+        .filter(|t| !t.trim().is_empty())
+        .map(|t| t.trim().to_owned());
+    if server.admin_token_env.is_some() && token.is_none() {
+        tracing::warn!(
+            "server.admin_token_env names an unset or empty variable: the admin API is refused"
+        );
+    }
+    Ok(token)
 }

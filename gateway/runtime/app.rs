@@ -356,7 +356,7 @@ impl Gateway {
             serial: Arc::default(),
             strict: self.config.admission.strict,
         };
-        let admin_token = admin_token(&self.config.server)?;
+        let admin_token = crate::runtime::admin::admin_token(&self.config.server)?;
         let admin_service = Admin::new(self.live.clone(), shutdown.clone(), Some(reloader.clone()))
             .with_status(self.process.activity.clone())
             .with_token(admin_token);
@@ -396,34 +396,6 @@ impl Gateway {
             }
         }
     }
-}
-
-/// The admin token: from `server.admin_token_env` or `server.admin_token_file` (trimmed);
-/// None (mutating admin routes refused) when unset or empty.
-fn admin_token(server: &crate::config::ServerConfig) -> Result<Option<String>, StartError> {
-    if let Some(path) = &server.admin_token_file {
-        let text = std::fs::read_to_string(path).map_err(|source| StartError::AdminToken {
-            path: path.clone(),
-            source,
-        })?;
-        let token = text.trim().to_owned();
-        if token.is_empty() {
-            tracing::warn!("server.admin_token_file is empty: the admin API is refused");
-        }
-        return Ok(Some(token).filter(|t| !t.is_empty()));
-    }
-    let token = server
-        .admin_token_env
-        .as_deref()
-        .and_then(|v| std::env::var(v).ok())
-        .filter(|t| !t.trim().is_empty())
-        .map(|t| t.trim().to_owned());
-    if server.admin_token_env.is_some() && token.is_none() {
-        tracing::warn!(
-            "server.admin_token_env names an unset or empty variable: the admin API is refused"
-        );
-    }
-    Ok(token)
 }
 
 /// This replica's name in shared decisions and audit lines: the host name (a pod's name
