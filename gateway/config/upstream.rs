@@ -1,7 +1,7 @@
 //! `[upstream]`: how the gateway talks to engines, and its deadlines there.
 
 use serde::Deserialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// `[upstream]`
@@ -73,4 +73,63 @@ impl Default for UpstreamConfig {
             tls: UpstreamTlsConfig::default(),
         }
     }
+}
+
+/// `[upstream.tls]`: files exist (resolved against the config's folder), a client
+/// certificate comes with its key, server names are names.
+pub(super) fn check_tls(config: &mut super::Config, base: &Path) -> Result<(), (String, String)> {
+    let tls = &mut config.upstream.tls;
+    for (key, file) in [
+        ("ca_file", &mut tls.ca_file),
+        ("cert_file", &mut tls.cert_file),
+        ("key_file", &mut tls.key_file),
+    ] {
+        if let Some(f) = file.as_mut() {
+            *f = super::validate::existing_file(base, f)
+                .map_err(|r| (format!("upstream.tls.{key}"), r))?;
+        }
+    }
+    match (&tls.cert_file, &tls.key_file) {
+        (Some(_), None) => {
+            return Err((
+                "upstream.tls.key_file".into(),
+                "a client certificate (cert_file) needs its private key: key_file = \"...\"".into(),
+            ))
+        }
+        (None, Some(_)) => {
+            return Err((
+                "upstream.tls.cert_file".into(),
+                "a client key (key_file) needs its certificate chain: cert_file = \"...\"".into(),
+            ))
+        }
+        _ => {}
+    }
+    let server_name_error =
+        |name: &str| format!("`{name}` is not a DNS name or IP address, e.g. \"engine.internal\"");
+    if let Some(name) = &tls.server_name {
+        if rustls_pki_types::ServerName::try_from(name.as_str()).is_err() {
+            return Err(("upstream.tls.server_name".into(), server_name_error(name)));
+        }
+    }
+    for (i, pool) in config.pools.iter().enumerate() {
+        for (list, workers) in [
+            ("workers", &pool.workers),
+            ("prefill", &pool.prefill),
+            ("decode", &pool.decode),
+        ] {
+            for (j, w) in workers.iter().enumerate() {
+                let Some(name) = &w.tls_server_name else {
+                    continue;
+                };
+                let key = format!("pools[{i}].{list}[{j}].tls_server_name");
+                if w.url.scheme_str() != Some("https") {
+                    return Err((key, "only https:// workers use a TLS server name".into()));
+                }
+                if rustls_pki_types::ServerName::try_from(name.as_str()).is_err() {
+                    return Err((key, server_name_error(name)));
+                }
+            }
+        }
+    }
+    Ok(())
 }

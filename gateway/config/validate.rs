@@ -45,7 +45,7 @@ pub fn validate(mut config: Config) -> Result<Config, ConfigError> {
             "must be above 0, e.g. \"5s\"".into(),
         ));
     }
-    check_upstream_tls(&mut config, &base).map_err(|(key, reason)| invalid(key, reason))?;
+    super::upstream::check_tls(&mut config, &base).map_err(|(key, reason)| invalid(key, reason))?;
 
     if config.audit.sink == super::AuditSink::File && config.audit.path.is_none() {
         return Err(invalid(
@@ -349,64 +349,6 @@ fn load_keys(tenant: &super::TenantConfig) -> Result<Vec<String>, (&'static str,
     Ok(keys.iter().map(|k| super::hash_key(k)).collect())
 }
 
-/// `[upstream.tls]`: files exist (resolved against the config's folder), a client
-/// certificate comes with its key, server names are names.
-fn check_upstream_tls(config: &mut Config, base: &Path) -> Result<(), (String, String)> {
-    let tls = &mut config.upstream.tls;
-    for (key, file) in [
-        ("ca_file", &mut tls.ca_file),
-        ("cert_file", &mut tls.cert_file),
-        ("key_file", &mut tls.key_file),
-    ] {
-        if let Some(f) = file.as_mut() {
-            *f = existing_file(base, f).map_err(|r| (format!("upstream.tls.{key}"), r))?;
-        }
-    }
-    match (&tls.cert_file, &tls.key_file) {
-        (Some(_), None) => {
-            return Err((
-                "upstream.tls.key_file".into(),
-                "a client certificate (cert_file) needs its private key: key_file = \"...\"".into(),
-            ))
-        }
-        (None, Some(_)) => {
-            return Err((
-                "upstream.tls.cert_file".into(),
-                "a client key (key_file) needs its certificate chain: cert_file = \"...\"".into(),
-            ))
-        }
-        _ => {}
-    }
-    let server_name_error =
-        |name: &str| format!("`{name}` is not a DNS name or IP address, e.g. \"engine.internal\"");
-    if let Some(name) = &tls.server_name {
-        if rustls_pki_types::ServerName::try_from(name.as_str()).is_err() {
-            return Err(("upstream.tls.server_name".into(), server_name_error(name)));
-        }
-    }
-    for (i, pool) in config.pools.iter().enumerate() {
-        for (list, workers) in [
-            ("workers", &pool.workers),
-            ("prefill", &pool.prefill),
-            ("decode", &pool.decode),
-        ] {
-            for (j, w) in workers.iter().enumerate() {
-                let Some(name) = &w.tls_server_name else {
-                    continue;
-                };
-                let key = format!("pools[{i}].{list}[{j}].tls_server_name");
-                if w.url.scheme_str() != Some("https") {
-                    return Err((key, "only https:// workers use a TLS server name".into()));
-                }
-                if rustls_pki_types::ServerName::try_from(name.as_str()).is_err() {
-                    return Err((key, server_name_error(name)));
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
 fn check_worker(worker: &WorkerConfig, is_prefill: bool) -> Result<(), (&'static str, String)> {
     match worker.url.scheme_str() {
         Some("http" | "https") => {}
@@ -544,7 +486,7 @@ fn check_limits(config: &Config) -> Result<(), (String, String)> {
     Ok(())
 }
 
-fn existing_file(base: &Path, path: &Path) -> Result<PathBuf, String> {
+pub(super) fn existing_file(base: &Path, path: &Path) -> Result<PathBuf, String> {
     let resolved = if path.is_absolute() {
         path.to_owned()
     } else {
