@@ -67,7 +67,10 @@ pub struct CountConfig {
     /// Entry cap of the per-segment cache used by `count_rendered_chat` (0 disables it).
     pub segment_cache_entries: usize,
     /// Cap on the bytes of segment text the segment cache keeps (it stores the text to
-    /// verify hits exactly).
+    /// verify hits exactly). Sized for the conversations resent within seconds (a chat's
+    /// earlier turns), not for every distinct message: under a stream of new 2 KB chats a
+    /// 64 MiB cap filled in seconds with segments that never hit again, and was a gateway's
+    /// largest memory cost after the tokenizer itself.
     pub segment_cache_bytes: usize,
 }
 
@@ -77,8 +80,8 @@ impl Default for CountConfig {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
             parallel_min_bytes: 256 * 1024,
             piece_cache_entries: 200_000,
-            segment_cache_entries: 100_000,
-            segment_cache_bytes: 64 * 1024 * 1024,
+            segment_cache_entries: 50_000,
+            segment_cache_bytes: 16 * 1024 * 1024,
         }
     }
 }
