@@ -4,6 +4,8 @@
 //! bounded: endpoint, status class, pool and worker names come from the config, never from
 //! the request.
 
+pub mod per_request;
+
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::sync::OnceLock;
 

@@ -127,14 +127,8 @@ where
                     response
                 }
             };
-            ::metrics::counter!(
-                metrics::REQUESTS_TOTAL,
-                "endpoint" => endpoint,
-                "status" => response.status().as_str().to_owned()
-            )
-            .increment(1);
-            ::metrics::histogram!(metrics::REQUEST_DURATION_SECONDS, "endpoint" => endpoint)
-                .record(started.elapsed().as_secs_f64());
+            metrics::per_request::requests(endpoint, response.status().as_u16()).increment(1);
+            metrics::per_request::duration(endpoint).record(started.elapsed().as_secs_f64());
             // Exactly one outcome per request (I6): streams count theirs when they end.
             if response.extensions().get::<OutcomeAtStreamEnd>().is_none() {
                 let outcome = if code.is_some() { "error" } else { "success" };

@@ -78,11 +78,10 @@ impl Drop for Leg {
             }
             span.end();
         }
-        ::metrics::counter!(
-            metrics::UPSTREAM_REQUESTS_TOTAL,
-            "pool" => ::metrics::SharedString::from(self.worker.pool.clone()),
-            "role" => self.worker.role.as_str(),
-            "outcome" => self.outcome.unwrap_or("cancelled")
+        metrics::per_request::upstream(
+            &self.worker.pool,
+            self.worker.role.as_str(),
+            self.outcome.unwrap_or("cancelled"),
         )
         .increment(1);
     }

@@ -177,7 +177,7 @@ impl TripReport {
 
     /// Count a stream's outcome and write its audit line.
     pub fn outcome(&self, outcome: &'static str) {
-        ::metrics::counter!(metrics::REQUEST_OUTCOMES_TOTAL, "outcome" => outcome).increment(1);
+        metrics::per_request::outcome(outcome).increment(1);
         match outcome {
             "success" => self.sinks.activity.admit(),
             other => self.sinks.activity.refuse(other),
