@@ -71,7 +71,7 @@ impl Observed {
         let guard = if stream && looks_like_sse {
             read_stream(body, shape, markers, expect, &mut seen)
         } else {
-            let answer = Answer::parse(body);
+            let answer = Answer::parse(body, shape);
             let guard = answer.check(shape, markers, expect);
             read_whole(body, shape, &mut seen);
             seen.text = answer.texts(shape).concat();

@@ -11,6 +11,8 @@ use std::sync::Arc;
 
 use crate::config::GuardConfig;
 
+mod typed;
+
 /// Which response shapes to read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
@@ -219,7 +221,12 @@ pub fn native_finish(finish: &Value) -> Result<bool, Trip> {
 
 /// An OpenAI `finish_reason` string: abort/error → trip; Ok(true) when final.
 pub fn openai_finish(choice: &Value) -> Result<bool, Trip> {
-    match choice.get("finish_reason").and_then(Value::as_str) {
+    openai_finish_reason(choice.get("finish_reason").and_then(Value::as_str))
+}
+
+/// [`openai_finish`] of a `finish_reason` already read as a string (or not one).
+fn openai_finish_reason(reason: Option<&str>) -> Result<bool, Trip> {
+    match reason {
         Some(reason @ ("abort" | "error")) => Err(Trip::Aborted {
             status: None,
             message: format!("the engine ended the generation with finish_reason \"{reason}\""),
@@ -259,51 +266,89 @@ fn check_native_item(
 }
 
 fn check_openai(v: &Value, markers: &Markers, expect: &Expectation) -> Result<(), Trip> {
-    let Some(choices) = v
-        .get("choices")
-        .and_then(Value::as_array)
-        .filter(|c| !c.is_empty())
-    else {
+    let choices = v.get("choices").and_then(Value::as_array);
+    let choices = choices.map(|c| {
+        c.iter().map(|choice| {
+            let reason = choice.get("finish_reason").and_then(Value::as_str);
+            let text = choice
+                .get("message")
+                .and_then(|x| x.get("content"))
+                .or_else(|| choice.get("text"))
+                .and_then(Value::as_str);
+            (reason, text)
+        })
+    });
+    let prompt_tokens = v
+        .get("usage")
+        .and_then(|x| x.get("prompt_tokens"))
+        .and_then(Value::as_u64);
+    check_openai_parts(choices, prompt_tokens, markers, expect)
+}
+
+/// The OpenAI checks over what they read, however it was read (tree or typed view):
+/// each choice's `finish_reason` and text, and `usage.prompt_tokens`.
+fn check_openai_parts<'t>(
+    choices: Option<impl ExactSizeIterator<Item = (Option<&'t str>, Option<&'t str>)>>,
+    prompt_tokens: Option<u64>,
+    markers: &Markers,
+    expect: &Expectation,
+) -> Result<(), Trip> {
+    let Some(choices) = choices.filter(|c| c.len() > 0) else {
         return Err(Trip::EmptyResult {
             detail: "the answer has no choices",
         });
     };
-    for choice in choices {
-        if !openai_finish(choice)? {
+    for (reason, text) in choices {
+        if !openai_finish_reason(reason)? {
             return Err(Trip::EmptyResult {
                 detail: "a choice has no finish_reason",
             });
         }
-        let text = choice
-            .get("message")
-            .and_then(|x| x.get("content"))
-            .or_else(|| choice.get("text"))
-            .and_then(Value::as_str);
         if text.is_some_and(|t| markers.matches(t)) {
             return Err(Trip::PlaceholderMarker);
         }
     }
-    expect.check_prompt_tokens(
-        None,
-        v.get("usage")
-            .and_then(|x| x.get("prompt_tokens"))
-            .and_then(Value::as_u64),
-    )
+    expect.check_prompt_tokens(None, prompt_tokens)
 }
 
-/// A whole (non-streaming) answer, parsed once for every check that reads it.
+/// A whole (non-streaming) answer, parsed once for every check that reads it: an OpenAI
+/// answer as a typed view when that reads it exactly ([`typed`]), anything else as a tree.
 #[derive(Debug)]
-pub struct Answer(Option<Value>);
+pub struct Answer<'a>(Parsed<'a>);
 
-impl Answer {
-    /// Parse `body` (not JSON is kept as such: [`Answer::check`] trips on it).
-    pub fn parse(body: &[u8]) -> Self {
-        Self(serde_json::from_slice::<Value>(body).ok())
+#[derive(Debug)]
+enum Parsed<'a> {
+    OpenAi(typed::OpenAiAnswer<'a>),
+    /// `None`: not JSON.
+    Tree(Option<Value>),
+}
+
+impl<'a> Answer<'a> {
+    /// Parse `body`, an answer of `shape` (not JSON is kept as such: [`Answer::check`]
+    /// trips on it).
+    pub fn parse(body: &'a [u8], shape: Shape) -> Self {
+        if shape == Shape::OpenAi {
+            if let Some(view) = typed::OpenAiAnswer::parse(body) {
+                return Self(Parsed::OpenAi(view));
+            }
+        }
+        Self(Parsed::Tree(serde_json::from_slice::<Value>(body).ok()))
     }
 
     /// The I1 checks of the answer.
     pub fn check(&self, shape: Shape, markers: &Markers, expect: &Expectation) -> Result<(), Trip> {
-        let Some(v) = &self.0 else {
+        let v = match &self.0 {
+            Parsed::OpenAi(view) => {
+                let choices = view.choices.as_ref().map(|c| {
+                    c.iter()
+                        .map(|choice| (choice.finish_reason.as_str(), choice.marker_text()))
+                });
+                let prompt_tokens = view.usage.as_ref().and_then(|u| u.prompt_tokens.as_u64());
+                return check_openai_parts(choices, prompt_tokens, markers, expect);
+            }
+            Parsed::Tree(v) => v,
+        };
+        let Some(v) = v else {
             return Err(Trip::EmptyResult {
                 detail: "the answer is not JSON",
             });
@@ -326,7 +371,10 @@ impl Answer {
 
     /// The engine's usage: prompt + completion tokens over all samples.
     pub fn usage(&self, shape: Shape) -> Option<u64> {
-        let v = self.0.as_ref()?;
+        let v = match &self.0 {
+            Parsed::OpenAi(view) => return view.usage.as_ref()?.total_tokens.as_u64(),
+            Parsed::Tree(v) => v.as_ref()?,
+        };
         match shape {
             Shape::OpenAi => v
                 .get("usage")
@@ -354,7 +402,18 @@ impl Answer {
 
     /// The generated texts (for the leak scan), borrowed from the parsed answer.
     pub fn texts(&self, shape: Shape) -> Vec<&str> {
-        let Some(v) = &self.0 else {
+        let v = match &self.0 {
+            Parsed::OpenAi(view) => {
+                return view
+                    .choices
+                    .iter()
+                    .flatten()
+                    .filter_map(typed::Choice::scan_text)
+                    .collect()
+            }
+            Parsed::Tree(v) => v,
+        };
+        let Some(v) = v else {
             return Vec::new();
         };
         let items: Vec<&Value> = match (v, shape) {
@@ -384,7 +443,7 @@ pub fn check_answer(
     markers: &Markers,
     expect: &Expectation,
 ) -> Result<(), Trip> {
-    Answer::parse(body).check(shape, markers, expect)
+    Answer::parse(body, shape).check(shape, markers, expect)
 }
 
 /// Check the prefill leg of a PD request: its body, a JSON answer or an SSE stream read to

@@ -408,7 +408,7 @@ impl Stage for Guard {
                     }
                 };
                 // Parsed once: the checks, the leak scan and the usage all read this.
-                let answer = inspect::Answer::parse(&bytes);
+                let answer = inspect::Answer::parse(&bytes, shape);
                 if checks {
                     if let Err(trip) = answer.check(shape, &pool_guard.markers, &expect) {
                         return Err(report.record(&trip).into());
