@@ -111,12 +111,47 @@ impl GuardState {
     }
 }
 
+/// The request's facts every guard audit line carries, kept as read: most answers write no
+/// guard line, so the line's fields are only built when one is written.
+#[derive(Debug, Default)]
+struct ReportFacts {
+    endpoint: &'static str,
+    tenant: Option<Arc<str>>,
+    request_id: Option<String>,
+    client_request_id: Option<String>,
+    trace: Option<Arc<crate::telemetry::RequestTrace>>,
+    worker: Option<String>,
+    prefill_worker: Option<String>,
+}
+
+impl ReportFacts {
+    fn fields(&self, pool: &str) -> Map<String, Value> {
+        let mut fields = Map::new();
+        fields.insert("pool".into(), Value::from(pool));
+        fields.insert("endpoint".into(), Value::from(self.endpoint));
+        let optional = [
+            ("tenant", self.tenant.as_deref().map(str::to_owned)),
+            ("request_id", self.request_id.clone()),
+            ("client_request_id", self.client_request_id.clone()),
+            ("trace_id", self.trace.as_ref().map(|t| t.trace_id_hex())),
+            ("worker", self.worker.clone()),
+            ("prefill_worker", self.prefill_worker.clone()),
+        ];
+        for (key, value) in optional {
+            if let Some(value) = value {
+                fields.insert(key.into(), Value::from(value));
+            }
+        }
+        fields
+    }
+}
+
 /// Where a trip is reported: audit line, metric, and the client's error.
 #[derive(Debug, Clone)]
 pub struct TripReport {
     sinks: Arc<Sinks>,
     /// The request's facts every line carries (shared: the report is cloned per request).
-    fields: Arc<Map<String, Value>>,
+    facts: Arc<ReportFacts>,
     pool: String,
     /// The request's signals for its pool's window (rollouts count trips and leaks).
     signals: Option<Arc<RequestSignals>>,
@@ -125,7 +160,7 @@ pub struct TripReport {
 impl TripReport {
     /// The gateway's id of the request (error events carry it).
     pub fn request_id(&self) -> Option<&str> {
-        self.fields.get("request_id").and_then(Value::as_str)
+        self.facts.request_id.as_deref()
     }
 
     /// Record `trip` once and return the error the client gets.
@@ -154,7 +189,7 @@ impl TripReport {
         }
         self.sinks
             .audit
-            .record_with("guard_trip", &self.fields, &extra);
+            .record_with("guard_trip", &self.facts.fields(&self.pool), &extra);
         trip_error(trip, &self.pool)
     }
 
@@ -172,7 +207,7 @@ impl TripReport {
         ];
         self.sinks
             .audit
-            .record_with("leak_suspected", &self.fields, &extra);
+            .record_with("leak_suspected", &self.facts.fields(&self.pool), &extra);
     }
 
     /// Count a stream's outcome and write its audit line.
@@ -188,7 +223,7 @@ impl TripReport {
         ];
         self.sinks
             .audit
-            .record_with("request", &self.fields, &extra);
+            .record_with("request", &self.facts.fields(&self.pool), &extra);
     }
 }
 
@@ -302,46 +337,34 @@ impl Stage for Guard {
             let count = request.extensions().get::<TokenCount>().cloned();
             let signals = request.extensions().get::<Arc<RequestSignals>>().cloned();
             let usage = request.extensions().get::<UsageCell>().cloned();
-            let mut fields = Map::new();
-            fields.insert("pool".into(), Value::from(pool.clone()));
-            fields.insert("endpoint".into(), Value::from(endpoint.label()));
             let tenant = request
                 .extensions()
                 .get::<AuthContext>()
                 .map(|a| a.tenant.clone());
-            if let Some(tenant) = &tenant {
-                fields.insert("tenant".into(), Value::from(&**tenant));
-            }
-            if let Some(id) = request
-                .headers()
-                .get("x-request-id")
-                .and_then(|v| v.to_str().ok())
-            {
-                fields.insert("request_id".into(), Value::from(id));
-            }
-            if let Some(id) = request
-                .headers()
-                .get("x-client-request-id")
-                .and_then(|v| v.to_str().ok())
-            {
-                fields.insert("client_request_id".into(), Value::from(id));
-            }
-            if let Some(trace) = request
-                .extensions()
-                .get::<Arc<crate::telemetry::RequestTrace>>()
-            {
-                fields.insert("trace_id".into(), Value::from(trace.trace_id_hex()));
-            }
+            let header = |name: &str| {
+                request
+                    .headers()
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+            };
+            let mut facts = ReportFacts {
+                endpoint: endpoint.label(),
+                tenant: tenant.clone(),
+                request_id: header("x-request-id"),
+                client_request_id: header("x-client-request-id"),
+                trace: request
+                    .extensions()
+                    .get::<Arc<crate::telemetry::RequestTrace>>()
+                    .cloned(),
+                worker: None,
+                prefill_worker: None,
+            };
 
             let mut response = next.oneshot(request).await?;
             if let Some(served) = response.extensions().get::<ServedBy>() {
-                fields.insert(
-                    "worker".into(),
-                    Value::from(served.worker.authority.clone()),
-                );
-                if let Some(p) = &served.prefill {
-                    fields.insert("prefill_worker".into(), Value::from(p.authority.clone()));
-                }
+                facts.worker = Some(served.worker.authority.clone());
+                facts.prefill_worker = served.prefill.as_ref().map(|p| p.authority.clone());
                 // The outcome counts for these workers' outlier ejection.
                 if let Some(signals) = &signals {
                     signals.served_by(served.clone());
@@ -349,7 +372,7 @@ impl Stage for Guard {
             }
             let report = TripReport {
                 sinks: state.sinks.clone(),
-                fields: Arc::new(fields),
+                facts: Arc::new(facts),
                 pool: pool.clone(),
                 signals,
             };

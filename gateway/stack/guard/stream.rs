@@ -36,10 +36,18 @@ pub struct GuardedStream {
     /// Events read from the engine, not checked yet: checked one at a time, so the first
     /// goes out before the rest of a large chunk is looked at.
     pending: VecDeque<SseEvent>,
+    /// Bytes read from the engine, not re-framed yet: a large chunk (an engine that had a
+    /// burst ready, a fast one) is re-framed [`REFRAME_SLICE`] bytes at a time, so the first
+    /// events are checked and sent before the rest of the chunk is even cut into events.
+    unframed: Bytes,
     /// The engine's body ended (its tail is in `pending`).
     upstream_ended: bool,
     usage: Option<UsageCell>,
 }
+
+/// Bytes of a chunk re-framed at once: a dozen typical events, enough for block mode's
+/// hold-back to release the first.
+const REFRAME_SLICE: usize = 4096;
 
 impl GuardedStream {
     /// Guard `inner` with `check`; trips are reported through `report`.
@@ -54,6 +62,7 @@ impl GuardedStream {
             delivered: false,
             report,
             pending: VecDeque::new(),
+            unframed: Bytes::new(),
             upstream_ended: false,
             usage: None,
         }
@@ -95,6 +104,9 @@ impl GuardedStream {
         if let Some(event) = self.pending.pop_front() {
             return self.check_one(&event);
         }
+        if !self.unframed.is_empty() {
+            return self.reframe_slice();
+        }
         if self.upstream_ended {
             return self.finish();
         }
@@ -106,12 +118,8 @@ impl GuardedStream {
                 let Ok(data) = frame.into_data() else {
                     return Ok(()); // trailers: nothing to check
                 };
-                if self.reframer.push(&data, &mut self.pending).is_err() {
-                    return self.trip(Trip::Truncated {
-                        detail: "an SSE event from the engine exceeded the size limit",
-                    });
-                }
-                Ok(())
+                self.unframed = data;
+                self.reframe_slice()
             }
             Some(Err(e)) => match crate::error::GatewayError::from_boxed(e) {
                 // Dispatch's deadlines end a silent or over-long stream with this error.
@@ -123,12 +131,26 @@ impl GuardedStream {
                 }),
             },
             None => {
+                // Only read once every byte before is re-framed: the tail is the last event.
                 self.inner = None;
                 self.upstream_ended = true;
                 self.pending.extend(self.reframer.finish());
                 Ok(())
             }
         }
+    }
+
+    /// Re-frame the next slice of what the engine sent.
+    fn reframe_slice(&mut self) -> Result<(), Trip> {
+        let slice = self
+            .unframed
+            .split_to(self.unframed.len().min(REFRAME_SLICE));
+        if self.reframer.push(&slice, &mut self.pending).is_err() {
+            return self.trip(Trip::Truncated {
+                detail: "an SSE event from the engine exceeded the size limit",
+            });
+        }
+        Ok(())
     }
 
     fn check_one(&mut self, event: &SseEvent) -> Result<(), Trip> {
@@ -242,8 +264,7 @@ mod tests {
         body::boxed(http_body_util::StreamBody::new(frames))
     }
 
-    #[tokio::test]
-    async fn the_first_event_of_a_burst_goes_out_before_the_rest_is_checked() {
+    fn guarded(inner: BoxBody) -> GuardedStream {
         let check = StreamCheck::new(
             Shape::OpenAi,
             Markers::default(),
@@ -264,11 +285,39 @@ mod tests {
                 audit,
                 activity: Default::default(),
             }),
-            fields: Default::default(),
+            facts: Default::default(),
             pool: "p".into(),
             signals: None,
         };
-        let mut stream = GuardedStream::new(burst_then_silence(), check, report);
+        GuardedStream::new(inner, check, report)
+    }
+
+    #[tokio::test]
+    async fn a_large_burst_is_cut_into_events_a_slice_at_a_time() {
+        // 300 events in one frame (an engine that had them all ready), the last one
+        // finishing, then [DONE]; the slices cut events anywhere.
+        let mut burst: String = (0..300).map(|i| chunk(&format!("w{i}"))).collect();
+        burst.push_str("data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n");
+        assert!(burst.len() > 4 * REFRAME_SLICE);
+        let frames = futures_util::stream::iter([Ok::<_, BoxError>(http_body::Frame::data(
+            Bytes::from(burst.clone()),
+        ))]);
+        let mut stream = guarded(body::boxed(http_body_util::StreamBody::new(frames)));
+        stream.prime(Duration::from_secs(5)).await.unwrap();
+        assert!(
+            stream.unframed.len() > burst.len() - 2 * REFRAME_SLICE,
+            "priming re-framed only the first slice, {} bytes left",
+            stream.unframed.len()
+        );
+        // Everything arrives, in order, byte for byte.
+        let client = stream.into_body();
+        let got = client.collect().await.unwrap().to_bytes();
+        assert_eq!(got, Bytes::from(burst));
+    }
+
+    #[tokio::test]
+    async fn the_first_event_of_a_burst_goes_out_before_the_rest_is_checked() {
+        let mut stream = guarded(burst_then_silence());
         stream.prime(Duration::from_secs(5)).await.unwrap();
         assert_eq!(
             stream.check.data_events(),
