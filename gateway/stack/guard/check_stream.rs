@@ -10,6 +10,7 @@ use bytes::Bytes;
 use serde_json::Value;
 use std::collections::BTreeSet;
 
+use super::inspect::typed::OpenAiChunk;
 use super::inspect::{self, Expectation, Markers, Shape, Trip};
 use super::leak::LeakScan;
 use super::sse::SseEvent;
@@ -24,6 +25,21 @@ pub struct UsageRewrite {
     pub strip_final_usage: bool,
     /// The client did not ask for usage in every chunk: remove it from chunks.
     pub strip_chunk_usage: bool,
+}
+
+/// What the checks read from one choice of an OpenAI chunk.
+struct ChunkChoice<'t> {
+    index: usize,
+    finish_reason: Option<&'t str>,
+    /// `delta.content`, else `text`.
+    piece: Option<&'t str>,
+}
+
+/// What the checks read from an OpenAI chunk's `usage`.
+#[derive(Default)]
+struct ChunkUsage {
+    prompt_tokens: Option<u64>,
+    total_tokens: Option<u64>,
 }
 
 /// State of the checks over one stream.
@@ -50,6 +66,9 @@ pub struct StreamCheck {
     /// The engine's usage as last reported: per sample, and a final total.
     usage: std::collections::BTreeMap<usize, u64>,
     final_usage: Option<u64>,
+    /// Read usual OpenAI chunks through the typed view (off only in the tests that compare
+    /// it with the tree path).
+    typed_view: bool,
 }
 
 impl StreamCheck {
@@ -77,6 +96,7 @@ impl StreamCheck {
             held: std::collections::VecDeque::new(),
             usage: std::collections::BTreeMap::new(),
             final_usage: None,
+            typed_view: true,
         }
     }
 
@@ -147,6 +167,36 @@ impl StreamCheck {
             self.done = true;
             return Ok(Some(event.raw.clone()));
         }
+        // The usual OpenAI chunk (no error, no usage) through the typed view: no tree built.
+        if self.shape == Shape::OpenAi && self.typed_view {
+            let chunk = event.data.as_deref().and_then(OpenAiChunk::parse);
+            if let Some(chunk) = chunk {
+                if self.data_events == 1 && !chunk.is_event() {
+                    return Err(Trip::Unparsable {
+                        detail: "the engine's first stream event is not a completion chunk",
+                    });
+                }
+                let choices = chunk.choices.array().map(|c| {
+                    c.iter()
+                        .map(|choice| ChunkChoice {
+                            index: choice.index.as_u64().unwrap_or(0) as usize,
+                            finish_reason: choice.finish_reason.as_str(),
+                            piece: choice.delta_text(),
+                        })
+                        .collect()
+                });
+                let (prompt_tokens, total_tokens) = chunk.usage_tokens();
+                let no_choices = chunk.choices.array().is_none_or(|c| c.is_empty());
+                self.openai_parts(
+                    choices,
+                    ChunkUsage {
+                        prompt_tokens,
+                        total_tokens,
+                    },
+                )?;
+                return Ok(self.rewrite_usage(event, chunk.has_usage(), no_choices, None));
+            }
+        }
         // Engines send JSON objects or [DONE], nothing else: anything else is not their
         // protocol (before the 200 this is a 502, like the non-streaming case).
         let Some(mut value) = event.json().filter(Value::is_object) else {
@@ -166,7 +216,12 @@ impl StreamCheck {
             Shape::Native => self.native(&value)?,
             Shape::OpenAi => {
                 self.openai(&value)?;
-                return Ok(self.rewrite_usage(event, &mut value));
+                let has_usage = value.get("usage").is_some_and(|u| !u.is_null());
+                let no_choices = value
+                    .get("choices")
+                    .and_then(Value::as_array)
+                    .is_none_or(|c| c.is_empty());
+                return Ok(self.rewrite_usage(event, has_usage, no_choices, Some(&mut value)));
             }
         }
         Ok(Some(event.raw.clone()))
@@ -220,49 +275,60 @@ impl StreamCheck {
     }
 
     fn openai(&mut self, v: &Value) -> Result<(), Trip> {
-        let choices = v.get("choices").and_then(Value::as_array);
-        for choice in choices.into_iter().flatten() {
-            let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
-            self.seen.insert(index);
-            if inspect::openai_finish(choice)? {
-                self.finished.insert(index);
-            }
-            let piece = choice
-                .get("delta")
-                .and_then(|x| x.get("content"))
-                .or_else(|| choice.get("text"))
-                .and_then(Value::as_str);
-            if let Some(piece) = piece {
-                self.scan(index, piece, false)?;
-            }
-            if let Some(n) = v
-                .get("usage")
+        let choices = v.get("choices").and_then(Value::as_array).map(|c| {
+            c.iter()
+                .map(|choice| ChunkChoice {
+                    index: choice.get("index").and_then(Value::as_u64).unwrap_or(0) as usize,
+                    finish_reason: choice.get("finish_reason").and_then(Value::as_str),
+                    piece: choice
+                        .get("delta")
+                        .and_then(|x| x.get("content"))
+                        .or_else(|| choice.get("text"))
+                        .and_then(Value::as_str),
+                })
+                .collect()
+        });
+        let usage = v.get("usage");
+        let usage = ChunkUsage {
+            prompt_tokens: usage
                 .and_then(|x| x.get("prompt_tokens"))
-                .and_then(Value::as_u64)
-            {
-                self.expect.check_prompt_tokens(Some(index), Some(n))?;
+                .and_then(Value::as_u64),
+            total_tokens: usage
+                .and_then(|x| x.get("total_tokens"))
+                .and_then(Value::as_u64),
+        };
+        self.openai_parts(choices, usage)
+    }
+
+    /// The OpenAI chunk checks over what they read, however it was read (tree or typed view).
+    fn openai_parts(
+        &mut self,
+        choices: Option<Vec<ChunkChoice<'_>>>,
+        usage: ChunkUsage,
+    ) -> Result<(), Trip> {
+        for choice in choices.iter().flatten() {
+            self.seen.insert(choice.index);
+            if inspect::openai_finish_reason(choice.finish_reason)? {
+                self.finished.insert(choice.index);
+            }
+            if let Some(piece) = choice.piece {
+                self.scan(choice.index, piece, false)?;
+            }
+            if let Some(n) = usage.prompt_tokens {
+                self.expect
+                    .check_prompt_tokens(Some(choice.index), Some(n))?;
             }
         }
-        if let Some(total) = v
-            .get("usage")
-            .and_then(|x| x.get("total_tokens"))
-            .and_then(Value::as_u64)
-        {
-            match choices.and_then(|c| c.first()) {
+        if let Some(total) = usage.total_tokens {
+            match choices.as_ref().and_then(|c| c.first()) {
                 Some(c) => {
-                    let index = c.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
-                    self.usage.insert(index, total);
+                    self.usage.insert(c.index, total);
                 }
                 None => self.final_usage = Some(total),
             }
         }
         if choices.is_none_or(|c| c.is_empty()) {
-            self.expect.check_prompt_tokens(
-                None,
-                v.get("usage")
-                    .and_then(|x| x.get("prompt_tokens"))
-                    .and_then(Value::as_u64),
-            )?;
+            self.expect.check_prompt_tokens(None, usage.prompt_tokens)?;
         }
         Ok(())
     }
@@ -370,15 +436,19 @@ impl StreamCheck {
         Ok(())
     }
 
-    fn rewrite_usage(&self, event: &SseEvent, value: &mut Value) -> Option<Bytes> {
-        let has_usage = value.get("usage").is_some_and(|u| !u.is_null());
+    /// What goes out for an OpenAI event: as received, without the usage the client did not
+    /// ask for, or nothing. `tree` is the event's parsed JSON when the checks built it (the
+    /// typed view does not; it is parsed here in the rare case the text cut declines).
+    fn rewrite_usage(
+        &self,
+        event: &SseEvent,
+        has_usage: bool,
+        no_choices: bool,
+        tree: Option<&mut Value>,
+    ) -> Option<Bytes> {
         if !has_usage {
             return Some(event.raw.clone());
         }
-        let no_choices = value
-            .get("choices")
-            .and_then(Value::as_array)
-            .is_none_or(|c| c.is_empty());
         if no_choices && self.rewrite.strip_final_usage {
             return None;
         }
@@ -391,6 +461,13 @@ impl StreamCheck {
             if let Some(stripped) = stripped {
                 return Some(SseEvent::data_event(&stripped));
             }
+            let mut parsed = None;
+            let value = match (tree, event.json()) {
+                (Some(value), _) => value,
+                (None, Some(value)) => parsed.insert(value),
+                // Not reached: the typed view only reads JSON objects.
+                (None, None) => return Some(event.raw.clone()),
+            };
             if let Some(map) = value.as_object_mut() {
                 map.remove("usage");
             }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::config::GuardConfig;
 
-mod typed;
+pub(super) mod typed;
 
 /// Which response shapes to read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,7 +225,7 @@ pub fn openai_finish(choice: &Value) -> Result<bool, Trip> {
 }
 
 /// [`openai_finish`] of a `finish_reason` already read as a string (or not one).
-fn openai_finish_reason(reason: Option<&str>) -> Result<bool, Trip> {
+pub(super) fn openai_finish_reason(reason: Option<&str>) -> Result<bool, Trip> {
     match reason {
         Some(reason @ ("abort" | "error")) => Err(Trip::Aborted {
             status: None,
@@ -339,7 +339,7 @@ impl<'a> Answer<'a> {
     pub fn check(&self, shape: Shape, markers: &Markers, expect: &Expectation) -> Result<(), Trip> {
         let v = match &self.0 {
             Parsed::OpenAi(view) => {
-                let choices = view.choices.as_ref().map(|c| {
+                let choices = view.choices.array().map(|c| {
                     c.iter()
                         .map(|choice| (choice.finish_reason.as_str(), choice.marker_text()))
                 });
@@ -406,7 +406,8 @@ impl<'a> Answer<'a> {
             Parsed::OpenAi(view) => {
                 return view
                     .choices
-                    .iter()
+                    .array()
+                    .into_iter()
                     .flatten()
                     .filter_map(typed::Choice::scan_text)
                     .collect()

@@ -129,3 +129,149 @@ proptest! {
         }
     }
 }
+
+/// One event of a generated OpenAI stream: any field of any type engines (or broken
+/// engines) send, usage sometimes, errors sometimes.
+fn openai_event() -> impl Strategy<Value = String> {
+    let value = |values: &'static [&'static str]| {
+        prop::option::weighted(0.75, prop::sample::select(values).prop_map(str::to_owned))
+    };
+    let choice = (
+        value(&["0", "1", "\"1\"", "null"]),
+        value(&[
+            "null",
+            "\"stop\"",
+            "\"length\"",
+            "\"abort\"",
+            "\"error\"",
+            "7",
+        ]),
+        value(&[
+            "{\"content\":\"a word\"}",
+            "{\"content\":\"PLACEHOLDER\"}",
+            "{\"content\":\"PLACE\"}",
+            "{\"content\":\"HOLDER \\u0041\"}",
+            "{\"content\":null}",
+            "{\"role\":\"assistant\"}",
+            "null",
+            "\"x\"",
+        ]),
+        value(&["\"text piece\"", "\"PLACEHOLDER\"", "null", "3"]),
+    )
+        .prop_map(|(index, finish, delta, text)| {
+            let fields: Vec<String> = [
+                ("index", index),
+                ("finish_reason", finish),
+                ("delta", delta),
+                ("text", text),
+            ]
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| format!("\"{k}\":{v}")))
+            .collect();
+            format!("{{{}}}", fields.join(","))
+        });
+    let choices = prop_oneof![
+        6 => prop::collection::vec(choice, 0..3).prop_map(|c| format!("[{}]", c.join(","))),
+        1 => prop::sample::select(&["null", "\"x\"", "{}"][..]).prop_map(str::to_owned),
+    ];
+    (
+        prop::option::weighted(0.9, choices),
+        prop::option::weighted(
+            0.4,
+            prop::sample::select(
+                &[
+                    "{\"prompt_tokens\":7,\"completion_tokens\":2,\"total_tokens\":9}",
+                    "{\"prompt_tokens\":8,\"total_tokens\":9}",
+                    "{\"prompt_tokens\":7,\"total_tokens\":\"9\"}",
+                    "{\"prompt_tokens\":7,\"prompt_tokens\":8}",
+                    "{}",
+                    "[7]",
+                    "7",
+                    "null",
+                ][..],
+            )
+            .prop_map(str::to_owned),
+        ),
+        prop::option::weighted(0.05, Just("{\"message\":\"boom\"}".to_string())),
+    )
+        .prop_map(|(choices, usage, error)| {
+            let fields: Vec<String> = [("choices", choices), ("usage", usage), ("error", error)]
+                .into_iter()
+                .filter_map(|(k, v)| v.map(|v| format!("\"{k}\":{v}")))
+                .collect();
+            format!("data: {{{}}}\n\n", fields.join(","))
+        })
+}
+
+/// Every event's outcome, then the end's, the usage and what reached the client.
+fn run_openai(
+    events: &[String],
+    batch: usize,
+    rewrite: UsageRewrite,
+    typed_view: bool,
+) -> Vec<String> {
+    let markers = Markers::from_config(&crate::config::GuardConfig {
+        markers: vec!["PLACEHOLDER".into()],
+        ..crate::config::GuardConfig::default()
+    });
+    let expect = Expectation {
+        prompt_tokens: Some(Arc::from(vec![7, 7])),
+        tolerance: 0,
+    };
+    let mut check = StreamCheck::new(Shape::OpenAi, markers, expect, batch, rewrite);
+    check.typed_view = typed_view;
+    let mut reframer = SseReframer::new();
+    let mut parsed = Vec::new();
+    let mut seen = Vec::new();
+    for event in events {
+        reframer.push(event.as_bytes(), &mut parsed).unwrap();
+        for e in parsed.drain(..) {
+            let outcome = check.event(&e);
+            seen.push(format!("{outcome:?}"));
+            if outcome.is_err() {
+                return seen;
+            }
+        }
+    }
+    seen.push(format!("{:?}", check.end()));
+    seen.push(format!("{:?}", check.usage_total()));
+    seen
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    #[test]
+    fn typed_chunks_are_checked_as_the_tree_checks_them(
+        mut events in prop::collection::vec(openai_event(), 1..6),
+        done in any::<bool>(),
+        batch in 1usize..3,
+        strip_final_usage in any::<bool>(),
+        strip_chunk_usage in any::<bool>(),
+    ) {
+        if done {
+            events.push("data: [DONE]\n\n".into());
+        }
+        let rewrite = UsageRewrite { strip_final_usage, strip_chunk_usage };
+        let typed = run_openai(&events, batch, rewrite, true);
+        let tree = run_openai(&events, batch, rewrite, false);
+        prop_assert_eq!(typed, tree, "{:?}", events);
+    }
+}
+
+#[test]
+fn the_chunk_equivalence_test_exercises_the_typed_view() {
+    use crate::stack::guard::inspect::typed::OpenAiChunk;
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let (mut typed, total) = (0, 512);
+    for _ in 0..total {
+        let event = openai_event().new_tree(&mut runner).unwrap().current();
+        let data = event.trim_start_matches("data: ").trim_end();
+        typed += usize::from(OpenAiChunk::parse(data).is_some());
+    }
+    assert!(
+        typed * 2 > total,
+        "only {typed} of {total} chunks took the typed view"
+    );
+}

@@ -20,7 +20,7 @@ use std::fmt;
 
 /// A JSON value of any type, as far as the checks read it.
 #[derive(Debug, Default, PartialEq)]
-pub(super) enum Loose<'a> {
+pub(in crate::stack::guard) enum Loose<'a> {
     /// The key is absent.
     #[default]
     Missing,
@@ -33,14 +33,14 @@ pub(super) enum Loose<'a> {
 }
 
 impl<'a> Loose<'a> {
-    pub(super) fn as_str(&self) -> Option<&str> {
+    pub(in crate::stack::guard) fn as_str(&self) -> Option<&str> {
         match self {
             Loose::Str(s) => Some(s),
             _ => None,
         }
     }
 
-    pub(super) fn as_u64(&self) -> Option<u64> {
+    pub(in crate::stack::guard) fn as_u64(&self) -> Option<u64> {
         match self {
             Loose::U64(n) => Some(*n),
             _ => None,
@@ -111,14 +111,25 @@ pub(super) struct Message<'a> {
 
 /// One of `choices` (read by [`ChoiceSeen`]).
 #[derive(Debug)]
-pub(super) struct Choice<'a> {
-    pub(super) finish_reason: Loose<'a>,
+pub(in crate::stack::guard) struct Choice<'a> {
+    pub(in crate::stack::guard) finish_reason: Loose<'a>,
+    pub(in crate::stack::guard) index: Loose<'a>,
     /// `None` when absent or null (the tree path reads no `content` from either).
     message: Option<Message<'a>>,
+    /// A stream chunk's `message`.
+    delta: Option<Message<'a>>,
     text: Loose<'a>,
 }
 
 impl Choice<'_> {
+    /// The piece a stream chunk's checks read: `delta.content`, else `text`.
+    pub(in crate::stack::guard) fn delta_text(&self) -> Option<&str> {
+        match &self.delta {
+            Some(d) if d.content.is_present() => d.content.as_str(),
+            _ => self.text.as_str(),
+        }
+    }
+
     /// The text the marker check reads: `message.content`, else `text` (as the tree
     /// path: `message` present without `content` falls back to `text`).
     pub(super) fn marker_text(&self) -> Option<&str> {
@@ -153,18 +164,124 @@ pub(super) struct OpenAiAnswer<'a> {
     error: Loose<'a>,
     #[serde(default, borrow)]
     object: Loose<'a>,
-    #[serde(default, borrow, deserialize_with = "choices")]
-    pub(super) choices: Option<Vec<Choice<'a>>>,
+    #[serde(default, borrow)]
+    pub(super) choices: Choices<'a>,
     #[serde(default, borrow, deserialize_with = "usage")]
     pub(super) usage: Option<Usage<'a>>,
 }
 
-/// `choices`: an array of objects, or absent / null / anything else (the tree path reads
-/// no choices from a non-array). A non-object element makes the whole view refuse.
-fn choices<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<Choice<'a>>>, D::Error> {
+/// A stream chunk of an OpenAI stream, as far as the stream checks read it. Refuses (like
+/// [`OpenAiAnswer`]) what only the tree reads right, and a `usage` that is neither an
+/// object nor null.
+#[derive(Debug, Deserialize)]
+pub(in crate::stack::guard) struct OpenAiChunk<'a> {
+    #[serde(default, borrow)]
+    error: Loose<'a>,
+    #[serde(default, borrow)]
+    object: Loose<'a>,
+    #[serde(default, borrow)]
+    pub(in crate::stack::guard) choices: Choices<'a>,
+    #[serde(default, borrow, deserialize_with = "chunk_usage")]
+    usage: ChunkUsageField<'a>,
+}
+
+/// A chunk's `usage`: absent, null, or an object (anything else refuses the view).
+#[derive(Debug, Default)]
+enum ChunkUsageField<'a> {
+    #[default]
+    Missing,
+    Null,
+    Object(Usage<'a>),
+}
+
+fn chunk_usage<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<ChunkUsageField<'a>, D::Error> {
+    struct ChunkUsageVisitor;
+    impl<'de> Visitor<'de> for ChunkUsageVisitor {
+        type Value = ChunkUsageField<'de>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a usage object or null")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            Usage::deserialize(MapAccessDeserializer::new(map)).map(ChunkUsageField::Object)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(ChunkUsageField::Null)
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(ChunkUsageField::Null)
+        }
+    }
+    d.deserialize_any(ChunkUsageVisitor)
+}
+
+impl<'a> OpenAiChunk<'a> {
+    /// The view of one event's `data`, or `None` when only the tree reads it right.
+    pub(in crate::stack::guard) fn parse(data: &'a str) -> Option<Self> {
+        let first = data.bytes().find(|b| !b.is_ascii_whitespace())?;
+        if first != b'{' {
+            return None;
+        }
+        let chunk: Self = serde_json::from_str(data).ok()?;
+        if !matches!(chunk.error, Loose::Missing | Loose::Null)
+            || chunk.object.as_str() == Some("error")
+        {
+            return None;
+        }
+        Some(chunk)
+    }
+
+    /// `Shape::is_event` for OpenAI: `choices` or `usage` present and not null.
+    pub(in crate::stack::guard) fn is_event(&self) -> bool {
+        !matches!(self.choices, Choices::Missing | Choices::Null) || self.has_usage()
+    }
+
+    /// `usage` present and not null.
+    pub(in crate::stack::guard) fn has_usage(&self) -> bool {
+        matches!(self.usage, ChunkUsageField::Object(_))
+    }
+
+    /// `usage.prompt_tokens` and `usage.total_tokens`, where numbers.
+    pub(in crate::stack::guard) fn usage_tokens(&self) -> (Option<u64>, Option<u64>) {
+        match &self.usage {
+            ChunkUsageField::Object(u) => (u.prompt_tokens.as_u64(), u.total_tokens.as_u64()),
+            _ => (None, None),
+        }
+    }
+}
+
+/// `choices`, as the tree path tells them apart.
+#[derive(Debug, Default)]
+pub(in crate::stack::guard) enum Choices<'a> {
+    #[default]
+    Missing,
+    Null,
+    Array(Vec<Choice<'a>>),
+    /// Present, not an array: the tree reads no choices from it.
+    Other,
+}
+
+impl<'a> Choices<'a> {
+    /// The choices when they are an array (`get("choices").and_then(Value::as_array)`).
+    pub(in crate::stack::guard) fn array(&self) -> Option<&[Choice<'a>]> {
+        match self {
+            Choices::Array(c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        choices(d)
+    }
+}
+
+/// `choices`: an array of objects, null, or anything else (the tree path reads no choices
+/// from a non-array). A non-object element makes the whole view refuse.
+fn choices<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Choices<'a>, D::Error> {
     struct ChoicesVisitor;
     impl<'de> Visitor<'de> for ChoicesVisitor {
-        type Value = Option<Vec<Choice<'de>>>;
+        type Value = Choices<'de>;
         fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             f.write_str("choices")
         }
@@ -173,32 +290,32 @@ fn choices<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<Choice<
             while let Some(choice) = seq.next_element::<ChoiceSeen<'de>>()? {
                 out.push(choice.0);
             }
-            Ok(Some(out))
+            Ok(Choices::Array(out))
         }
         fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
+            Ok(Choices::Null)
         }
         fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
+            Ok(Choices::Null)
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
             while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-            Ok(None)
+            Ok(Choices::Other)
         }
         fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-            Ok(None)
+            Ok(Choices::Other)
         }
         fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-            Ok(None)
+            Ok(Choices::Other)
         }
         fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-            Ok(None)
+            Ok(Choices::Other)
         }
         fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-            Ok(None)
+            Ok(Choices::Other)
         }
         fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-            Ok(None)
+            Ok(Choices::Other)
         }
     }
     d.deserialize_any(ChoicesVisitor)
@@ -250,6 +367,8 @@ enum ChoiceKey {
     FinishReason,
     Message,
     Text,
+    Delta,
+    Index,
     Other,
 }
 
@@ -266,6 +385,8 @@ impl<'de> Deserialize<'de> for ChoiceKey {
                     "finish_reason" => ChoiceKey::FinishReason,
                     "message" => ChoiceKey::Message,
                     "text" => ChoiceKey::Text,
+                    "delta" => ChoiceKey::Delta,
+                    "index" => ChoiceKey::Index,
                     _ => ChoiceKey::Other,
                 })
             }
@@ -288,15 +409,19 @@ impl<'de: 'a, 'a> Deserialize<'de> for ChoiceSeen<'a> {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let mut choice = Choice {
                     finish_reason: Loose::Missing,
+                    index: Loose::Missing,
                     message: None,
+                    delta: None,
                     text: Loose::Missing,
                 };
-                let mut seen = [false; 3];
+                let mut seen = [false; 5];
                 while let Some(key) = map.next_key::<ChoiceKey>()? {
                     let slot = match key {
                         ChoiceKey::FinishReason => 0,
                         ChoiceKey::Message => 1,
                         ChoiceKey::Text => 2,
+                        ChoiceKey::Delta => 3,
+                        ChoiceKey::Index => 4,
                         ChoiceKey::Other => {
                             map.next_value::<IgnoredAny>()?;
                             continue;
@@ -309,7 +434,9 @@ impl<'de: 'a, 'a> Deserialize<'de> for ChoiceSeen<'a> {
                     match slot {
                         0 => choice.finish_reason = map.next_value()?,
                         1 => choice.message = map.next_value::<MessageSlot<'de>>()?.0,
-                        _ => choice.text = map.next_value()?,
+                        2 => choice.text = map.next_value()?,
+                        3 => choice.delta = map.next_value::<MessageSlot<'de>>()?.0,
+                        _ => choice.index = map.next_value()?,
                     }
                 }
                 Ok(ChoiceSeen(choice))
