@@ -209,16 +209,22 @@ impl GuardedStream {
     /// The client-facing body.
     pub fn into_body(mut self) -> BoxBody {
         self.delivered = true;
-        let stream = futures_util::stream::unfold((self, true), |(mut s, first)| async move {
-            if !first && s.check.data_events() == 1 {
+        // `frames`: frames handed to hyper so far.
+        let stream = futures_util::stream::unfold((self, 0usize), |(mut s, frames)| async move {
+            let first = frames == 0;
+            if frames == 1 {
                 // The first event is with hyper: let it write the head and that event now
-                // (it writes when the body is not ready) rather than after a whole burst.
+                // (it writes when the body is not ready) rather than after a whole burst —
+                // in block mode too, where it went out only once later events were checked.
                 tokio::task::yield_now().await;
             }
             loop {
                 if let Some(bytes) = s.out.pop_front() {
                     let bytes = if first { bytes } else { s.coalesce(bytes) };
-                    return Some((Ok::<_, BoxError>(http_body::Frame::data(bytes)), (s, false)));
+                    return Some((
+                        Ok::<_, BoxError>(http_body::Frame::data(bytes)),
+                        (s, frames + 1),
+                    ));
                 }
                 if s.phase != Phase::Open {
                     return None;
@@ -305,6 +311,13 @@ mod tests {
     }
 
     fn guarded(inner: BoxBody) -> GuardedStream {
+        guarded_with(inner, None)
+    }
+
+    fn guarded_with(
+        inner: BoxBody,
+        leak: Option<crate::stack::guard::leak::LeakScan>,
+    ) -> GuardedStream {
         let check = StreamCheck::new(
             Shape::OpenAi,
             Markers::default(),
@@ -314,7 +327,8 @@ mod tests {
             },
             1,
             UsageRewrite::default(),
-        );
+        )
+        .with_leak_scan(leak);
         let audit = crate::audit::AuditLog::open(&crate::config::AuditConfig {
             sink: crate::config::AuditSink::None,
             ..Default::default()
@@ -330,6 +344,41 @@ mod tests {
             signals: None,
         };
         GuardedStream::new(inner, check, report)
+    }
+
+    #[tokio::test]
+    async fn in_block_mode_the_first_released_event_is_written_before_the_rest_is_checked() {
+        // Block mode releases the first event only once 10 later units were scanned; then
+        // the body must still step back once (so hyper writes the head and that event)
+        // before checking and coalescing the rest of what was read.
+        let store = crate::stack::isolate::FingerprintStore::new(Default::default());
+        let scan = crate::stack::guard::leak::LeakScan::new(
+            store.scanner("tenant"),
+            crate::config::LeakMode::Block,
+            std::sync::Arc::new(|_| {}),
+        );
+        let burst: String = (0..30).map(|i| chunk(&format!(" w{i}"))).collect();
+        use futures_util::StreamExt;
+        let frames = futures_util::stream::iter([Ok::<_, BoxError>(http_body::Frame::data(
+            Bytes::from(burst.clone()),
+        ))])
+        .chain(futures_util::stream::pending());
+        let mut stream = guarded_with(
+            body::boxed(http_body_util::StreamBody::new(frames)),
+            Some(scan),
+        );
+        stream.prime(Duration::from_secs(5)).await.unwrap();
+        let mut client = stream.into_body();
+        let first = client.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(first, Bytes::from(chunk(" w0")));
+        let mut next = std::pin::pin!(client.frame());
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(
+            std::future::Future::poll(next.as_mut(), &mut cx).is_pending(),
+            "the body steps back once after the first frame"
+        );
+        let rest = next.await.unwrap().unwrap().into_data().unwrap();
+        assert!(rest.starts_with(chunk(" w1").as_bytes()) && rest.len() > chunk(" w1").len());
     }
 
     #[tokio::test]
@@ -367,8 +416,8 @@ mod tests {
         let mut client = stream.into_body();
         let first = client.frame().await.unwrap().unwrap().into_data().unwrap();
         assert_eq!(first, Bytes::from(chunk("a")));
-        // The rest of the burst follows, checked one by one and sent in one write; then
-        // the silence holds.
+        // The rest of the burst follows, checked one by one and sent in one write; then the
+        // silence holds.
         let rest = client.frame().await.unwrap().unwrap().into_data().unwrap();
         assert_eq!(rest, Bytes::from(chunk("b") + &chunk("c")));
         let more = tokio::time::timeout(Duration::from_millis(50), client.frame()).await;
