@@ -14,7 +14,8 @@
 #   - closed-loop throughput (wrk, CONNECTIONS connections, ROUNDS interleaved rounds,
 #     medians) and each process's CPU µs per request; the same, direct and through kvgate
 #     default, when every request is a different chat (no cache helps either side: the
-#     "distinct" rows);
+#     "distinct" rows); and for streamed chats (256 events each) through every target
+#     (the "stream" rows);
 #   - fixed-rate latency at 500 and 2,000 req/s (`kvgate load-gen`: evenly spaced
 #     arrivals, latency from each request's scheduled time, so queueing shows; `hey -q`
 #     fires all its workers at once), p50 and p99, and what each proxy adds over direct;
@@ -186,6 +187,14 @@ local f = io.open(os.getenv("WORK") .. "/chat.json", "r")
 wrk.body = f:read("*a")
 f:close()
 LUA
+cat >"$WORK/stream.lua" <<'LUA'
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer kvgate-demo-key"
+local f = io.open(os.getenv("WORK") .. "/stream.json", "r")
+wrk.body = f:read("*a")
+f:close()
+LUA
 cat >"$WORK/distinct.lua" <<'LUA'
 -- A different chat each request (same length): no cache in front of the tokenizer helps.
 local f = io.open(os.getenv("WORK") .. "/user.txt", "r")
@@ -216,6 +225,7 @@ run_wrk() { # row script label
 for _ in $(seq "$ROUNDS"); do
   for row in $ROWS; do run_wrk "$row" same "$row"; done
   for row in direct kvgate_default; do run_wrk "$row" distinct "${row}_distinct"; done
+  for row in $ROWS; do run_wrk "$row" stream "${row}_stream"; done
 done
 
 # 4. Fixed rates (kvgate load-gen: evenly spaced arrivals, latency from the scheduled
@@ -301,14 +311,26 @@ for row, rs in wrk.items():
     errors = sum(r[2] for r in rs) + sum(v[3] for (n, _), v in rate.items() if n == row)
     errors += sum(1 for (n, kind), v in single.items() if n == row and kind != "huge" for c, _ in v if c != "200")
     distinct = row.endswith("_distinct")
-    base = med([r[0] for r in wrk["direct_distinct"]]) if distinct else direct
-    vs = f"{rps / floor:.3f}" if floor and not distinct else "-"
-    vh = f"{rps / hyper:.3f}" if hyper and not distinct else "-"
+    streamed = row.endswith("_stream")
+    if distinct:
+        base, vs, vh = med([r[0] for r in wrk["direct_distinct"]]), "-", "-"
+    elif streamed:
+        base = med([r[0] for r in wrk["direct_stream"]])
+        s_floor = med([r[0] for r in wrk["nginx_stream"]]) if "nginx_stream" in wrk else None
+        s_hyper = med([r[0] for r in wrk["hyper_floor_stream"]]) if "hyper_floor_stream" in wrk else None
+        vs = f"{rps / s_floor:.3f}" if s_floor else "-"
+        vh = f"{rps / s_hyper:.3f}" if s_hyper else "-"
+    else:
+        base = direct
+        vs = f"{rps / floor:.3f}" if floor else "-"
+        vh = f"{rps / hyper:.3f}" if hyper else "-"
     print(f"{row:<24}{rps:>8.0f}{vs:>9}{vh:>9}{rps / base:>10.3f}{cpu:>11.0f}{added(row, 500):>21}{added(row, 2000):>17}"
           f"{one(row, 'ttfb'):>9}{one(row, 'long'):>9}{errors:>7}")
 huge = single.get(("kvgate_default", "huge"), [])
 if huge:
     print(f"1M-token chat, counted exactly and refused by kvgate_default: {' '.join(f'{t / 1000:.2f}s ({c})' for c, t in huge)}")
 print("direct row: absolute values (its TTFB and 100k columns are ms, not added); "
-      "a _distinct row is compared with direct_distinct.")
+      "a _distinct row is compared with direct_distinct; a _stream row (streamed chats, "
+      "256 events each, req/s = streams/s, CPU per stream) with the _stream rows of direct, "
+      "nginx and the hyper floor.")
 PY
