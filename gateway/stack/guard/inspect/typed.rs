@@ -1,15 +1,18 @@
-//! A typed, borrowed reading of an OpenAI answer: what the guard's checks read (choices'
-//! `finish_reason` and text, `usage`), without building a `serde_json::Value` tree.
+//! A typed, borrowed reading of an OpenAI answer or stream chunk: what the guard's checks
+//! read (choices' index, `finish_reason` and text, `usage`), without building a
+//! `serde_json::Value` tree.
 //!
 //! Building the tree (a map and an owned string per key, the whole generated text copied)
-//! was the largest part of the guard's own cost per answer. This view reads the same
-//! fields in one pass, borrows the text where it has no escapes, and skips the rest.
+//! was the largest part of the guard's own cost per answer, and most of a stream's. This
+//! view reads the same fields in one pass, borrows the text where it has no escapes, and
+//! skips the rest.
 //!
-//! It only has to be right when it parses: [`OpenAiAnswer::parse`] refuses anything it does
-//! not read exactly like the tree path (`super::check_openai`, `Answer::texts`,
-//! `Answer::usage`) — a body that is not an object, an `error` that is not null, an
-//! `"object": "error"`, a duplicate key, a choice or message that is not an object — and the
-//! caller then reads the answer as a tree. A field of an unexpected type is kept as
+//! It only has to be right when it parses: [`OpenAiAnswer::parse`] and
+//! [`OpenAiChunk::parse`] refuse anything they do not read exactly like the tree path
+//! (`super::check_openai`, `Answer::texts`, `Answer::usage`, `StreamCheck::openai`) — a body
+//! that is not an object, an `error` that is not null, an `"object": "error"`, a duplicate
+//! key, a choice, message, delta or (chunk) usage that is not an object — and the caller
+//! then reads it as a tree. A field of an unexpected type is kept as
 //! [`Loose::Other`], which reads like a tree value of that type (`as_str`, `as_u64`: none).
 
 use serde::de::value::MapAccessDeserializer;
