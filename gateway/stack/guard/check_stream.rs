@@ -27,6 +27,11 @@ pub struct UsageRewrite {
     pub strip_chunk_usage: bool,
 }
 
+/// The trip for a first data event that is no completion chunk of the pool's protocol.
+const NOT_A_CHUNK: Trip = Trip::Unparsable {
+    detail: "the engine's first stream event is not a completion chunk",
+};
+
 /// What the checks read from one choice of an OpenAI chunk.
 struct ChunkChoice<'t> {
     index: usize,
@@ -172,9 +177,7 @@ impl StreamCheck {
             let chunk = event.data.as_deref().and_then(OpenAiChunk::parse);
             if let Some(chunk) = chunk {
                 if self.data_events == 1 && !chunk.is_event() {
-                    return Err(Trip::Unparsable {
-                        detail: "the engine's first stream event is not a completion chunk",
-                    });
+                    return Err(NOT_A_CHUNK);
                 }
                 let choices = chunk.choices.array().map(|c| {
                     c.iter()
@@ -208,9 +211,7 @@ impl StreamCheck {
             return Err(trip);
         }
         if self.data_events == 1 && !self.shape.is_event(&value) {
-            return Err(Trip::Unparsable {
-                detail: "the engine's first stream event is not a completion chunk",
-            });
+            return Err(NOT_A_CHUNK);
         }
         match self.shape {
             Shape::Native => self.native(&value)?,
@@ -462,11 +463,13 @@ impl StreamCheck {
                 return Some(SseEvent::data_event(&stripped));
             }
             let mut parsed = None;
-            let value = match (tree, event.json()) {
-                (Some(value), _) => value,
-                (None, Some(value)) => parsed.insert(value),
-                // Not reached: the typed view only reads JSON objects.
-                (None, None) => return Some(event.raw.clone()),
+            let value = match tree {
+                Some(value) => value,
+                None => match event.json() {
+                    Some(value) => parsed.insert(value),
+                    // Not reached: the typed view only reads JSON objects.
+                    None => return Some(event.raw.clone()),
+                },
             };
             if let Some(map) = value.as_object_mut() {
                 map.remove("usage");
