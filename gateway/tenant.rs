@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::config::TenantConfig;
+use crate::config::{LeakMode, TenantConfig};
 
 /// The tenant name used when `server.allow_anonymous` admits key-less requests.
 pub const ANONYMOUS_TENANT: &str = "anonymous";
@@ -47,6 +47,8 @@ pub struct TenantPolicy {
     pub lora_adapters: HashSet<String>,
     /// May choose a pool with `x-kvgate-pool`.
     pub choose_pool: bool,
+    /// Leak detection of its answers where stricter than the pool's (None: the pool's).
+    pub leak_detection: Option<LeakMode>,
 }
 
 impl TenantPolicy {
@@ -65,6 +67,7 @@ impl TenantPolicy {
             },
             lora_adapters: t.lora_adapters.iter().cloned().collect(),
             choose_pool: t.choose_pool,
+            leak_detection: t.leak_detection,
         }
     }
 
@@ -78,12 +81,19 @@ impl TenantPolicy {
             limits: TenantLimits::UNLIMITED,
             lora_adapters: HashSet::new(),
             choose_pool: false,
+            leak_detection: None,
         }
     }
 
     /// Whether the tenant may use the LoRA adapter `name`.
     pub fn allows_lora(&self, name: &str) -> bool {
         self.lora_adapters.contains(name)
+    }
+
+    /// The leak mode of this tenant's answers on a pool whose own mode is `pool`: the
+    /// stricter of the two.
+    pub fn leak_mode(&self, pool: LeakMode) -> LeakMode {
+        self.leak_detection.map_or(pool, |mine| mine.max(pool))
     }
 
     /// Whether the tenant may use `model`.

@@ -254,7 +254,7 @@ pub struct PoolConfig {
     #[serde(default = "default_true")]
     pub cache_salt: bool,
     /// Scan answers for fragments of other tenants' recent prompts: off | detect | block
-    /// (default).
+    /// (default) | strict.
     #[serde(default)]
     pub leak_detection: LeakMode,
     /// The response guard of this pool (`[pools.guard]`).
@@ -301,19 +301,38 @@ fn default_true() -> bool {
 }
 
 /// What the leak detector does when an answer holds other tenants' prompt fragments.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+/// Ordered from the least to the most protective: where a pool and a tenant both set one,
+/// the stricter applies.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LeakMode {
     /// Do not fingerprint or scan.
     Off,
     /// Audit line and `kvgate_leak_suspected_total`; the answer is delivered.
     Detect,
-    /// As detect, and the answer is stopped (502, or an error event in a stream); streams
-    /// are held back by `ngram + min_matches - 1` text units so nothing foreign gets out.
-    /// The default: a leak with the right usage and no marker (the incident's v3 shape) is
-    /// only stopped here.
+    /// As detect, and the answer is stopped (502, or an error event in a stream). A stream's
+    /// events leave as they are checked; output is held only while the answer's newest
+    /// units continue a run of another tenant's text, so at most `ngram - 1` units of a
+    /// run that trips reach the client. The default: a leak with the right usage and no
+    /// marker (the incident's v3 shape) is only stopped here.
     #[default]
     Block,
+    /// As block, and every stream is held back by `ngram + min_matches` units, so not one
+    /// unit of a run that trips reaches the client; costs every stream that hold-back in
+    /// time to first token. For pools of tenants whose prompts hold secrets.
+    Strict,
+}
+
+impl LeakMode {
+    /// Scan answers at all (and fingerprint prompts).
+    pub fn is_on(self) -> bool {
+        self != LeakMode::Off
+    }
+
+    /// Stop an answer that trips (block and strict).
+    pub fn blocks(self) -> bool {
+        self >= LeakMode::Block
+    }
 }
 
 /// `[isolation]`
@@ -416,6 +435,11 @@ pub struct TenantConfig {
     /// hand, even at weight 0); others get 403 when they send it.
     #[serde(default)]
     pub choose_pool: bool,
+    /// The leak detection of this tenant's answers where it is stricter than the pool's
+    /// (`strict` for a tenant that must never receive a unit of a detected run; a tenant
+    /// cannot lower a pool's mode, as the pool's mode protects the other tenants' prompts).
+    #[serde(default)]
+    pub leak_detection: Option<LeakMode>,
 }
 
 mod http_serde_uri {

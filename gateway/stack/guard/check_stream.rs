@@ -12,9 +12,11 @@ use std::collections::BTreeSet;
 
 use super::inspect::typed::OpenAiChunk;
 use super::inspect::{self, Expectation, Markers, Shape, Trip};
-use super::leak::LeakScan;
+use super::leak::{HoldPolicy, LeakScan};
 use super::sse::SseEvent;
 
+#[cfg(test)]
+mod hold_tests;
 #[cfg(test)]
 mod proptests;
 
@@ -65,8 +67,8 @@ pub struct StreamCheck {
     /// Whether the I1 checks run (off: only the leak scan).
     checks: bool,
     leak: Option<LeakScan>,
-    /// Output held back for the leak scan in block mode: bytes and the scanned-token count
-    /// when they arrived.
+    /// Output held back for the leak scan (block and strict modes): bytes and the scanned
+    /// unit count when they arrived.
     held: std::collections::VecDeque<(Bytes, usize)>,
     /// The engine's usage as last reported: per sample, and a final total.
     usage: std::collections::BTreeMap<usize, u64>,
@@ -105,22 +107,33 @@ impl StreamCheck {
         }
     }
 
-    /// Queue `bytes` for the client and return what may go out now: everything, unless the
-    /// leak scan blocks, which holds output until enough later tokens were scanned (or the
-    /// stream is done).
+    /// Queue `bytes` for the client and return what may go out now (in order): everything,
+    /// unless the leak scan holds output — in block mode while the newest units continue
+    /// another tenant's text, in strict mode until enough later units were scanned — or
+    /// the stream is done (see `guard/leak.rs` for what each guarantees).
     pub fn release(&mut self, bytes: Bytes) -> Vec<Bytes> {
-        let (fed, holdback) = self
-            .leak
-            .as_ref()
-            .map_or((0, 0), |l| (l.fed(), l.holdback()));
-        if holdback == 0 && self.held.is_empty() {
+        let (policy, fed, in_run) = match &self.leak {
+            Some(l) if !self.done => (l.hold_policy(), l.fed(), l.in_foreign_run()),
+            _ => (HoldPolicy::None, 0, false),
+        };
+        let hold_this = match policy {
+            HoldPolicy::None => false,
+            HoldPolicy::WhileForeignRun => in_run,
+            HoldPolicy::Units(_) => true,
+        };
+        if !hold_this && self.held.is_empty() {
             return vec![bytes];
         }
         self.held.push_back((bytes, fed));
+        if hold_this && policy == HoldPolicy::WhileForeignRun {
+            return Vec::new();
+        }
         let mut ready = Vec::new();
         while let Some((_, at)) = self.held.front() {
-            if !self.done && fed.saturating_sub(*at) < holdback {
-                break;
+            if let HoldPolicy::Units(holdback) = policy {
+                if fed.saturating_sub(*at) < holdback {
+                    break;
+                }
             }
             if let Some((b, _)) = self.held.pop_front() {
                 ready.push(b);

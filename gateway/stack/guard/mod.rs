@@ -303,11 +303,13 @@ impl Stage for Guard {
                 .get::<RoutePlan>()
                 .map(|p| p.pool.name.to_string())
                 .unwrap_or_default();
-            let leak_mode = state.isolation.leak_mode(&pool);
+            let leak_mode = state
+                .isolation
+                .request_leak_mode(&pool, request.extensions().get::<AuthContext>());
             let Some(pool_guard) = state
                 .pools
                 .get(&pool)
-                .filter(|g| g.config.enabled || leak_mode != LeakMode::Off)
+                .filter(|g| g.config.enabled || leak_mode.is_on())
             else {
                 return next.oneshot(request).await;
             };

@@ -45,7 +45,7 @@ pub struct GuardedStream {
     usage: Option<UsageCell>,
 }
 
-/// Bytes of a chunk re-framed at once: a dozen typical events, enough for block mode's
+/// Bytes of a chunk re-framed at once: a dozen typical events, enough for strict mode's
 /// hold-back to release the first.
 const REFRAME_SLICE: usize = 4096;
 
@@ -215,7 +215,7 @@ impl GuardedStream {
             if frames == 1 {
                 // The first event is with hyper: let it write the head and that event now
                 // (it writes when the body is not ready) rather than after a whole burst —
-                // in block mode too, where it went out only once later events were checked.
+                // in strict mode too, where it goes out only once later events were checked.
                 tokio::task::yield_now().await;
             }
             loop {
@@ -347,14 +347,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn in_block_mode_the_first_released_event_is_written_before_the_rest_is_checked() {
-        // Block mode releases the first event only once 10 later units were scanned; then
+    async fn in_strict_mode_the_first_released_event_is_written_before_the_rest_is_checked() {
+        // Strict mode releases the first event only once 10 later units were scanned; then
         // the body must still step back once (so hyper writes the head and that event)
         // before checking and coalescing the rest of what was read.
         let store = crate::stack::isolate::FingerprintStore::new(Default::default());
         let scan = crate::stack::guard::leak::LeakScan::new(
             store.scanner("tenant"),
-            crate::config::LeakMode::Block,
+            crate::config::LeakMode::Strict,
             std::sync::Arc::new(|_| {}),
         );
         let burst: String = (0..30).map(|i| chunk(&format!(" w{i}"))).collect();

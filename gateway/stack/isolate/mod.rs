@@ -129,6 +129,12 @@ impl IsolationState {
         self.pools.get(pool).map_or(LeakMode::Off, |p| p.leak)
     }
 
+    /// The leak mode of one request: its pool's, or its tenant's where that is stricter.
+    pub fn request_leak_mode(&self, pool: &str, auth: Option<&AuthContext>) -> LeakMode {
+        let pool = self.leak_mode(pool);
+        auth.map_or(pool, |a| a.policy.leak_mode(pool))
+    }
+
     /// The tokenizer of a model (to turn answers into ids for scanning).
     pub fn tokenizer(&self, model: &str) -> Option<&Arc<ModelTokenizer>> {
         self.tokenizers.get(model)
@@ -240,10 +246,8 @@ impl Predicate<Request<Bytes>> for Isolate {
     type Request = Request<Bytes>;
 
     fn check(&mut self, mut request: Request<Bytes>) -> Result<Request<Bytes>, BoxError> {
-        let tenant = request
-            .extensions()
-            .get::<AuthContext>()
-            .map(|a| a.tenant.clone());
+        let auth = request.extensions().get::<AuthContext>();
+        let tenant = auth.map(|a| a.tenant.clone());
         let pool = request
             .extensions()
             .get::<RoutePlan>()
@@ -251,6 +255,7 @@ impl Predicate<Request<Bytes>> for Isolate {
         let (Some(tenant), Some(pool)) = (tenant, pool) else {
             return Ok(request);
         };
+        let leak = self.state.request_leak_mode(&pool, auth);
         let switches = self
             .state
             .pools
@@ -268,7 +273,7 @@ impl Predicate<Request<Bytes>> for Isolate {
         if switches.cache_salt {
             parsed.directives.cache_salt = Some(self.state.salter.salt(&tenant));
         }
-        if switches.leak == LeakMode::Off {
+        if !leak.is_on() {
             return Ok(request);
         }
         // Read again from the client's bytes (checked by the parse stage): borrowed text,

@@ -9,7 +9,9 @@
 //! - [`FingerprintStore`] and [`ResponseScanner`] — the leak detector. It remembers the
 //!   n-grams of each tenant's recent prompts (what the engine's KV pages hold), as text
 //!   units ([`units`]: words and other characters, no tokenizer needed), and scans every
-//!   response, streams piece by piece, for n-grams that only *another* tenant sent. That is the signature of the incident this gateway exists for: a 200 whose text
+//!   response, streams piece by piece, for n-grams that only *another* tenant sent; it also
+//!   says whether an answer's newest units are inside such a run
+//!   ([`ResponseScanner::in_foreign_run`]), which is all a blocking stream waits for. That is the signature of the incident this gateway exists for: a 200 whose text
 //!   came from other users' stale KV pages.
 //!
 //! # Using the detector on the request path

@@ -40,6 +40,9 @@ pub struct ResponseScanner {
     matched: HashSet<u64, BuildPassThrough>,
     owners: Vec<u32>,
     alarmed: bool,
+    /// Whether the newest n-gram fed is foreign: the answer's tail continues a run of
+    /// another tenant's text (see [`ResponseScanner::in_foreign_run`]).
+    in_run: bool,
 }
 
 impl FingerprintStore {
@@ -62,6 +65,7 @@ impl ResponseScanner {
             matched: HashSet::default(),
             owners: Vec::new(),
             alarmed: false,
+            in_run: false,
         }
     }
 
@@ -79,11 +83,15 @@ impl ResponseScanner {
         ngram_hashes(&self.pending, n, &mut self.hashes);
         self.store.owners(&self.hashes, now, &mut self.found);
         for (&hash, &found) in self.hashes.iter().zip(&self.found) {
-            if self.matched.contains(&hash) {
+            let foreign = matches!(found, Owner::Only(owner) if Some(owner) != self.me);
+            // The run state follows every n-gram, a repeated one too: it says whether the
+            // answer's newest units still continue another tenant's text.
+            self.in_run = foreign;
+            if !foreign || self.matched.contains(&hash) {
                 continue;
             }
             if let Owner::Only(owner) = found {
-                if Some(owner) != self.me && self.matched.len() < MAX_TRACKED {
+                if self.matched.len() < MAX_TRACKED {
                     self.matched.insert(hash);
                     if !self.owners.contains(&owner) {
                         self.owners.push(owner);
@@ -102,11 +110,36 @@ impl ResponseScanner {
         Some(suspicion)
     }
 
-    /// Generated tokens after which a foreign fragment ending at a given token is sure to
-    /// have raised the suspicion: `ngram + min_matches - 1`. A stream that must not leak
-    /// holds its output back by this many tokens.
+    /// Generated units after which a foreign fragment ending at a given unit is sure to
+    /// have raised the suspicion: `ngram + min_matches - 1`. A stream that must not let a
+    /// single unit of a detected run out (strict mode) holds its output back by this many.
     pub fn tokens_to_decide(&self) -> usize {
         self.store.config.ngram + self.store.config.min_matches.saturating_sub(1)
+    }
+
+    /// Whether `unit`, fed next, would end a foreign n-gram: asked of the word still open at
+    /// an event's end (its unit so far), so an event that completes the n-th unit of a
+    /// foreign run is held although the word's end has not arrived yet. Changes nothing.
+    pub fn would_continue_run(&mut self, unit: u32, now: Instant) -> bool {
+        let n = self.store.config.ngram;
+        if self.pending.len() + 1 < n {
+            return false;
+        }
+        let mut window = Vec::with_capacity(n);
+        window.extend_from_slice(&self.pending[self.pending.len() + 1 - n..]);
+        window.push(unit);
+        self.hashes.clear();
+        ngram_hashes(&window, n, &mut self.hashes);
+        self.store.owners(&self.hashes, now, &mut self.found);
+        matches!(self.found.first(), Some(Owner::Only(owner)) if Some(*owner) != self.me)
+    }
+
+    /// Whether the newest n-gram fed is foreign (only another tenant's recent prompt holds
+    /// it): the answer is inside a run of another tenant's text, which the next units either
+    /// continue (towards `min_matches` and the suspicion) or break. Block mode holds stream
+    /// output exactly while this is true; false before the first full n-gram.
+    pub fn in_foreign_run(&self) -> bool {
+        self.in_run
     }
 
     /// The suspicion so far: `Some` once `min_matches` distinct foreign n-grams were seen.

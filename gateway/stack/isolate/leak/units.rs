@@ -11,12 +11,14 @@
 //!
 //! The detector's guarantee in these terms: an answer holding a run of
 //! `ngram + min_matches - 1` consecutive units (starting at a word or character boundary)
-//! that only another tenant's recent prompt holds is a suspected leak, and block mode holds
-//! a stream back by that many units plus one. As no unit is longer than 16 bytes, both are
+//! that only another tenant's recent prompt holds is a suspected leak. In a stream, block
+//! mode lets at most `ngram - 1` units of such a run out (it holds output only inside a
+//! foreign run), strict mode none (it holds every stream back by `ngram + min_matches`
+//! units); see `guard/leak.rs`. As no unit is longer than 16 bytes, all of these are
 //! bounded in bytes too: 16 per unit, whitespace aside.
 
 /// The longest unit in bytes: longer words (base64, hex dumps) are cut every 16 bytes, so a
-/// unit count bounds a byte count (the block-mode hold-back above all).
+/// unit count bounds a byte count (the stream guarantees above all).
 pub const MAX_WORD_BYTES: usize = 16;
 
 /// FxHash's multiplier: odd, with well-spread bits (as in `hash.rs`).
@@ -101,6 +103,12 @@ impl TextUnits {
                 out.push(char_unit(c));
             }
         }
+    }
+
+    /// The unit of the word still open (waiting for its end), as it stands: the unit it
+    /// becomes if the text ends here.
+    pub fn open_unit(&self) -> Option<u32> {
+        (self.word_len > 0).then(|| word_unit(self.word, self.word_len))
     }
 
     /// The end of the text: the last word is complete.
