@@ -66,7 +66,10 @@ fn chunk_event(piece: &str) -> SseEvent {
     let mut events = Vec::new();
     let mut reframer = SseReframer::new();
     reframer
-        .push(SseEvent::data_event(&data.to_string()).as_ref(), &mut events)
+        .push(
+            SseEvent::data_event(&data.to_string()).as_ref(),
+            &mut events,
+        )
         .unwrap();
     events.pop().unwrap()
 }
@@ -101,7 +104,11 @@ fn text_of(bytes: &Bytes) -> String {
     events
         .iter()
         .filter_map(|e| e.json())
-        .filter_map(|v| v["choices"][0]["delta"]["content"].as_str().map(str::to_owned))
+        .filter_map(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
         .collect()
 }
 
@@ -111,7 +118,11 @@ fn longest_shared_run(seen: &str, source: &str) -> usize {
     let mut best = 0;
     for i in 0..a.len() {
         for j in 0..b.len() {
-            let k = a[i..].iter().zip(&b[j..]).take_while(|(x, y)| x == y).count();
+            let k = a[i..]
+                .iter()
+                .zip(&b[j..])
+                .take_while(|(x, y)| x == y)
+                .count();
             best = best.max(k);
         }
     }
@@ -159,8 +170,15 @@ fn block_mode_holds_one_foreign_ngram_and_releases_it_when_the_run_breaks() {
     // word ends only when the next event's space arrives), which releases all three.
     let hold_at = 5 + NGRAM - 1;
     assert!(released[..hold_at].iter().all(|&n| n == 1), "{released:?}");
-    assert_eq!(released[hold_at], 0, "held: its open word ends a foreign n-gram");
-    assert_eq!(released[hold_at + 1], 0, "held until the next unit is complete");
+    assert_eq!(
+        released[hold_at], 0,
+        "held: its open word ends a foreign n-gram"
+    );
+    assert_eq!(
+        released[hold_at + 1],
+        0,
+        "held until the next unit is complete"
+    );
     assert_eq!(released[hold_at + 2], 3, "the break releases what was held");
     assert!(released[hold_at + 3..].iter().all(|&n| n == 1));
     assert_eq!(units_of(&client).len(), all.len(), "nothing lost");
@@ -186,7 +204,11 @@ fn block_mode_stops_a_leak_with_at_most_ngram_minus_one_foreign_units_out() {
         };
         assert!(out <= most, "{mode:?}: {out} foreign units reached bob");
         if mode == LeakMode::Block {
-            assert_eq!(out, NGRAM - 1, "the bound is tight: the run is seen at its n-th unit");
+            assert_eq!(
+                out,
+                NGRAM - 1,
+                "the bound is tight: the run is seen at its n-th unit"
+            );
         }
     }
 }

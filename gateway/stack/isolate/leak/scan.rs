@@ -43,6 +43,8 @@ pub struct ResponseScanner {
     /// Whether the newest n-gram fed is foreign: the answer's tail continues a run of
     /// another tenant's text (see [`ResponseScanner::in_foreign_run`]).
     in_run: bool,
+    /// Scratch of [`ResponseScanner::would_continue_run`]: the n-gram it asks about.
+    probe: Vec<u32>,
 }
 
 impl FingerprintStore {
@@ -66,6 +68,7 @@ impl ResponseScanner {
             owners: Vec::new(),
             alarmed: false,
             in_run: false,
+            probe: Vec::new(),
         }
     }
 
@@ -125,11 +128,12 @@ impl ResponseScanner {
         if self.pending.len() + 1 < n {
             return false;
         }
-        let mut window = Vec::with_capacity(n);
-        window.extend_from_slice(&self.pending[self.pending.len() + 1 - n..]);
-        window.push(unit);
+        self.probe.clear();
+        self.probe
+            .extend_from_slice(&self.pending[self.pending.len() + 1 - n..]);
+        self.probe.push(unit);
         self.hashes.clear();
-        ngram_hashes(&window, n, &mut self.hashes);
+        ngram_hashes(&self.probe, n, &mut self.hashes);
         self.store.owners(&self.hashes, now, &mut self.found);
         matches!(self.found.first(), Some(Owner::Only(owner)) if Some(*owner) != self.me)
     }
