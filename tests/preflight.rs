@@ -16,8 +16,8 @@ use support::*;
 const WINDOW: u64 = 4096;
 /// Tenant A's plant; tenant B's over-limit, short, limit − 1 and long prompts.
 const ISOLATION_PROBES: usize = 5;
-/// Three sizes (limit − 1, limit, limit + 1) on two routes, streamed and not; the model's
-/// window adds none when it is the limit + 1 or less, and here it is 6 above the limit.
+/// Four sizes (limit − 1, limit, limit + 1 and the model's window, 6 above the limit here)
+/// on two routes, streamed and not.
 const BOUNDARY_PROBES: usize = 4 * 4;
 
 async fn unified(fault: SimFault, kv: usize) -> RunningSim {
