@@ -44,7 +44,9 @@ fn detector(isolation: &IsolationConfig, units: usize) -> LeakDetectorConfig {
         min_matches: isolation.min_matches,
         window: Duration::from_secs(24 * 3600),
         // One entry per recorded unit at most; twice that keeps every shard below its cap.
-        max_entries: units.saturating_mul(2).clamp(1 << 10, 1 << 24),
+        // Probe prompts repeat one unit, so their distinct n-grams are far fewer than their
+        // units: the cap only bounds the filter's memory for huge windows.
+        max_entries: units.saturating_mul(2).clamp(1 << 10, 1 << 22),
     }
 }
 
@@ -67,6 +69,11 @@ pub(super) fn check(results: &mut [ProbeResult], sent: &[Sent], isolation: &Isol
             continue;
         }
         let own = label(r);
+        let own_units = sent
+            .iter()
+            .zip(&units)
+            .find(|(s, _)| s.label == own)
+            .map_or(&[][..], |(_, u)| &u[..]);
         let answer_units = units_of(&answer);
         let mut scanner = store.scanner(&own);
         scanner.feed(&answer_units, now);
@@ -82,7 +89,15 @@ pub(super) fn check(results: &mut [ProbeResult], sent: &[Sent], isolation: &Isol
                     "answer of \"{own}\" holds text of probe \"{}\" (nonce {nonce})",
                     s.label
                 ));
-            } else if suspected && pairwise(isolation, &own, &answer_units, s, u, sent, now) {
+            } else if suspected
+                && pairwise(
+                    isolation,
+                    (&own, own_units),
+                    (&s.label, u),
+                    &answer_units,
+                    now,
+                )
+            {
                 found.push(format!(
                     "answer of \"{own}\" holds text of probe \"{}\" (n-grams of its prompt)",
                     s.label
@@ -110,25 +125,18 @@ pub(super) fn check(results: &mut [ProbeResult], sent: &[Sent], isolation: &Isol
 }
 
 /// Whether `answer` holds text of `other`'s prompt that `own`'s does not: the n-gram test
-/// with only the two recorded, so the finding can name `other`.
+/// with only the two recorded (label, units), so the finding can name `other`.
 fn pairwise(
     isolation: &IsolationConfig,
-    own: &str,
+    own: (&str, &[u32]),
+    other: (&str, &[u32]),
     answer: &[u32],
-    other: &Sent,
-    other_units: &[u32],
-    sent: &[Sent],
     now: Instant,
 ) -> bool {
-    let own_units = sent
-        .iter()
-        .find(|s| s.label == own)
-        .map(|s| units_of(&s.text))
-        .unwrap_or_default();
-    let store = FingerprintStore::new(detector(isolation, own_units.len() + other_units.len()));
-    store.record_prompt(own, &own_units, now);
-    store.record_prompt(&other.label, other_units, now);
-    let mut scanner = store.scanner(own);
+    let store = FingerprintStore::new(detector(isolation, own.1.len() + other.1.len()));
+    store.record_prompt(own.0, own.1, now);
+    store.record_prompt(other.0, other.1, now);
+    let mut scanner = store.scanner(own.0);
     scanner.feed(answer, now);
     scanner.suspicion().is_some()
 }
