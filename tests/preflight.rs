@@ -1,7 +1,8 @@
 //! `kvgate preflight` against the simulated engine: a healthy deployment passes, the
 //! incident's fails naming the cause, in unified and prefill/decode modes; the quiet leak is
-//! caught by the isolation probes; the budget, `--pool`, `--json` and the exit codes of the
-//! real binary.
+//! caught by the isolation probes, and the "v3 shape" (stale KV pages served with the exact
+//! count, behind an overstated pool) by the cross-probe check; the budget, `--pool`,
+//! `--json` and the exit codes of the real binary.
 
 mod support;
 
@@ -9,10 +10,15 @@ use serde_json::Value;
 use std::process::Command;
 
 use kvgate::runtime::preflight::{run, PreflightOptions, PreflightReport, Verdict};
-use kvgate_sim::{RunningSim, SimFault, SimRole};
+use kvgate_sim::{RunningSim, SimConfig, SimFault, SimRole};
 use support::*;
 
 const WINDOW: u64 = 4096;
+/// Tenant A's plant; tenant B's over-limit, short, limit − 1 and long prompts.
+const ISOLATION_PROBES: usize = 5;
+/// Four sizes (limit − 1, limit, limit + 1 and the model's window, 6 above the limit here)
+/// on two routes, streamed and not.
+const BOUNDARY_PROBES: usize = 4 * 4;
 
 async fn unified(fault: SimFault, kv: usize) -> RunningSim {
     engine(SimRole::Unified, fault, kv, WINDOW as usize).await
@@ -72,7 +78,7 @@ fn assert_complete(report: &PreflightReport) {
             }
         }
     }
-    assert_eq!(probes_of(report, "isolation").len(), 3);
+    assert_eq!(probes_of(report, "isolation").len(), ISOLATION_PROBES);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,7 +105,7 @@ async fn a_healthy_unified_deployment_passes_every_probe() {
         "the chat prompt is counted exactly"
     );
     // Every probe went straight to the engine: discovery aside, it saw them all.
-    assert_eq!(generations(&sim).len(), 3 + 4 * 4);
+    assert_eq!(generations(&sim).len(), ISOLATION_PROBES + BOUNDARY_PROBES);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -164,13 +170,16 @@ async fn a_healthy_prefill_decode_pair_passes_with_the_bootstrap_fields() {
     assert_eq!(report.targets[0].mode, "disaggregated");
     // Both sides got every probe, with a room (the sim's prefill refuses one without).
     let p = generations(&prefill);
-    assert_eq!(p.len(), 19);
+    assert_eq!(p.len(), ISOLATION_PROBES + BOUNDARY_PROBES);
     assert!(
         p.iter().all(|r| r.body["bootstrap_room"].is_u64()),
         "{:?}",
         p[0].body
     );
-    assert_eq!(generations(&decode).len(), 19);
+    assert_eq!(
+        generations(&decode).len(),
+        ISOLATION_PROBES + BOUNDARY_PROBES
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -210,6 +219,102 @@ async fn the_quiet_leak_is_caught_by_the_isolation_probes() {
         short.detail.contains("tenant A's nonce"),
         "{}",
         short.detail
+    );
+}
+
+// === the v3 shape: stale KV pages served with the exact count ===
+
+/// A prefill with `SimFault::StaleKv` and a pool of `kv` tokens that reports `reported`,
+/// and a healthy decode of 8,192; both engines' context length is the model's window.
+async fn stale_kv_pair(kv: usize, reported: usize) -> (RunningSim, RunningSim, String) {
+    let prefill = engine_with(SimConfig {
+        role: SimRole::Prefill,
+        fault: SimFault::StaleKv,
+        kv_tokens: kv,
+        reported_kv_tokens: Some(reported),
+        context_length: WINDOW as usize,
+        model: "qwen3".into(),
+        ..SimConfig::default()
+    })
+    .await;
+    let decode = engine(SimRole::Decode, SimFault::None, 8192, WINDOW as usize).await;
+    let config = config_with_pools(
+        WINDOW,
+        &pd_pool("pd", &[worker(&prefill, None)], &[worker(&decode, None)]),
+    );
+    (prefill, decode, config)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_kv_pair_with_honest_capacity_fails() {
+    // Its pool (2,048) is reported as it is, but it admits by its context length: prompts
+    // at and over the limit are served instead of refused.
+    let (_prefill, _decode, config) = stale_kv_pair(2048, 2048).await;
+    let report = preflight(&config).await;
+    assert_eq!(report.result, Verdict::Fail, "{report}");
+    assert_eq!(report.exit_code(), 1);
+    assert_eq!(report.targets[0].input_limit, Some(2042));
+    let failed = failures(&report);
+    assert!(
+        failed
+            .iter()
+            .any(|f| f.starts_with("boundary") && f.contains("got a success")),
+        "{failed:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_kv_pair_overstating_its_pool_fails_on_the_cross_probe_check() {
+    // Real pool 2,048, reported 4,096: the limit comes from the window (4,096 − 6), so the
+    // limit and over are refused by the engine's own context check and every answer below
+    // it has the exact count, a normal finish and no marker. Prompts beyond the real pool
+    // are answered from stale pages: only the nonces and the n-gram test can tell.
+    let (prefill, _decode, config) = stale_kv_pair(2048, 4096).await;
+    let report = preflight(&config).await;
+    assert_eq!(report.result, Verdict::Fail, "{report}");
+    assert_eq!(report.targets[0].input_limit, Some(WINDOW - 6));
+    let all: Vec<_> = report.targets.iter().flat_map(|t| &t.probes).collect();
+    assert_eq!(all.len(), ISOLATION_PROBES + BOUNDARY_PROBES, "{report}");
+    assert_eq!(
+        generations(&prefill).len(),
+        all.len(),
+        "every probe was sent"
+    );
+    // The checks on one answer alone pass it all: every failure is the new check's.
+    let failed: Vec<_> = all.iter().filter(|p| p.verdict == Verdict::Fail).collect();
+    assert!(!failed.is_empty());
+    for p in &failed {
+        assert!(
+            p.detail.starts_with("answer of \""),
+            "{} {}: {}",
+            p.kind,
+            p.name,
+            p.detail
+        );
+        let e = p.evidence.as_ref().expect("answered");
+        assert_eq!(e.status, 200);
+        assert_eq!(e.prompt_tokens, Some(p.prompt_tokens), "the exact count");
+        assert!(e.success_like && e.guard_trip.is_none());
+    }
+    for p in all
+        .iter()
+        .filter(|p| p.name == "limit" || p.name == "limit + 1")
+    {
+        assert_eq!(p.verdict, Verdict::Pass, "{}: {}", p.name, p.detail);
+    }
+    // The long prompt, beyond the real pool, got the short prompt's stale pages: the
+    // finding names both probes and the nonce it found.
+    let long = all
+        .iter()
+        .find(|p| p.name == "tenant B long prompt")
+        .expect("B's long probe");
+    assert_eq!(long.verdict, Verdict::Fail, "{report}");
+    assert!(
+        long.detail.starts_with(
+            "answer of \"isolation /generate tenant B long prompt\" holds text of probe \"isolation /generate tenant B short prompt\" (nonce kvgate"
+        ),
+        "{}",
+        long.detail
     );
 }
 

@@ -70,6 +70,10 @@ pub struct SimArgs {
     /// Milliseconds between generated tokens.
     #[arg(long, default_value_t = 0)]
     pub token_latency_ms: u64,
+    /// The KV pool `/get_server_info` reports, when not the real --kv-tokens (an engine
+    /// that overstates its pool; see --fault stale-kv).
+    #[arg(long)]
+    pub reported_kv_tokens: Option<usize>,
 }
 
 /// Why the simulated engine could not start.
@@ -116,6 +120,7 @@ pub async fn run_cli(args: SimArgs) -> Result<(), SimError> {
         page_size: args.page_size,
         fault: args.fault,
         token_latency: Duration::from_millis(args.token_latency_ms),
+        reported_kv_tokens: args.reported_kv_tokens,
         ..SimConfig::default()
     };
     let running = super::spawn(config, Arc::new(tokenizer), http, bootstrap)

@@ -31,6 +31,10 @@ pub struct SimConfig {
     /// releases, vLLM), so a gateway must trust its configured capacity — the way tests
     /// reproduce the incident's configuration mismatch.
     pub server_info: bool,
+    /// The KV pool `/get_server_info` reports (`max_total_num_tokens`, and the
+    /// `max_req_input_len` derived from it) when it differs from the real `kv_tokens`: an
+    /// engine that overstates its pool. `None`: the real size.
+    pub reported_kv_tokens: Option<usize>,
 }
 
 impl Default for SimConfig {
@@ -46,6 +50,7 @@ impl Default for SimConfig {
             bootstrap_timeout: Duration::from_secs(5),
             version: "0.5.22-sim".to_string(),
             server_info: true,
+            reported_kv_tokens: None,
         }
     }
 }
@@ -61,6 +66,19 @@ impl SimConfig {
     /// SGLang's `max_req_input_len = max_req_len - 5`: longer inputs are aborted by the scheduler.
     pub fn max_req_input_len(&self) -> usize {
         self.max_req_len().saturating_sub(5)
+    }
+
+    /// The KV pool the engine reports: `reported_kv_tokens`, or the real `kv_tokens`.
+    pub fn reported_kv_tokens(&self) -> usize {
+        self.reported_kv_tokens.unwrap_or(self.kv_tokens)
+    }
+
+    /// The `max_req_input_len` the engine reports, derived from the pool it reports.
+    pub fn reported_max_req_input_len(&self) -> usize {
+        self.context_length
+            .saturating_sub(1)
+            .min(self.reported_kv_tokens().saturating_sub(1))
+            .saturating_sub(5)
     }
 }
 
@@ -122,4 +140,11 @@ pub enum SimFault {
     /// The first stream event is not JSON (an HTML error page from a broken proxy in front
     /// of the engine), then the normal stream.
     GarbageEvent,
+    /// The incident's "v3 shape": the engine admits inputs by its context length instead
+    /// of its KV pool, and a prompt that does not fit its real pool gets the pages that are
+    /// free (capped at the pool), not rewritten, and is answered from what they hold — with
+    /// the exact `prompt_tokens`, a normal finish and no marker (unified and prefill roles;
+    /// a decode reads the stale pages its prefill published). Combined with
+    /// `reported_kv_tokens` above the real pool, only a leak check can tell.
+    StaleKv,
 }

@@ -144,9 +144,34 @@ fn context_check(engine: &SimEngine, input: usize, max_new: usize) -> Option<Fin
     None
 }
 
-/// The scheduler clips `max_new_tokens` so the sequence fits `max_req_len`.
+/// The scheduler clips `max_new_tokens` so the sequence fits `max_req_len` (under
+/// [`SimFault::StaleKv`], the context length's: the pool is not looked at).
 fn clip_max_new(engine: &SimEngine, input: usize, max_new: usize) -> usize {
-    max_new.min(engine.config.max_req_len().saturating_sub(input + 1))
+    let max_req_len = if engine.config.fault == SimFault::StaleKv {
+        engine.config.context_length.saturating_sub(1)
+    } else {
+        engine.config.max_req_len()
+    };
+    max_new.min(max_req_len.saturating_sub(input + 1))
+}
+
+/// The scheduler's input limit: `max_req_input_len`, or under [`SimFault::StaleKv`] the
+/// one its context length alone gives (the v3 shape admits by context, not by pool).
+fn input_limit(engine: &SimEngine) -> usize {
+    if engine.config.fault == SimFault::StaleKv {
+        engine.config.context_length.saturating_sub(6)
+    } else {
+        engine.config.max_req_input_len()
+    }
+}
+
+/// [`SimFault::StaleKv`]'s path for a request of `tokens` KV tokens that does not fit the
+/// real pool: the pages that are free (capped), not rewritten. `None`: the normal path.
+async fn stale_pages(engine: &SimEngine, tokens: usize) -> Option<Result<Allocation, PoolError>> {
+    if engine.config.fault != SimFault::StaleKv || tokens <= engine.config.kv_tokens {
+        return None;
+    }
+    Some(engine.pool.allocate_capped(tokens).await)
 }
 
 /// Derives the generated ids from KV content and writes them after `written` slots.
@@ -189,7 +214,7 @@ async fn unified(
     result: &mut SampleResult,
 ) -> Option<Allocation> {
     let input = sample.input_ids.len();
-    let limit = engine.config.max_req_input_len();
+    let limit = input_limit(engine);
     if input >= limit {
         if engine.config.fault != SimFault::Incident {
             result.finish = abort(input_too_long(input, limit), Some(400));
@@ -207,6 +232,19 @@ async fn unified(
         return Some(pages);
     }
     let max_new = clip_max_new(engine, input, max_new);
+    if let Some(stale) = stale_pages(engine, input + max_new).await {
+        // The v3 shape: answered from what the pages hold, counted exactly, no marker.
+        return match stale {
+            Ok(pages) => {
+                generate(engine, &pages, input, max_new, result);
+                Some(pages)
+            }
+            Err(err) => {
+                result.finish = pool_abort(&err);
+                None
+            }
+        };
+    }
     let pages = match engine.pool.allocate(input + max_new).await {
         Ok(pages) => pages,
         Err(err) => {
@@ -231,7 +269,7 @@ async fn prefill(engine: &SimEngine, sample: &Sample, result: &mut SampleResult)
         return;
     };
     let input = sample.input_ids.len();
-    let limit = engine.config.max_req_input_len();
+    let limit = input_limit(engine);
     let publish = |state: RoomState, pages: Option<Allocation>| {
         match state {
             RoomState::Aborted(_) => bump(&engine.stats.rooms_aborted),
@@ -265,6 +303,9 @@ async fn prefill(engine: &SimEngine, sample: &Sample, result: &mut SampleResult)
         }
         result.prompt_tokens = 1;
         placeholder_pages(engine, input).await
+    } else if let Some(stale) = stale_pages(engine, input).await {
+        // The v3 shape: stale pages published as this prompt's KV, with its exact count.
+        stale
     } else {
         match engine.pool.allocate(input).await {
             Ok(pages) => {
@@ -384,6 +425,7 @@ fn output_fault(fault: SimFault, result: &mut SampleResult) {
         | SimFault::CutStream
         | SimFault::StallStream
         | SimFault::SilentLeak
-        | SimFault::GarbageEvent => {}
+        | SimFault::GarbageEvent
+        | SimFault::StaleKv => {}
     }
 }

@@ -258,8 +258,8 @@ fn server_info(engine: &SimEngine) -> Value {
     let c = &engine.config;
     let scheduler = json!({
         "status": "ok",
-        "max_total_num_tokens": c.kv_tokens,
-        "max_req_input_len": c.max_req_input_len(),
+        "max_total_num_tokens": c.reported_kv_tokens(),
+        "max_req_input_len": c.reported_max_req_input_len(),
     });
     json!({
         "model_path": c.model,
@@ -267,7 +267,7 @@ fn server_info(engine: &SimEngine) -> Value {
         "served_model_name": c.model,
         "context_length": c.context_length,
         "page_size": c.page_size,
-        "max_total_tokens": c.kv_tokens,
+        "max_total_tokens": c.reported_kv_tokens(),
         "disaggregation_mode": c.role.disaggregation_mode(),
         "disaggregation_bootstrap_port": engine.bootstrap_port.unwrap_or(DEFAULT_BOOTSTRAP_PORT),
         "disaggregation_transfer_backend": "sim",

@@ -5,16 +5,23 @@
 //! - capacity: the engine's context length, KV pool and max input against the model's
 //!   window, naming the incident's mismatch;
 //! - isolation: probe tenant A plants a nonce in a long prompt, probe tenant B then sends
-//!   an over-limit prompt and a short one; A's nonce in B's answers is a FAIL;
+//!   an over-limit prompt, a short one, one at the limit − 1 and a long one; A's nonce in
+//!   B's answers is a FAIL;
 //! - boundaries: prompts at the limit − 1 (must be served, counted exactly), the limit,
 //!   the limit + 1 and the model's window (must get a clear error), streaming and not,
-//!   `/generate` and chat where the engine speaks them.
+//!   `/generate` and chat where the engine speaks them;
+//! - cross-probe: every prompt carries a nonce of its own, and an answer holding another
+//!   probe's nonce or prompt text (the leak detector's n-gram test) is a FAIL naming both.
 //!
-//! Files: `capacity` (targets, budget, capacity findings), `prompt` (exact-count prompts),
-//! `answer` (reading an answer), `probes` (what is sent), `verdict` (how it is judged), `report` (verdicts, text, JSON, exit code).
+//! Files: `capacity` (targets, budget, capacity findings), `prompt` (exact-count prompts
+//! with nonces), `answer` (reading an answer), `probes` (what is sent), `isolation` (the
+//! isolation probes), `verdict` (how one answer is judged), `cross` (answers against other
+//! probes' prompts), `report` (verdicts, text, JSON, exit code).
 
 mod answer;
 mod capacity;
+mod cross;
+mod isolation;
 mod probes;
 mod prompt;
 mod report;
@@ -131,6 +138,8 @@ async fn probe_pool(
             window: model.context_window,
             settings: &config.preflight,
             salts: salts.clone(),
+            leak: &config.isolation,
+            sent: Default::default(),
         };
         let probes = match limit {
             Some(limit) => prober.run(limit, budget).await,

@@ -1,22 +1,25 @@
 //! The probes of one target (a unified worker, or a prefill/decode pair): isolation between
-//! two probe tenants, and boundary prompts around the worker's input limit — sent straight to the engine with the body dispatch would build
-//! (the same `engine_body`, so PD pairs get the bootstrap fields the gateway sends).
+//! two probe tenants (`isolation`), and boundary prompts around the worker's input limit —
+//! sent straight to the engine with the body dispatch would build (the same `engine_body`,
+//! so PD pairs get the bootstrap fields the gateway sends). Every prompt carries a nonce of
+//! its own; once all ran, every answer is held against every other probe's prompt (`cross`).
 //!
 //! Isolation runs first, while the engine's KV pool still holds nothing of the boundary
-//! probes: a stale page then can only hold tenant A's nonce, which is what is looked for.
+//! probes.
 
 use bytes::Bytes;
 use http::HeaderValue;
 use serde_json::{Map, Value};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use tokio::time::Instant;
 
 use super::answer::Observed;
 use super::capacity::{Target, TokenBudget};
+use super::cross::{self, Sent};
 use super::prompt::{Prompt, PromptMaker};
 use super::report::{ProbeResult, Verdict};
 use super::verdict::{judge, Exchange, Expect};
-use crate::config::{EngineKind, PreflightConfig};
+use crate::config::{EngineKind, IsolationConfig, PreflightConfig};
 use crate::secure_random;
 use crate::stack::api::{Endpoint, EngineDirectives, InferenceRequest};
 use crate::stack::dispatch::build_engine_body;
@@ -27,13 +30,6 @@ use crate::upstream::{read_body, Upstream};
 
 /// Largest answer a probe reads.
 const MAX_ANSWER_BYTES: usize = 8 << 20;
-/// Tokens of tenant A's planted prompt at most (long enough to fill many KV pages).
-const PLANT_TOKENS: u64 = 8192;
-/// Tokens of tenant B's short prompt.
-const SHORT_TOKENS: u64 = 64;
-/// New tokens of the isolation probes: enough that an answer read from A's pages shows a
-/// whole nonce.
-const ISOLATION_NEW_TOKENS: u64 = 48;
 
 /// Everything a target's probes need.
 pub struct Prober<'a> {
@@ -48,6 +44,10 @@ pub struct Prober<'a> {
     pub settings: &'a PreflightConfig,
     /// Salts for the two probe tenants, when the pool sends cache salts.
     pub salts: Option<(String, String)>,
+    /// `[isolation]`: the n-gram test's `ngram` and `min_matches` for the cross-probe check.
+    pub leak: &'a IsolationConfig,
+    /// What each probe sent, for the cross-probe check.
+    pub sent: Mutex<Vec<Sent>>,
 }
 
 impl Prober<'_> {
@@ -62,22 +62,17 @@ impl Prober<'_> {
         e
     }
 
-    fn prompt(&self, endpoint: Endpoint, tokens: u64) -> Result<Prompt, String> {
+    /// A prompt of `tokens` with a nonce of its own.
+    pub(super) fn prompt(&self, endpoint: Endpoint, tokens: u64) -> Result<Prompt, String> {
         match endpoint {
-            Endpoint::Generate => Ok(self.prompts.generate(tokens)),
-            _ => self.prompts.chat(tokens).map_err(|e| e.to_string()),
-        }
-    }
-
-    fn text_prompt(&self, endpoint: Endpoint, unit: &str, tokens: u64) -> Result<Prompt, String> {
-        match endpoint {
-            Endpoint::Generate => self.prompts.generate_text(unit, tokens),
-            _ => self.prompts.chat_text(unit, tokens),
+            Endpoint::Generate => self.prompts.generate(tokens),
+            _ => self.prompts.chat(tokens),
         }
         .map_err(|e| e.to_string())
     }
 
-    /// Every probe of the target, in order: isolation, then the boundaries.
+    /// Every probe of the target, in order: isolation, then the boundaries; then the
+    /// cross-probe check over all their answers.
     pub async fn run(&self, limit: u64, budget: &mut TokenBudget) -> Vec<ProbeResult> {
         let mut results = Vec::new();
         let endpoints = self.endpoints();
@@ -99,7 +94,9 @@ impl Prober<'_> {
                     let prompt = match self.prompt(endpoint, tokens) {
                         Ok(p) => p,
                         Err(e) => {
-                            results.push(failed_to_build(endpoint, stream, name, tokens, &e));
+                            results.push(failed_to_build(
+                                "boundary", endpoint, stream, name, tokens, &e,
+                            ));
                             continue;
                         }
                     };
@@ -121,150 +118,13 @@ impl Prober<'_> {
                 }
             }
         }
-        results
-    }
-
-    async fn isolation(
-        &self,
-        endpoint: Endpoint,
-        limit: u64,
-        budget: &mut TokenBudget,
-    ) -> Vec<ProbeResult> {
-        let nonce = format!("kvgate{:016x}", secure_random::u64());
-        let unit = format!("preflight tenant A nonce {nonce} ");
-        let (salt_a, salt_b) = match &self.salts {
-            Some((a, b)) => (Some(a.clone()), Some(b.clone())),
-            None => (None, None),
-        };
-        let plant_tokens = PLANT_TOKENS.min(limit.saturating_sub(1 + ISOLATION_NEW_TOKENS));
-        let mut results = Vec::new();
-        let plant = match self.text_prompt(endpoint, &unit, plant_tokens) {
-            Ok(p) => p,
-            Err(e) => {
-                results.push(failed_to_build(
-                    endpoint,
-                    false,
-                    "tenant A plants a nonce",
-                    plant_tokens,
-                    &e,
-                ));
-                return results;
-            }
-        };
-        if !plant.text.as_deref().is_some_and(|t| t.contains(&nonce)) {
-            let e = "the nonce does not survive tokenizing and decoding";
-            results.push(failed_to_build(
-                endpoint,
-                false,
-                "tenant A plants a nonce",
-                plant_tokens,
-                e,
-            ));
-            return results;
-        }
-        let mut planted = self
-            .probe(
-                "isolation",
-                "tenant A plants a nonce".into(),
-                endpoint,
-                false,
-                plant,
-                Expect::Accept,
-                limit,
-                salt_a,
-                ISOLATION_NEW_TOKENS,
-                budget,
-            )
-            .await;
-        if planted.verdict == Verdict::Pass {
-            planted.detail = format!("served; its prompt holds nonce {nonce}");
-        }
-        let planted_ok = planted.verdict == Verdict::Pass;
-        results.push(planted);
-        if !planted_ok {
-            // Without A's prompt in the engine there is nothing for B to find.
-            for name in ["tenant B over-limit prompt", "tenant B short prompt"] {
-                results.push(ProbeResult {
-                    kind: "isolation",
-                    name: name.into(),
-                    endpoint: endpoint.path(),
-                    stream: false,
-                    prompt_tokens: 0,
-                    expect: "no foreign text",
-                    verdict: Verdict::Skipped,
-                    detail: "tenant A's prompt was not served, so there is nothing to look for"
-                        .into(),
-                    evidence: None,
-                    prefill_evidence: None,
-                });
-            }
-            return results;
-        }
-        // The over-limit prompt asks for as many new tokens as fit the window beside it, so
-        // the engine's input-limit path answers it, not its context-length check.
-        let over_new = self
-            .window
-            .saturating_sub(limit + 2)
-            .min(ISOLATION_NEW_TOKENS)
-            .max(self.settings.max_new_tokens);
-        let probes = [
-            (
-                "tenant B over-limit prompt",
-                limit + 1,
-                Expect::Refuse,
-                over_new,
-            ),
-            (
-                "tenant B short prompt",
-                SHORT_TOKENS,
-                Expect::Accept,
-                ISOLATION_NEW_TOKENS,
-            ),
-        ];
-        for (name, tokens, expect, max_new) in probes {
-            let prompt = match self.prompt(endpoint, tokens) {
-                Ok(p) => p,
-                Err(e) => {
-                    results.push(failed_to_build(endpoint, false, name, tokens, &e));
-                    continue;
-                }
-            };
-            let mut r = self
-                .probe(
-                    "isolation",
-                    name.into(),
-                    endpoint,
-                    false,
-                    prompt,
-                    expect,
-                    limit,
-                    salt_b.clone(),
-                    max_new,
-                    budget,
-                )
-                .await;
-            let leaked = r.evidence.as_ref().is_some_and(|o| o.text.contains(&nonce));
-            if leaked {
-                r.verdict = Verdict::Fail;
-                r.detail = format!(
-                    "tenant B's answer holds tenant A's nonce {nonce}: the engine served another tenant's KV (stale pages or a shared prefix cache){}",
-                    if r.detail.is_empty() { String::new() } else { format!("; also: {}", r.detail) }
-                );
-            } else if r.verdict == Verdict::Pass {
-                r.detail = format!("{}; no trace of tenant A's nonce", r.detail);
-            }
-            r.expect = if expect == Expect::Accept {
-                "accept, no foreign text"
-            } else {
-                "refuse, no foreign text"
-            };
-            results.push(r);
-        }
+        let sent = std::mem::take(&mut *self.sent.lock().unwrap_or_else(PoisonError::into_inner));
+        cross::check(&mut results, &sent, self.leak);
         results
     }
 
     #[allow(clippy::too_many_arguments)]
-    async fn probe(
+    pub(super) async fn probe(
         &self,
         kind: &'static str,
         name: String,
@@ -297,6 +157,14 @@ impl Prober<'_> {
             );
             return result;
         }
+        self.sent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Sent {
+                label: cross::label(&result),
+                nonce: prompt.nonce,
+                text: prompt.text,
+            });
         let tolerance = if endpoint == Endpoint::Generate {
             0
         } else {
@@ -445,7 +313,8 @@ impl Prober<'_> {
     }
 }
 
-fn failed_to_build(
+pub(super) fn failed_to_build(
+    kind: &'static str,
     endpoint: Endpoint,
     stream: bool,
     name: &str,
@@ -453,7 +322,7 @@ fn failed_to_build(
     e: &str,
 ) -> ProbeResult {
     ProbeResult {
-        kind: "boundary",
+        kind,
         name: name.into(),
         endpoint: endpoint.path(),
         stream,

@@ -2,18 +2,33 @@
 //! ids (exact by construction) and chat messages whose rendered template counts exactly
 //! `n` with the model's real tokenizer (or as close as the tokenizer allows, and then the
 //! probe names the count it really sent).
+//!
+//! Every prompt carries a nonce of its own, spread through it: the text repeats a unit that
+//! holds the nonce, so any stretch of the prompt a little longer than one unit (a stale KV
+//! page read back, an answer echoing it) shows whose prompt it was.
 
 use serde_json::{json, Map, Value};
 
 use kvgate_tokenize::{ModelTokenizer, TokenizeError};
 
-/// A sentence whose token ids are cycled to fill `/generate` prompts.
-const FILLER: &str =
-    "The gateway checks every prompt against the engine's limits before it is sent. ";
-/// One token per repetition after the first in every tokenizer kvgate ships (" hello").
+use crate::secure_random;
+
+/// One token per repetition after the first in every tokenizer kvgate ships (" hello"):
+/// what pads a chat prompt to its exact count.
 const CHAT_WORD: &str = "hello";
 /// Rounds of adjusting a chat prompt's length to hit the count.
 const TUNING_ROUNDS: usize = 8;
+
+/// A fresh nonce, unique to one probe prompt of this run.
+pub fn nonce() -> String {
+    format!("kvgate{:016x}", secure_random::u64())
+}
+
+/// The unit a prompt repeats: short (about two dozen tokens), so that any answer of a few
+/// dozen tokens read from the prompt's pages holds a whole nonce.
+fn unit(nonce: &str) -> String {
+    format!("Probe {nonce} checks the engine's limits.")
+}
 
 /// A prompt and the number of tokens the engine will count for it.
 #[derive(Debug, Clone)]
@@ -22,20 +37,21 @@ pub struct Prompt {
     pub fields: Map<String, Value>,
     /// Its exact token count.
     pub tokens: u64,
-    /// The text it holds, when it was built from text (for the isolation scan).
-    pub text: Option<String>,
+    /// The text it holds (the chat message's content; the decoded `/generate` ids), for
+    /// the cross-probe check.
+    pub text: String,
+    /// Its nonce (absent only from a chat prompt too short to hold one).
+    pub nonce: Option<String>,
 }
 
 /// Builds prompts with one model's tokenizer.
 pub struct PromptMaker<'a> {
     tokenizer: &'a ModelTokenizer,
-    filler: Vec<u32>,
 }
 
 impl<'a> PromptMaker<'a> {
     pub fn new(tokenizer: &'a ModelTokenizer) -> Result<Self, TokenizeError> {
-        let filler = tokenizer.encode(FILLER, false)?;
-        Ok(Self { tokenizer, filler })
+        Ok(Self { tokenizer })
     }
 
     /// Whether chat prompts can be counted (the model has a chat template).
@@ -43,73 +59,44 @@ impl<'a> PromptMaker<'a> {
         self.tokenizer.has_chat_template()
     }
 
-    /// `/generate` with exactly `n` token ids of filler.
-    pub fn generate(&self, n: u64) -> Prompt {
-        let ids = cycle(&self.filler, n);
-        let mut fields = Map::new();
-        fields.insert("input_ids".into(), json!(ids));
-        Prompt {
-            fields,
-            tokens: n,
-            text: None,
-        }
-    }
-
-    /// `/generate` with `text` repeated to `n` token ids (its ids cycled; decoding them
-    /// gives the text back, so an answer that echoes any of it can be recognised).
-    pub fn generate_text(&self, text: &str, n: u64) -> Result<Prompt, TokenizeError> {
-        let unit = self.tokenizer.encode(text, false)?;
+    /// `/generate` with exactly `n` token ids: a fresh nonce's unit, its ids cycled
+    /// (decoding them gives the text back, so an answer that echoes any of it is known).
+    pub fn generate(&self, n: u64) -> Result<Prompt, TokenizeError> {
+        let nonce = nonce();
+        let unit = self
+            .tokenizer
+            .encode(&format!("{} ", unit(&nonce)), false)?;
         let ids = cycle(&unit, n);
-        let decoded = self.tokenizer.decode(&ids, false)?;
+        let text = self.tokenizer.decode(&ids, false)?;
         let mut fields = Map::new();
         fields.insert("input_ids".into(), json!(ids));
         Ok(Prompt {
             fields,
             tokens: n,
-            text: Some(decoded),
+            nonce: text.contains(&nonce).then_some(nonce),
+            text,
         })
     }
 
     /// A one-message chat whose rendered template counts `n` tokens (or the nearest count
-    /// the tokenizer reaches, reported in `tokens`).
+    /// the tokenizer reaches, reported in `tokens`): a fresh nonce's unit repeated, with as
+    /// many padding words spread between the units as it takes to hit the count.
     pub fn chat(&self, n: u64) -> Result<Prompt, TokenizeError> {
-        self.chat_of(CHAT_WORD, n)
-    }
-
-    /// A one-message chat of `unit` repeated to about `n` tokens.
-    pub fn chat_text(&self, unit: &str, n: u64) -> Result<Prompt, TokenizeError> {
-        self.chat_of(unit, n)
-    }
-
-    fn chat_of(&self, unit: &str, n: u64) -> Result<Prompt, TokenizeError> {
+        let nonce = nonce();
+        let mut unit = unit(&nonce);
         let empty = self.count_chat("")?;
-        let per_unit = self
-            .count_chat(&repeat(unit, 2))?
-            .saturating_sub(empty)
-            .max(2)
-            / 2;
-        let mut units = (n.saturating_sub(empty) / per_unit.max(1)).max(1);
-        let mut best: Option<(u64, String)> = None;
-        for _ in 0..TUNING_ROUNDS {
-            let content = repeat(unit, units);
-            let count = self.count_chat(&content)?;
-            let closer = best
-                .as_ref()
-                .is_none_or(|(c, _)| count.abs_diff(n) < c.abs_diff(n));
-            if closer {
-                best = Some((count, content));
-            }
-            if count == n {
-                break;
-            }
-            let step = (count.abs_diff(n) / per_unit.max(1)).max(1);
-            units = if count < n {
-                units + step
-            } else {
-                units.saturating_sub(step).max(1)
-            };
+        let per_unit = (self.count_chat(&repeat(&unit, 2))?.saturating_sub(empty) / 2).max(1);
+        // A unit's worth less than fits, so padding can make up the rest exactly.
+        let mut units = (n.saturating_sub(empty) / per_unit).saturating_sub(1);
+        if units == 0 {
+            unit = format!("Probe {nonce}.");
+            units = 1;
         }
-        let (tokens, content) = best.unwrap_or_default();
+        if self.count_chat(&unit)? > n {
+            // Too short for a nonce: padding alone.
+            units = 0;
+        }
+        let (tokens, content) = self.pad(&unit, units, n)?;
         let mut fields = Map::new();
         fields.insert(
             "messages".into(),
@@ -118,8 +105,53 @@ impl<'a> PromptMaker<'a> {
         Ok(Prompt {
             fields,
             tokens,
-            text: Some(content),
+            nonce: content.contains(&nonce).then_some(nonce),
+            text: content,
         })
+    }
+
+    /// `units` times `unit` with padding words spread after them, as many as bring the
+    /// chat to `n` tokens (or nearest).
+    fn pad(&self, unit: &str, units: u64, n: u64) -> Result<(u64, String), TokenizeError> {
+        let content = |words: u64| {
+            if units == 0 {
+                return repeat(CHAT_WORD, words.max(1));
+            }
+            let mut s = String::new();
+            for i in 0..units {
+                if i > 0 {
+                    s.push(' ');
+                }
+                s.push_str(unit);
+                for _ in 0..words / units + u64::from(i < words % units) {
+                    s.push(' ');
+                    s.push_str(CHAT_WORD);
+                }
+            }
+            s
+        };
+        let mut words = n.saturating_sub(self.count_chat(&content(0))?);
+        let mut best: Option<(u64, String)> = None;
+        for _ in 0..TUNING_ROUNDS {
+            let text = content(words);
+            let count = self.count_chat(&text)?;
+            let closer = best
+                .as_ref()
+                .is_none_or(|(c, _)| count.abs_diff(n) < c.abs_diff(n));
+            if closer {
+                best = Some((count, text));
+            }
+            if count == n {
+                break;
+            }
+            let step = count.abs_diff(n).max(1);
+            words = if count < n {
+                words + step
+            } else {
+                words.saturating_sub(step)
+            };
+        }
+        Ok(best.unwrap_or_default())
     }
 
     fn count_chat(&self, content: &str) -> Result<u64, TokenizeError> {
@@ -166,7 +198,7 @@ mod tests {
         let t = qwen3();
         let maker = PromptMaker::new(&t).expect("maker");
         for n in [1, 17, 4095] {
-            let p = maker.generate(n);
+            let p = maker.generate(n).expect("generate");
             assert_eq!(
                 p.fields["input_ids"].as_array().map(Vec::len),
                 Some(n as usize)
@@ -179,7 +211,7 @@ mod tests {
     fn chat_prompts_count_exactly_n_after_the_template() {
         let t = qwen3();
         let maker = PromptMaker::new(&t).expect("maker");
-        for n in [40, 1000, 4095, 4096, 4097] {
+        for n in [40, 64, 1000, 4041, 4089, 4095, 4096, 4097] {
             let p = maker.chat(n).expect("chat");
             assert_eq!(p.tokens, n, "asked for {n}");
             let rendered = t
@@ -190,15 +222,31 @@ mod tests {
     }
 
     #[test]
-    fn text_prompts_decode_to_their_unit() {
+    fn every_prompt_holds_its_own_nonce_throughout() {
         let t = qwen3();
         let maker = PromptMaker::new(&t).expect("maker");
-        let p = maker
-            .generate_text("nonce kvgate-0123abcd ", 200)
-            .expect("generate text");
-        assert!(p
-            .text
-            .as_deref()
-            .is_some_and(|s| s.contains("kvgate-0123abcd")));
+        let a = maker.generate(200).expect("generate");
+        let b = maker.generate(200).expect("generate");
+        let c = maker.chat(1000).expect("chat");
+        for p in [&a, &b, &c] {
+            let nonce = p.nonce.as_deref().expect("a nonce");
+            // Spread through: every stretch of 120 bytes holds it whole.
+            let text = p.text.as_bytes();
+            let needle = nonce.as_bytes();
+            for start in (0..text.len().saturating_sub(120)).step_by(40) {
+                assert!(
+                    text[start..start + 120]
+                        .windows(needle.len())
+                        .any(|w| w == needle),
+                    "no nonce in {:?}",
+                    String::from_utf8_lossy(&text[start..start + 120])
+                );
+            }
+        }
+        assert_ne!(a.nonce, b.nonce, "a nonce per prompt");
+        // A chat too short for a unit still holds its nonce, and its exact count.
+        let short = maker.chat(40).expect("chat");
+        assert_eq!(short.tokens, 40);
+        assert!(short.nonce.is_some(), "{}", short.text);
     }
 }
