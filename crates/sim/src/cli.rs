@@ -74,6 +74,10 @@ pub struct SimArgs {
     /// that overstates its pool; see --fault stale-kv).
     #[arg(long)]
     pub reported_kv_tokens: Option<usize>,
+    /// Milliseconds before the first generated token of a stream (time to first token);
+    /// 0: one --token-latency-ms.
+    #[arg(long, default_value_t = 0)]
+    pub first_token_ms: u64,
 }
 
 /// Why the simulated engine could not start.
@@ -121,6 +125,7 @@ pub async fn run_cli(args: SimArgs) -> Result<(), SimError> {
         fault: args.fault,
         token_latency: Duration::from_millis(args.token_latency_ms),
         reported_kv_tokens: args.reported_kv_tokens,
+        first_token_latency: Duration::from_millis(args.first_token_ms),
         ..SimConfig::default()
     };
     let running = super::spawn(config, Arc::new(tokenizer), http, bootstrap)
@@ -189,8 +194,12 @@ mod tests {
             "32",
             "--token-latency-ms",
             "5",
+            "--first-token-ms",
+            "40",
         ])
         .unwrap();
+        assert_eq!(cli.args.token_latency_ms, 5);
+        assert_eq!(cli.args.first_token_ms, 40);
         assert_eq!(cli.args.role, SimRole::Prefill);
         assert_eq!(cli.args.fault, SimFault::AbortMidStream);
         assert_eq!(cli.args.kv_tokens, 2048);
@@ -198,5 +207,6 @@ mod tests {
         let defaults = Cli::try_parse_from(["sim-engine", "--tokenizer", "t.json"]).unwrap();
         assert_eq!(defaults.args.fault, SimFault::None);
         assert_eq!(defaults.args.role, SimRole::Unified);
+        assert_eq!(defaults.args.first_token_ms, 0);
     }
 }

@@ -22,6 +22,9 @@ pub struct SimConfig {
     pub fault: SimFault,
     /// Sleep between two generated tokens, so tests can hold a stream open.
     pub token_latency: Duration,
+    /// Sleep before the first generated token event of a stream (time to first token),
+    /// instead of one `token_latency`. Zero (the default): one `token_latency`, as before.
+    pub first_token_latency: Duration,
     /// How long a decode waits for its room on the prefill's bootstrap server; also bounds
     /// how long any request waits for free KV pages.
     pub bootstrap_timeout: Duration,
@@ -47,6 +50,7 @@ impl Default for SimConfig {
             page_size: 16,
             fault: SimFault::None,
             token_latency: Duration::ZERO,
+            first_token_latency: Duration::ZERO,
             bootstrap_timeout: Duration::from_secs(5),
             version: "0.5.22-sim".to_string(),
             server_info: true,

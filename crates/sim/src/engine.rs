@@ -23,7 +23,8 @@ pub struct SimEngine {
     pub(crate) shutdown: watch::Receiver<bool>,
     /// Port of the bootstrap listener, when this engine runs one.
     pub(crate) bootstrap_port: Option<u16>,
-    /// Woken whenever a stream ends, so tests can wait on counters without sleeping.
+    /// Woken whenever a stream ends or sends a token event, so tests can wait on counters
+    /// without sleeping.
     pub(crate) changed: Arc<Notify>,
 }
 
@@ -57,8 +58,8 @@ impl SimEngine {
         self.pool.used_tokens()
     }
 
-    /// Waits up to `timeout` until `done(stats)` holds (re-checked whenever a stream ends);
-    /// returns the last snapshot either way, `Ok` when it held.
+    /// Waits up to `timeout` until `done(stats)` holds (re-checked whenever a stream ends or
+    /// sends a token event); returns the last snapshot either way, `Ok` when it held.
     pub async fn wait_for_stats(
         &self,
         timeout: Duration,

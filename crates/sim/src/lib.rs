@@ -19,7 +19,8 @@
 //! hand-off), `request` (parsing), `schedule` (checks, roles, faults), `native` / `openai` /
 //! `reply` (response shapes), `stream` (SSE body), `server` (routes), `listen` (accept loop),
 //! `cli` (`kvgate sim-engine` and the `kvgate-sim` binary), `mock` (`kvgate mock-engine`: no
-//! pool, no faults, answers prepared once per body — the load harness's engine), `loadgen`
+//! pool, no faults, answers prepared once per body, optionally paced; `mock_answer`: its answer
+//! kinds — the load harness's engine), `loadgen`
 //! (`kvgate load-gen`: fixed-rate arrivals, latency percentiles, for the harness).
 
 mod bare_proxy;
@@ -31,6 +32,7 @@ mod kv_pool;
 mod listen;
 mod loadgen;
 mod mock;
+mod mock_answer;
 mod native;
 mod openai;
 mod reply;
@@ -53,7 +55,7 @@ pub use cli::{run_cli, EngineArgs, SimArgs, SimError};
 pub use config::{SimConfig, SimFault, SimRole, DEFAULT_BOOTSTRAP_PORT};
 pub use engine::SimEngine;
 pub use loadgen::{run_load, run_load_cli, LoadArgs, LoadReport};
-pub use mock::{run_mock_cli, spawn_mock, MockArgs, RunningMock};
+pub use mock::{run_mock_cli, spawn_mock, spawn_mock_with, MockArgs, RunningMock};
 pub use stats::{ReceivedRequest, SimStatsSnapshot};
 
 use kv_pool::KvPool;

@@ -8,11 +8,25 @@
 //! fixed text) is built once per distinct request body and kept, so a repeated body costs a
 //! hash and a copy; a body seen for the first time is counted (the fast count-only path, no
 //! ids), on the blocking pool when it is large.
+//!
+//! Answer kinds (`mock_answer.rs`): a request whose body contains `[answer:KIND]` (in a
+//! message, a prompt, anywhere) is answered with that kind's text — `prose` (the default,
+//! also without a marker), `code` (Rust and Python), `digits` (order numbers, amounts,
+//! dates, IP addresses), `cjk` (Chinese and Japanese prose) — so one mock serves a bench
+//! that compares them. The cache stays keyed by the whole body, marker included.
+//!
+//! Pace (`--first-token-ms`, `--token-latency-ms`; both 0 by default): unpaced, a stream is
+//! written as one prepared body at once, as it always was. Paced, the same prepared events
+//! are sent one by one (the simulated engine's SSE body): the first token event after the
+//! first-token wait (one token latency when that is 0), each later one a token latency
+//! after the one before; a JSON answer waits as long as its tokens would. Paced streams are
+//! counted in [`RunningMock::stats`] (`token_events_sent` among them).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
@@ -20,22 +34,21 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
 use super::cli::{io, wait_for_signal, EngineArgs, SimError};
 use super::config::SimConfig;
 use super::listen::{full, json_response, Body, ResetConnection};
+use super::mock_answer::AnswerKind;
 use super::reply::{Event, Reply};
 use super::request::{self, Api, GenRequest};
 use super::schedule::{Finish, SampleResult};
+use super::stats::{SimStats, SimStatsSnapshot};
+use super::stream::{Pace, SseBody};
 use super::{native, openai};
 use kvgate_tokenize::ModelTokenizer;
 
-/// The answer every request gets, cut to its `max_tokens`.
-const ANSWER: &str = "Pages of KV are admitted before they are used, and never shared. ";
-/// Tokens of the longest answer (the fixed text repeated).
-const ANSWER_TOKENS: usize = 1024;
 /// Prepared answers kept; past it the cache starts over (a load test repeats few bodies).
 const CACHE_ENTRIES: usize = 4096;
 /// Bodies up to this size are counted on the request's own thread.
@@ -44,26 +57,47 @@ const INLINE_BYTES: usize = 16 * 1024;
 const MAX_BODY_BYTES: usize = 64 << 20;
 
 /// Command-line arguments of the mock engine.
+///
+/// The answer's kind is chosen per request: put `[answer:prose]`, `[answer:code]`,
+/// `[answer:digits]` or `[answer:cjk]` anywhere in the request (e.g. the user message);
+/// without a marker the answer is prose.
 #[derive(clap::Args, Clone, Debug)]
 pub struct MockArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
+    /// Milliseconds between generated tokens (0: a stream is written at once).
+    #[arg(long, default_value_t = 0)]
+    pub token_latency_ms: u64,
+    /// Milliseconds before the first generated token of a stream (time to first token);
+    /// 0: one --token-latency-ms.
+    #[arg(long, default_value_t = 0)]
+    pub first_token_ms: u64,
 }
 
 /// One request's answer, ready to write again.
 #[derive(Clone)]
 enum Prepared {
-    Json { status: StatusCode, body: Bytes },
-    Sse(Bytes),
+    /// `tokens`: generated tokens, for a paced mock's wait.
+    Json {
+        status: StatusCode,
+        body: Bytes,
+        tokens: usize,
+    },
+    /// The whole stream, and its events as slices of it (for a paced mock).
+    Sse { whole: Bytes, events: Arc<[Event]> },
 }
 
-/// The mock's state: its tokenizer, the fixed answer's ids and the prepared answers.
+/// The mock's state: its tokenizer, each answer kind's ids and the prepared answers.
 struct Mock {
     config: SimConfig,
+    pace: Pace,
     tokenizer: Arc<ModelTokenizer>,
-    answer_ids: Vec<u32>,
+    /// Indexed by [`AnswerKind::index`].
+    answers: Vec<Vec<u32>>,
     prepared: Mutex<HashMap<u64, Prepared>>,
     hasher: std::collections::hash_map::RandomState,
+    stats: Arc<SimStats>,
+    changed: Arc<Notify>,
 }
 
 /// A running mock engine.
@@ -71,11 +105,17 @@ struct Mock {
 pub struct RunningMock {
     /// Address of the HTTP API.
     pub http_addr: SocketAddr,
+    stats: Arc<SimStats>,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
 
 impl RunningMock {
+    /// Counters of paced streams (an unpaced mock counts nothing, to stay cheapest).
+    pub fn stats(&self) -> SimStatsSnapshot {
+        self.stats.snapshot()
+    }
+
     /// Stops accepting and drops open connections.
     pub async fn shutdown(self) {
         self.shutdown.send_replace(true);
@@ -83,32 +123,47 @@ impl RunningMock {
     }
 }
 
-/// Serves the mock on an already-bound listener.
+/// Serves an unpaced mock on an already-bound listener.
 pub fn spawn_mock(
     model: &str,
     tokenizer: Arc<ModelTokenizer>,
     http: TcpListener,
 ) -> std::io::Result<RunningMock> {
+    let config = SimConfig {
+        model: model.to_string(),
+        ..SimConfig::default()
+    };
+    spawn_mock_with(config, tokenizer, http)
+}
+
+/// Serves a mock on an already-bound listener; of `config` it uses the model name and the
+/// pace (`token_latency`, `first_token_latency`).
+pub fn spawn_mock_with(
+    config: SimConfig,
+    tokenizer: Arc<ModelTokenizer>,
+    http: TcpListener,
+) -> std::io::Result<RunningMock> {
     let http_addr = http.local_addr()?;
-    let text = ANSWER.repeat(ANSWER_TOKENS / 8);
-    let mut answer_ids = tokenizer
-        .encode(&text, false)
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
-    answer_ids.truncate(ANSWER_TOKENS);
+    let answers = AnswerKind::ALL
+        .into_iter()
+        .map(|kind| kind.ids(&tokenizer))
+        .collect::<Result<Vec<_>, _>>()?;
+    let stats = Arc::new(SimStats::default());
     let mock = Arc::new(Mock {
-        config: SimConfig {
-            model: model.to_string(),
-            ..SimConfig::default()
-        },
+        pace: Pace::of(&config),
+        config,
         tokenizer,
-        answer_ids,
+        answers,
         prepared: Mutex::new(HashMap::new()),
         hasher: std::collections::hash_map::RandomState::new(),
+        stats: Arc::clone(&stats),
+        changed: Arc::new(Notify::new()),
     });
     let (shutdown, stop) = watch::channel(false);
     let task = super::listen::serve(http, stop, move |req| handle(Arc::clone(&mock), req));
     Ok(RunningMock {
         http_addr,
+        stats,
         shutdown,
         task,
     })
@@ -118,7 +173,13 @@ pub fn spawn_mock(
 pub async fn run_mock_cli(args: MockArgs) -> Result<(), SimError> {
     let tokenizer = args.engine.load_tokenizer().await?;
     let http = args.engine.bind().await?;
-    let running = spawn_mock(&args.engine.model, Arc::new(tokenizer), http)
+    let config = SimConfig {
+        model: args.engine.model.clone(),
+        token_latency: Duration::from_millis(args.token_latency_ms),
+        first_token_latency: Duration::from_millis(args.first_token_ms),
+        ..SimConfig::default()
+    };
+    let running = spawn_mock_with(config, Arc::new(tokenizer), http)
         .map_err(io("starting the mock engine"))?;
     println!("mock-engine http=http://{}", running.http_addr);
     wait_for_signal().await?;
@@ -185,7 +246,7 @@ async fn handle(
             prepared
         }
     };
-    Ok(respond(prepared))
+    Ok(mock.respond(prepared).await)
 }
 
 impl Mock {
@@ -200,7 +261,7 @@ impl Mock {
             Ok(req) => req,
             Err(e) => return error(api, 400, &e.to_string()),
         };
-        let results = self.results(&req);
+        let results = self.results(&req, AnswerKind::of_body(body));
         let reply = match api {
             Api::Generate => native::reply(&req, &results, &self.tokenizer, 0.0),
             Api::Chat | Api::Completions => {
@@ -211,32 +272,83 @@ impl Mock {
             Reply::Full { status, body } => Prepared::Json {
                 status: StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 body: Bytes::from(body.to_string()),
+                tokens: results.iter().map(|r| r.output_ids.len()).sum(),
             },
-            Reply::Stream(events) => Prepared::Sse(concat(&events)),
+            Reply::Stream(events) => {
+                let (whole, events) = concat(&events);
+                Prepared::Sse { whole, events }
+            }
         }
     }
 
-    /// Every sample answers the fixed text, cut to `max_new_tokens`.
-    fn results(&self, req: &GenRequest) -> Vec<SampleResult> {
-        let n = req.max_new_tokens.min(self.answer_ids.len());
+    /// Every sample answers the fixed text of `kind`, cut to `max_new_tokens`.
+    fn results(&self, req: &GenRequest, kind: AnswerKind) -> Vec<SampleResult> {
+        let ids = self
+            .answers
+            .get(kind.index())
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let n = req.max_new_tokens.min(ids.len());
         req.samples
             .iter()
             .map(|s| SampleResult {
                 rid: s.rid.clone(),
                 prompt_tokens: s.input_ids.len(),
-                output_ids: self.answer_ids.get(..n).unwrap_or_default().to_vec(),
+                output_ids: ids.get(..n).unwrap_or_default().to_vec(),
                 finish: Finish::Length { length: n },
             })
             .collect()
     }
+
+    /// The response for `prepared`: at once when unpaced, else event by event.
+    async fn respond(&self, prepared: Prepared) -> Response<Body> {
+        if self.pace.is_zero() {
+            return respond(prepared);
+        }
+        match prepared {
+            Prepared::Json { tokens, .. } => {
+                if tokens > 0 {
+                    let later = u32::try_from(tokens - 1).unwrap_or(u32::MAX);
+                    tokio::time::sleep(self.pace.first + self.pace.every.saturating_mul(later))
+                        .await;
+                }
+                respond(prepared)
+            }
+            Prepared::Sse { events, .. } => {
+                let body = SseBody::new(
+                    events
+                        .iter()
+                        .cloned()
+                        .collect::<std::collections::VecDeque<_>>(),
+                    self.pace,
+                    Vec::new(),
+                    Arc::clone(&self.stats),
+                    Arc::clone(&self.changed),
+                );
+                with_type(Response::new(body.boxed_unsync()), "text/event-stream")
+            }
+        }
+    }
 }
 
-fn concat(events: &[Event]) -> Bytes {
+/// The events written back to back, and each event as a slice of that one buffer.
+fn concat(events: &[Event]) -> (Bytes, Arc<[Event]>) {
     let mut out = Vec::with_capacity(events.iter().map(|e| e.data.len()).sum());
+    let mut spans = Vec::with_capacity(events.len());
     for event in events {
+        let start = out.len();
         out.extend_from_slice(&event.data);
+        spans.push((event.token, start..out.len()));
     }
-    Bytes::from(out)
+    let whole = Bytes::from(out);
+    let events = spans
+        .into_iter()
+        .map(|(token, span)| Event {
+            token,
+            data: whole.slice(span),
+        })
+        .collect();
+    (whole, events)
 }
 
 fn error(api: Api, status: u16, message: &str) -> Prepared {
@@ -247,16 +359,21 @@ fn error(api: Api, status: u16, message: &str) -> Prepared {
     Prepared::Json {
         status: StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
         body: Bytes::from(body.to_string()),
+        tokens: 0,
     }
 }
 
 fn respond(prepared: Prepared) -> Response<Body> {
     let (status, body, content_type) = match prepared {
-        Prepared::Json { status, body } => (status, body, "application/json"),
-        Prepared::Sse(body) => (StatusCode::OK, body, "text/event-stream"),
+        Prepared::Json { status, body, .. } => (status, body, "application/json"),
+        Prepared::Sse { whole, .. } => (StatusCode::OK, whole, "text/event-stream"),
     };
-    let mut response = Response::new(full(body));
+    let mut response = with_type(Response::new(full(body)), content_type);
     *response.status_mut() = status;
+    response
+}
+
+fn with_type(mut response: Response<Body>, content_type: &'static str) -> Response<Body> {
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
         hyper::header::HeaderValue::from_static(content_type),

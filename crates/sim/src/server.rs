@@ -17,7 +17,7 @@ use super::reply::{unix_now, Reply};
 use super::request::{self, Api, ParseError};
 use super::schedule;
 use super::stats::ReceivedRequest;
-use super::stream::SseBody;
+use super::stream::{Pace, SseBody};
 
 /// Largest request body accepted (a 1M-token prompt is a few MB of text).
 const MAX_BODY_BYTES: usize = 64 << 20;
@@ -164,12 +164,10 @@ async fn generation(
         Reply::Full { status, body } => {
             // A non-streaming answer still takes as long as generating its tokens.
             let tokens: usize = results.iter().map(|r| r.output_ids.len()).sum();
-            let latency = engine.config.token_latency;
-            if !latency.is_zero() && tokens > 0 {
-                tokio::time::sleep(
-                    latency.saturating_mul(u32::try_from(tokens).unwrap_or(u32::MAX)),
-                )
-                .await;
+            let pace = Pace::of(&engine.config);
+            if !pace.is_zero() && tokens > 0 {
+                let later = u32::try_from(tokens - 1).unwrap_or(u32::MAX);
+                tokio::time::sleep(pace.first + pace.every.saturating_mul(later)).await;
             }
             drop(pages);
             let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -201,7 +199,7 @@ async fn generation(
             }
             let body = SseBody::new(
                 events,
-                engine.config.token_latency,
+                Pace::of(&engine.config),
                 pages,
                 Arc::clone(&engine.stats),
                 Arc::clone(&engine.changed),

@@ -29,6 +29,9 @@ pub struct SimStatsSnapshot {
     pub streams_completed: u64,
     /// Streaming responses dropped before their end: the client went away.
     pub streams_cancelled: u64,
+    /// Generated-token events handed to the client's connection so far (all streams),
+    /// counted as each leaves the body: tests order what a client saw against it.
+    pub token_events_sent: u64,
     /// Rooms published as ready on the bootstrap listener (prefill).
     pub rooms_published: u64,
     /// Rooms published as aborted (prefill).
@@ -49,6 +52,7 @@ pub(crate) struct SimStats {
     pub(crate) streams_started: AtomicU64,
     pub(crate) streams_completed: AtomicU64,
     pub(crate) streams_cancelled: AtomicU64,
+    pub(crate) token_events_sent: AtomicU64,
     pub(crate) rooms_published: AtomicU64,
     pub(crate) rooms_aborted: AtomicU64,
     pub(crate) kv_transfers: AtomicU64,
@@ -89,6 +93,7 @@ impl SimStats {
             streams_started: get(&self.streams_started),
             streams_completed: get(&self.streams_completed),
             streams_cancelled: get(&self.streams_cancelled),
+            token_events_sent: get(&self.token_events_sent),
             rooms_published: get(&self.rooms_published),
             rooms_aborted: get(&self.rooms_aborted),
             kv_transfers: get(&self.kv_transfers),

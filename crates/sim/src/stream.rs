@@ -1,5 +1,10 @@
 //! The SSE response body: paces token events and knows whether its client stayed.
 //!
+//! The pace ([`Pace`]) is a wait before each token event: `first` before the first one (the
+//! engine's time to first token), `every` before each later one. Each token event that
+//! leaves the body is counted (`token_events_sent`), so tests can order what a client saw
+//! against what the engine had sent without reading clocks.
+//!
 //! The body owns the request's KV pages, so they are freed exactly when the stream ends or
 //! the client goes away (hyper drops the body), which is when a real engine stops generating.
 
@@ -16,14 +21,44 @@ use hyper::body::{Body, Frame};
 use tokio::sync::Notify;
 use tokio::time::Sleep;
 
+use super::config::SimConfig;
 use super::kv_pool::Allocation;
 use super::reply::Event;
 use super::stats::{bump, SimStats};
 
-/// A finite SSE body of prepared events, one `token_latency` before each token event.
+/// Waits before token events: the time to first token, then the time between tokens.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Pace {
+    /// Before the first token event.
+    pub(crate) first: Duration,
+    /// Before each later token event.
+    pub(crate) every: Duration,
+}
+
+impl Pace {
+    /// The pace of `config`: a zero `first_token_latency` means one `token_latency`.
+    pub(crate) fn of(config: &SimConfig) -> Self {
+        let every = config.token_latency;
+        let first = if config.first_token_latency.is_zero() {
+            every
+        } else {
+            config.first_token_latency
+        };
+        Self { first, every }
+    }
+
+    /// No wait at all: the whole stream can be written at once.
+    pub(crate) fn is_zero(self) -> bool {
+        self.first.is_zero() && self.every.is_zero()
+    }
+}
+
+/// A finite SSE body of prepared events, paced by a [`Pace`] before each token event.
 pub(crate) struct SseBody {
     events: VecDeque<Event>,
-    latency: Duration,
+    pace: Pace,
+    /// Token events sent so far by this body.
+    tokens_sent: u64,
     sleep: Option<Pin<Box<Sleep>>>,
     slept: bool,
     done: bool,
@@ -42,8 +77,8 @@ impl SseBody {
     }
 
     pub(crate) fn new(
-        events: Vec<Event>,
-        latency: Duration,
+        events: impl Into<VecDeque<Event>>,
+        pace: Pace,
         pages: Vec<Allocation>,
         stats: Arc<SimStats>,
         changed: Arc<Notify>,
@@ -52,7 +87,8 @@ impl SseBody {
         bump(&stats.running);
         Self {
             events: events.into(),
-            latency,
+            pace,
+            tokens_sent: 0,
             sleep: None,
             slept: false,
             done: false,
@@ -97,13 +133,24 @@ impl Body for SseBody {
                 }
                 return Poll::Ready(None);
             };
-            if front.token && !this.slept && !this.latency.is_zero() {
-                this.sleep = Some(Box::pin(tokio::time::sleep(this.latency)));
+            let wait = if this.tokens_sent == 0 {
+                this.pace.first
+            } else {
+                this.pace.every
+            };
+            if front.token && !this.slept && !wait.is_zero() {
+                this.sleep = Some(Box::pin(tokio::time::sleep(wait)));
                 continue;
             }
             this.slept = false;
+            let token = front.token;
             let data = front.data.clone();
             this.events.pop_front();
+            if token {
+                this.tokens_sent += 1;
+                bump(&this.stats.token_events_sent);
+                this.changed.notify_waiters();
+            }
             return Poll::Ready(Some(Ok(Frame::data(data))));
         }
     }
@@ -124,5 +171,95 @@ impl Drop for SseBody {
                 .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             self.changed.notify_waiters();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use tokio::time::Instant;
+
+    fn event(token: bool, text: &'static str) -> Event {
+        Event {
+            token,
+            data: Bytes::from_static(text.as_bytes()),
+        }
+    }
+
+    /// Reads every frame, with the (paused, virtual) time since the start at which each came.
+    async fn frames(body: SseBody) -> Vec<(Duration, Bytes)> {
+        let start = Instant::now();
+        let mut body = std::pin::pin!(body);
+        let mut out = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let data = frame.unwrap().into_data().unwrap();
+            out.push((start.elapsed(), data));
+        }
+        out
+    }
+
+    fn body(pace: Pace, stats: &Arc<SimStats>) -> SseBody {
+        let events = vec![
+            event(false, "role"),
+            event(true, "t1"),
+            event(true, "t2"),
+            event(true, "t3"),
+            event(false, "finish"),
+            event(false, "done"),
+        ];
+        SseBody::new(
+            events,
+            pace,
+            Vec::new(),
+            Arc::clone(stats),
+            Arc::new(Notify::new()),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_token_waits_the_first_token_time_and_later_ones_are_spaced() {
+        let stats = Arc::new(SimStats::default());
+        let pace = Pace {
+            first: Duration::from_millis(40),
+            every: Duration::from_millis(20),
+        };
+        let got = frames(body(pace, &stats)).await;
+        let ms = |n| Duration::from_millis(n);
+        let want = [
+            (ms(0), "role"),
+            (ms(40), "t1"),
+            (ms(60), "t2"),
+            (ms(80), "t3"),
+            (ms(80), "finish"),
+            (ms(80), "done"),
+        ];
+        let got: Vec<_> = got
+            .iter()
+            .map(|(at, data)| (*at, std::str::from_utf8(data).unwrap()))
+            .collect();
+        assert_eq!(got, want);
+        let snapshot = stats.snapshot();
+        assert_eq!(snapshot.token_events_sent, 3);
+        assert_eq!(snapshot.streams_completed, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pace_of_a_config_defaults_the_first_token_to_one_token_latency() {
+        let mut config = SimConfig {
+            token_latency: Duration::from_millis(20),
+            ..SimConfig::default()
+        };
+        let pace = Pace::of(&config);
+        assert_eq!(pace.first, Duration::from_millis(20));
+        config.first_token_latency = Duration::from_millis(300);
+        assert_eq!(Pace::of(&config).first, Duration::from_millis(300));
+        assert!(Pace::of(&SimConfig::default()).is_zero());
+
+        // Unpaced, everything leaves at once; each token event is still counted.
+        let stats = Arc::new(SimStats::default());
+        let got = frames(body(Pace::default(), &stats)).await;
+        assert!(got.iter().all(|(at, _)| at.is_zero()));
+        assert_eq!(stats.snapshot().token_events_sent, 3);
     }
 }
