@@ -122,20 +122,68 @@ async fn incident_with_guard_off(
     );
     let gw = gateway(&two_tenants(&pools)).await;
     let url = format!("http://{}/generate", gw.data_addr());
-    let a = json!({"text": format!("{} The secret code is {SECRET}.", "lorem ".repeat(1200)), "sampling_params": {"max_new_tokens": 24}});
-    assert_eq!(post(&url, Some("sk-alice"), &a).await.status, 200);
+    assert_eq!(
+        post(&url, Some("sk-alice"), &a_incident()).await.status,
+        200
+    );
     let b = json!({"text": "ipsum ".repeat(3000), "stream": stream, "sampling_params": {"max_new_tokens": 24}});
     (post(&url, Some("sk-bob"), &b).await, gw)
 }
 
-/// Bob got none of Alice's secret: a 502, or a stream ended by an integrity error event
-/// without `[DONE]`.
-fn assert_leak_stopped(b: &Reply, stream: bool) {
+fn alice_incident_prompt() -> String {
+    format!("{} The secret code is {SECRET}.", "lorem ".repeat(1200))
+}
+
+fn a_incident() -> Value {
+    json!({"text": alice_incident_prompt(), "sampling_params": {"max_new_tokens": 24}})
+}
+
+/// The leak detector's n-gram length in these configs.
+const NGRAM: usize = 8;
+
+/// The generated text a stream delivered: a native stream's last cumulative `text`, or an
+/// OpenAI stream's deltas.
+fn streamed_text(reply: &Reply) -> String {
+    let mut native = String::new();
+    let mut deltas = String::new();
+    for data in reply.sse_data() {
+        let Ok(v) = serde_json::from_str::<Value>(&data) else {
+            continue;
+        };
+        if let Some(t) = v["text"].as_str() {
+            native = t.to_owned();
+        }
+        if let Some(t) = v["choices"][0]["delta"]["content"].as_str() {
+            deltas.push_str(t);
+        }
+    }
+    native + &deltas
+}
+
+/// The longest run of consecutive text units of `seen` that `source` also holds.
+fn longest_shared_run(seen: &str, source: &str) -> usize {
+    use kvgate::stack::isolate::leak::units::units_of;
+    let (a, b) = (units_of(seen), units_of(source));
+    let mut best = 0;
+    for i in 0..a.len() {
+        for j in 0..b.len() {
+            let k = a[i..]
+                .iter()
+                .zip(&b[j..])
+                .take_while(|(x, y)| x == y)
+                .count();
+            best = best.max(k);
+        }
+    }
+    best
+}
+
+/// Bob's answer, which the engine read from Alice's pages, was stopped: a 502, or a stream
+/// ended by an integrity error event without `[DONE]` that let out at most `ngram - 1` units
+/// of her prompt (block: the guarantee in config/README.md), none in strict mode. Returns
+/// how many units of her prompt Bob's stream delivered.
+fn assert_leak_stopped(b: &Reply, stream: bool, alice_prompt: &str, strict: bool) -> usize {
     let text = b.text();
-    assert!(
-        !text.contains("QUOKKA") && !text.contains("4471"),
-        "stream={stream}: bob saw alice's secret: {text}"
-    );
     if stream && b.status.is_success() {
         let data = b.sse_data();
         assert!(!data.iter().any(|d| d == "[DONE]"), "{data:?}");
@@ -143,9 +191,22 @@ fn assert_leak_stopped(b: &Reply, stream: bool) {
             data.last().unwrap().contains("upstream_integrity_error"),
             "{data:?}"
         );
+        let delivered = streamed_text(b);
+        let run = longest_shared_run(&delivered, alice_prompt);
+        let most = if strict { 0 } else { NGRAM - 1 };
+        assert!(
+            run <= most,
+            "{run} consecutive units of alice's prompt reached bob: {delivered:?}"
+        );
+        run
     } else {
+        assert!(
+            !text.contains("QUOKKA") && !text.contains("4471"),
+            "stream={stream}: bob saw alice's secret: {text}"
+        );
         assert_eq!(b.status, 502, "{text}");
         assert_eq!(error_code(b), "upstream_integrity_error");
+        0
     }
 }
 
@@ -153,7 +214,7 @@ fn assert_leak_stopped(b: &Reply, stream: bool) {
 async fn the_incident_is_caught_by_fingerprints_alone_in_block_mode() {
     for stream in [false, true] {
         let (b, gw) = incident_with_guard_off("block", stream).await;
-        assert_leak_stopped(&b, stream);
+        assert_leak_stopped(&b, stream, &alice_incident_prompt(), false);
         let lines = gw.audit().recent();
         let leak = lines
             .iter()
@@ -200,11 +261,20 @@ async fn two_tenants_sending_the_same_public_document_do_not_trip_it() {
     let gw = gateway(&two_tenants(&pools)).await;
     let url = format!("http://{}/generate", gw.data_addr());
     let document = "We the People of the United States, in Order to form a more perfect Union, establish Justice, insure domestic Tranquility, provide for the common defence, promote the general Welfare. ".repeat(3);
-    for key in ["sk-alice", "sk-bob", "sk-alice", "sk-bob"] {
+    for (key, stream) in [
+        ("sk-alice", false),
+        ("sk-bob", false),
+        ("sk-alice", true),
+        ("sk-bob", true),
+    ] {
         // The simulated engine echoes the prompt's tail: each answer quotes the document.
-        let body = json!({"text": document, "sampling_params": {"max_new_tokens": 32}});
+        let body =
+            json!({"text": document, "stream": stream, "sampling_params": {"max_new_tokens": 32}});
         let reply = post(&url, Some(key), &body).await;
         assert_eq!(reply.status, 200, "{key}: {}", reply.text());
+        if stream {
+            assert_eq!(reply.sse_data().last().map(String::as_str), Some("[DONE]"));
+        }
     }
     assert!(!gw
         .audit()
@@ -212,6 +282,10 @@ async fn two_tenants_sending_the_same_public_document_do_not_trip_it() {
         .iter()
         .any(|l| l["event"] == "leak_suspected"));
     gw.shutdown().await;
+}
+
+fn alice_silent_prompt() -> String {
+    format!("{} The secret code is {SECRET}.", "lorem ".repeat(300))
 }
 
 /// The quiet leak: the engine answers from stale pages with the right `prompt_tokens`, a
@@ -228,7 +302,7 @@ async fn silent_leak(
     );
     let gw = gateway(&two_tenants(&pools)).await;
     let url = format!("http://{}/generate", gw.data_addr());
-    let a = json!({"text": format!("{} The secret code is {SECRET}.", "lorem ".repeat(300)), "sampling_params": {"max_new_tokens": 24}});
+    let a = json!({"text": alice_silent_prompt(), "sampling_params": {"max_new_tokens": 24}});
     let alice = post(&url, Some("sk-alice"), &a).await;
     assert_eq!(alice.status, 200, "{}", alice.text());
     let len = alice.json()["meta_info"]["prompt_tokens"].as_u64().unwrap() as usize;
@@ -243,15 +317,128 @@ async fn the_default_config_stops_a_leak_with_the_right_usage_and_no_marker() {
     assert_eq!(b.status, 200, "{}", b.text());
     assert!(b.text().contains("QUOKKA"), "{}", b.text());
     gw.shutdown().await;
-    // The default config (no leak_detection key: block) stops it, whole or streamed.
+    // The default config (no leak_detection key: block) stops it, whole or streamed; the
+    // stream lets out fewer than `ngram` units of Alice's text.
     for stream in [false, true] {
         let (b, gw) = silent_leak("", stream).await;
-        assert_leak_stopped(&b, stream);
+        assert_leak_stopped(&b, stream, &alice_silent_prompt(), false);
         assert!(gw
             .audit()
             .recent()
             .iter()
             .any(|l| l["event"] == "leak_suspected"));
+        gw.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn strict_mode_lets_no_unit_of_a_leak_out_of_a_stream() {
+    // Block lets the first units of the run out before it is recognisable; strict none.
+    let (b, gw) = silent_leak("", true).await;
+    let block_out = assert_leak_stopped(&b, true, &alice_silent_prompt(), false);
+    assert!(block_out > 0, "the stream starts inside alice's text");
+    gw.shutdown().await;
+    let (b, gw) = silent_leak("leak_detection = \"strict\"\n", true).await;
+    assert_eq!(
+        assert_leak_stopped(&b, true, &alice_silent_prompt(), true),
+        0
+    );
+    assert!(
+        streamed_text(&b).is_empty(),
+        "nothing of the answer left: {:?}",
+        b.sse_data()
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_tenant_set_to_strict_gets_strict_streams_on_a_block_pool() {
+    let engine = engine(SimRole::Unified, SimFault::SilentLeak, 40960, 32768).await;
+    let config = two_tenants(&unified_pool("u", &[worker(&engine, None)])).replace(
+        "[[tenants]]\nname = \"bob\"\n",
+        "[[tenants]]\nname = \"bob\"\nleak_detection = \"strict\"\n",
+    );
+    assert!(config.contains("leak_detection = \"strict\""));
+    let gw = gateway(&config).await;
+    let url = format!("http://{}/generate", gw.data_addr());
+    let a = json!({"text": alice_silent_prompt(), "sampling_params": {"max_new_tokens": 24}});
+    let alice = post(&url, Some("sk-alice"), &a).await;
+    assert_eq!(alice.status, 200, "{}", alice.text());
+    let len = alice.json()["meta_info"]["prompt_tokens"].as_u64().unwrap() as usize;
+    let b = json!({"input_ids": vec![1000u32; len], "stream": true, "sampling_params": {"max_new_tokens": 24}});
+    let b = post(&url, Some("sk-bob"), &b).await;
+    assert_eq!(
+        assert_leak_stopped(&b, true, &alice_silent_prompt(), true),
+        0
+    );
+    assert!(streamed_text(&b).is_empty(), "{:?}", b.sse_data());
+    gw.shutdown().await;
+}
+
+/// Reads a stream through the gateway until its first event with generated text, and
+/// returns how many token events the engine had sent by then.
+async fn engine_events_before_first_content(
+    gw: &kvgate::runtime::app::RunningGateway,
+    engine: &kvgate_sim::RunningSim,
+    body: &Value,
+) -> u64 {
+    use http_body_util::BodyExt;
+    let url = format!("http://{}/generate", gw.data_addr());
+    let response = send(request(
+        http::Method::POST,
+        &url,
+        Some("sk-bob"),
+        body.to_string(),
+    ))
+    .await;
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let mut seen = String::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.expect("stream frame");
+        if let Ok(data) = frame.into_data() {
+            seen.push_str(&String::from_utf8_lossy(&data));
+        }
+        let content = sse_data(&seen).iter().any(|d| {
+            serde_json::from_str::<Value>(d)
+                .is_ok_and(|v| v["text"].as_str().is_some_and(|t| !t.trim().is_empty()))
+        });
+        if content {
+            return engine.engine.stats().token_events_sent;
+        }
+    }
+    panic!("the stream ended without content: {seen}");
+}
+
+#[tokio::test]
+async fn a_healthy_paced_stream_reaches_the_client_before_the_engine_sends_its_next_events() {
+    // An engine generating one token every 150 ms. Bob's answer (the sim echoes the tail
+    // of his prompt) holds nothing of Alice's: in the default mode its first content must
+    // reach him while the engine has sent at most one event after it. Strict mode, held
+    // back by ngram + min_matches units, shows the test can tell: there the engine has sent
+    // at least that many events first.
+    let engine = slow_engine(32768, 150).await;
+    for (mode, strict) in [("", false), ("leak_detection = \"strict\"\n", true)] {
+        let pools = format!("{}{mode}", unified_pool("u", &[worker(&engine, None)]));
+        let gw = gateway(&two_tenants(&pools)).await;
+        let url = format!("http://{}/generate", gw.data_addr());
+        let a = json!({"text": alice_silent_prompt(), "sampling_params": {"max_new_tokens": 2}});
+        assert_eq!(post(&url, Some("sk-alice"), &a).await.status, 200);
+        let words: Vec<String> = (0..60).map(|i| format!("word{i}")).collect();
+        let b = json!({"text": words.join(" "), "stream": true, "sampling_params": {"max_new_tokens": 40}});
+        let before = engine.engine.stats().token_events_sent;
+        let sent = engine_events_before_first_content(&gw, &engine, &b).await - before;
+        if strict {
+            assert!(
+                sent >= (NGRAM + 2) as u64,
+                "strict released after {sent} events"
+            );
+        } else {
+            assert!(
+                sent <= 2,
+                "the first content reached the client only after the engine sent {sent} events"
+            );
+        }
         gw.shutdown().await;
     }
 }
