@@ -24,12 +24,28 @@
 #   - the time kvgate takes to count a different 1M-token chat exactly and refuse it;
 #   - peak RSS of each kvgate (and the tokenizer's own share, from a process that only
 #     loads it).
+#   - paced streams (last; `benches/paced_streams.py`): a mock that paces its streams like
+#     an engine (`--first-token-ms FIRST_TOKEN_MS`, then one token per `--token-latency-ms`,
+#     for each pace in PACES), straight (direct) and through kvgate with leak_detection =
+#     off, detect, block, the binary's default (no key), strict (a row skipped when the
+#     binary refuses the mode) and, with BEFORE_BIN, the old binary's default; for each
+#     answer kind (the mock's `[answer:KIND]` marker: prose, code, digits, cjk; text units
+#     and tokens differ between them) SAMPLES streamed chats of PACED_MAX_TOKENS tokens per
+#     row, the targets side by side (PARALLEL=1: one stream at a time), every SSE event
+#     timed at the client: time to first content (added to direct, p50 and p99), time to
+#     the last event (added, p50), the largest gap between events (from the first content
+#     on) beside direct's, errors.
+#     A hold-back shows as added time to first content (≈ held tokens × pace).
 # Machines here are noisy: read ratios within one run, never absolute numbers across runs.
 #
 #   apt-get install -y wrk nginx-light      # nginx optional: its row is skipped without it
 #   bash benches/load.sh
 #   DURATION=10s ROUNDS=5 bash benches/load.sh
 #   BEFORE_BIN=/tmp/kvgate-old bash benches/load.sh
+#   PACED_ONLY=1 bash benches/load.sh       # only the paced streams (no wrk needed), minutes
+#   PACED_ONLY=1 PACES="20" SAMPLES=4 bash benches/load.sh
+#   PACED=0 bash benches/load.sh            # everything but the paced streams
+#   KVGATE_BIN=/tmp/kvgate bash benches/load.sh   # a built binary, no cargo build
 #
 # Not part of `cargo test`.
 set -euo pipefail
@@ -40,13 +56,26 @@ CONNECTIONS=${CONNECTIONS:-32}
 ROUNDS=${ROUNDS:-3}
 RATE_SECONDS=${RATE_SECONDS:-5}
 ONE_BY_ONE=${ONE_BY_ONE:-60}
-for tool in wrk python3 curl; do
+PACED_ONLY=${PACED_ONLY:-0}
+PACED=${PACED:-1}
+PACES=${PACES:-20 50}
+FIRST_TOKEN_MS=${FIRST_TOKEN_MS:-40}
+SAMPLES=${SAMPLES:-12}
+PACED_MAX_TOKENS=${PACED_MAX_TOKENS:-48}
+PARALLEL=${PARALLEL:-0}
+TOOLS="python3 curl"
+[ "$PACED_ONLY" = 1 ] || TOOLS="wrk $TOOLS"
+for tool in $TOOLS; do
   command -v "$tool" >/dev/null || { echo "$tool is missing: apt-get install -y wrk"; exit 1; }
 done
 HAVE_NGINX=1
-command -v nginx >/dev/null || { HAVE_NGINX=0; echo "nginx is missing (apt-get install -y nginx-light): its row is skipped"; }
-cargo build --release --locked --bin kvgate >/dev/null 2>&1
-BIN=$PWD/target/release/kvgate
+[ "$PACED_ONLY" = 1 ] || command -v nginx >/dev/null || { HAVE_NGINX=0; echo "nginx is missing (apt-get install -y nginx-light): its row is skipped"; }
+if [ -n "${KVGATE_BIN:-}" ]; then
+  BIN=$KVGATE_BIN
+else
+  cargo build --release --locked --bin kvgate >/dev/null 2>&1
+  BIN=$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/release/kvgate
+fi
 TOKENIZER=$PWD/config/tokenizers/qwen3/tokenizer.json
 WORK=$(mktemp -d)
 cleanup() {
@@ -57,6 +86,81 @@ cleanup() {
 trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_http() { for _ in $(seq 200); do curl -sf "$1" >/dev/null && return 0; sleep 0.1; done; echo "not up: $1"; exit 1; }
+start_kvgate() { # name leak_mode [binary] [engine port] → 1 when it does not come up
+  local port admin pid bin=${3:-$BIN} engine=${4:-${MOCK:-}}; port=$(free_port); admin=$(free_port)
+  cat >"$WORK/$1.toml" <<TOML
+[server]
+listen = "127.0.0.1:$port"
+admin_listen = "127.0.0.1:$admin"
+[audit]
+sink = "$AUDIT"
+[[models]]
+name = "qwen3"
+tokenizer = "$TOKENIZER"
+chat_template = "$PWD/config/tokenizers/qwen3/tokenizer_config.json"
+context_window = 131072
+[[pools]]
+name = "mock"
+model = "qwen3"
+engine = "openai"
+mode = "unified"
+workers = [{ url = "http://127.0.0.1:$engine", kv_tokens = 200000 }]
+$( [ "$2" = default ] || echo "leak_detection = \"$2\"" )
+[[tenants]]
+name = "load"
+api_key_sha256 = ["$("$BIN" hash-key kvgate-demo-key)"]
+TOML
+  RUST_LOG=error "$bin" serve --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
+  pid=$!
+  echo "$pid" >"$WORK/$1.pid"
+  for _ in $(seq 200); do
+    if curl -sf "http://127.0.0.1:$admin/health" >/dev/null; then echo "$port" >"$WORK/$1.port"; return 0; fi
+    kill -0 "$pid" 2>/dev/null || { rm -f "$WORK/$1.pid"; return 1; }
+    sleep 0.1
+  done
+  echo "not up: $1"
+  return 1
+}
+
+# Paced streams: for each pace, a paced mock and kvgate rows in front of it (see the top).
+paced_section() {
+  local pace mock name mode targets names
+  for pace in $PACES; do
+    mock=$(free_port)
+    "$BIN" mock-engine --listen "127.0.0.1:$mock" --model qwen3 --tokenizer "$TOKENIZER" \
+      --token-latency-ms "$pace" --first-token-ms "$FIRST_TOKEN_MS" >"$WORK/paced_mock.log" 2>&1 &
+    echo $! >"$WORK/paced_mock.pid"
+    wait_http "http://127.0.0.1:$mock/health"
+    targets="direct=http://127.0.0.1:$mock" names=""
+    for mode in off detect block default strict; do
+      name="paced_$mode"
+      if start_kvgate "$name" "$mode" "" "$mock"; then
+        targets="$targets kvgate_$mode=http://127.0.0.1:$(cat "$WORK/$name.port")" names="$names $name"
+      else
+        echo "paced $pace ms/token: kvgate with leak_detection = \"$mode\" did not start (row skipped): $(grep -v '^$' "$WORK/$name.log" | tail -n 1)"
+      fi
+    done
+    if [ -n "${BEFORE_BIN:-}" ]; then
+      if start_kvgate paced_before default "$BEFORE_BIN" "$mock"; then
+        targets="$targets before_default=http://127.0.0.1:$(cat "$WORK/paced_before.port")" names="$names paced_before"
+      else
+        echo "paced $pace ms/token: BEFORE_BIN did not start (row skipped): $(grep -v '^$' "$WORK/paced_before.log" | tail -n 1)"
+      fi
+    fi
+    # shellcheck disable=SC2086 # targets and names are lists of words
+    python3 benches/paced_streams.py --pace "$pace" --first-token "$FIRST_TOKEN_MS" --samples "$SAMPLES" \
+      --max-tokens "$PACED_MAX_TOKENS" --parallel "$PARALLEL" $targets
+    for name in $names paced_mock; do
+      kill "$(cat "$WORK/$name.pid")" 2>/dev/null || true
+      wait "$(cat "$WORK/$name.pid")" 2>/dev/null || true
+      rm -f "$WORK/$name.pid"
+    done
+  done
+}
+if [ "$PACED_ONLY" = 1 ]; then
+  paced_section
+  exit 0
+fi
 
 # 1. Bodies: a 2 KB chat (plain and streamed), a 100k-token chat, a 1M-token chat.
 python3 - "$WORK" <<'PY'
@@ -113,41 +217,13 @@ BARE=$(free_port)
 echo $! >"$WORK/bare.pid"
 wait_http "http://127.0.0.1:$BARE/health"
 ROWS="$ROWS hyper_floor"
-start_kvgate() { # name leak_mode [binary]
-  local port admin bin=${3:-$BIN}; port=$(free_port); admin=$(free_port)
-  cat >"$WORK/$1.toml" <<TOML
-[server]
-listen = "127.0.0.1:$port"
-admin_listen = "127.0.0.1:$admin"
-[audit]
-sink = "$AUDIT"
-[[models]]
-name = "qwen3"
-tokenizer = "$TOKENIZER"
-chat_template = "$PWD/config/tokenizers/qwen3/tokenizer_config.json"
-context_window = 131072
-[[pools]]
-name = "mock"
-model = "qwen3"
-engine = "openai"
-mode = "unified"
-workers = [{ url = "http://127.0.0.1:$MOCK", kv_tokens = 200000 }]
-$( [ "$2" = default ] || echo "leak_detection = \"$2\"" )
-[[tenants]]
-name = "load"
-api_key_sha256 = ["$("$BIN" hash-key kvgate-demo-key)"]
-TOML
-  RUST_LOG=error "$bin" serve --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
-  echo $! >"$WORK/$1.pid"
-  wait_http "http://127.0.0.1:$admin/health"
-  echo "$port" >"$WORK/$1.port"
-}
-start_kvgate kvgate_default default
-start_kvgate kvgate_leak_off off
+must_start_kvgate() { start_kvgate "$@" || { echo "kvgate $1 did not start: $(tail -n 3 "$WORK/$1.log")"; exit 1; }; }
+must_start_kvgate kvgate_default default
+must_start_kvgate kvgate_leak_off off
 KVGATE_ROWS="kvgate_default kvgate_leak_off"
 if [ -n "${BEFORE_BIN:-}" ]; then
-  start_kvgate before_default default "$BEFORE_BIN"
-  start_kvgate before_leak_off off "$BEFORE_BIN"
+  must_start_kvgate before_default default "$BEFORE_BIN"
+  must_start_kvgate before_leak_off off "$BEFORE_BIN"
   KVGATE_ROWS="$KVGATE_ROWS before_default before_leak_off"
 fi
 ROWS="$ROWS $KVGATE_ROWS"
@@ -338,3 +414,4 @@ print("direct row: absolute values (its TTFB and 100k columns are ms, not added)
       "256 events each, req/s = streams/s, CPU per stream) with the _stream rows of direct, "
       "nginx and the hyper floor.")
 PY
+if [ "$PACED" = 1 ]; then paced_section; fi

@@ -62,6 +62,14 @@ const MAX_BODY_BYTES: usize = 64 << 20;
 /// `[answer:digits]` or `[answer:cjk]` anywhere in the request (e.g. the user message);
 /// without a marker the answer is prose.
 #[derive(clap::Args, Clone, Debug)]
+#[command(
+    after_help = "Answer kinds: a request containing [answer:prose], [answer:code], \
+[answer:digits] or [answer:cjk] (anywhere, e.g. in the user message) is answered with that \
+kind's text (prose: English sentences; code: Rust and Python; digits: order numbers, amounts, \
+dates, IP addresses; cjk: Chinese and Japanese prose); without a marker, prose.\n\
+Pace: with --first-token-ms or --token-latency-ms above 0, a stream's events are sent one per \
+token after the first-token wait; with both 0, the whole stream at once."
+)]
 pub struct MockArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
@@ -412,6 +420,22 @@ mod tests {
         let status = out[9..12].parse().unwrap();
         let body = out.split_once("\r\n\r\n").unwrap().1.to_string();
         (status, body)
+    }
+
+    #[test]
+    fn help_names_the_answer_kinds_and_the_pace() {
+        use clap::Args;
+        let help = MockArgs::augment_args(clap::Command::new("mock-engine"))
+            .render_long_help()
+            .to_string();
+        for want in [
+            "[answer:code]",
+            "[answer:cjk]",
+            "--first-token-ms",
+            "--token-latency-ms",
+        ] {
+            assert!(help.contains(want), "{want} in {help}");
+        }
     }
 
     #[tokio::test]
