@@ -3,6 +3,7 @@
 
 mod support;
 
+use kvgate::stack::isolate::leak::units::longest_shared_run;
 use serde_json::{json, Value};
 use support::*;
 
@@ -158,24 +159,6 @@ fn streamed_text(reply: &Reply) -> String {
         }
     }
     native + &deltas
-}
-
-/// The longest run of consecutive text units of `seen` that `source` also holds.
-fn longest_shared_run(seen: &str, source: &str) -> usize {
-    use kvgate::stack::isolate::leak::units::units_of;
-    let (a, b) = (units_of(seen), units_of(source));
-    let mut best = 0;
-    for i in 0..a.len() {
-        for j in 0..b.len() {
-            let k = a[i..]
-                .iter()
-                .zip(&b[j..])
-                .take_while(|(x, y)| x == y)
-                .count();
-            best = best.max(k);
-        }
-    }
-    best
 }
 
 /// Bob's answer, which the engine read from Alice's pages, was stopped: a 502, or a stream

@@ -13,7 +13,7 @@ use crate::config::LeakMode;
 use crate::stack::guard::inspect::{Expectation, Markers, Shape, Trip};
 use crate::stack::guard::leak::LeakScan;
 use crate::stack::guard::sse::{SseEvent, SseReframer};
-use crate::stack::isolate::leak::units::units_of;
+use crate::stack::isolate::leak::units::{longest_shared_run, units_of};
 use crate::stack::isolate::leak::{FingerprintStore, LeakDetectorConfig};
 
 const NGRAM: usize = 8;
@@ -110,23 +110,6 @@ fn text_of(bytes: &Bytes) -> String {
                 .map(str::to_owned)
         })
         .collect()
-}
-
-/// The longest run of consecutive units of `seen` that also appears in `source`.
-fn longest_shared_run(seen: &str, source: &str) -> usize {
-    let (a, b) = (units_of(seen), units_of(source));
-    let mut best = 0;
-    for i in 0..a.len() {
-        for j in 0..b.len() {
-            let k = a[i..]
-                .iter()
-                .zip(&b[j..])
-                .take_while(|(x, y)| x == y)
-                .count();
-            best = best.max(k);
-        }
-    }
-    best
 }
 
 #[test]

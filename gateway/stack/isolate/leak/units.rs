@@ -134,6 +134,23 @@ pub fn units_of(text: &str) -> Vec<u32> {
     out
 }
 
+/// The longest run of consecutive units that `seen` quotes from `source`: how much of a
+/// foreign text an answer let out, in the unit the leak guarantees are stated in (the
+/// stream tests measure those bounds with it). Quadratic in time, linear in memory.
+pub fn longest_shared_run(seen: &str, source: &str) -> usize {
+    let (a, b) = (units_of(seen), units_of(source));
+    // run[j]: the length of the common run ending at the current unit of `a` and b[j].
+    let mut run = vec![0usize; b.len() + 1];
+    let mut best = 0;
+    for &x in &a {
+        for j in (0..b.len()).rev() {
+            run[j + 1] = if b[j] == x { run[j] + 1 } else { 0 };
+            best = best.max(run[j + 1]);
+        }
+    }
+    best
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,6 +163,14 @@ mod tests {
         assert_ne!(units_of("ab"), units_of("a b"));
         assert_eq!(units_of("秘密です").len(), 4);
         assert_ne!(units_of("a"), units_of("!"));
+    }
+
+    #[test]
+    fn the_longest_shared_run_counts_consecutive_units_only() {
+        assert_eq!(longest_shared_run("x a b c y a b", "a b c d a b"), 3);
+        assert_eq!(longest_shared_run("nothing here", "a b c"), 0);
+        assert_eq!(longest_shared_run("", "a b"), 0);
+        assert_eq!(longest_shared_run("a, b", "a ,b"), 3);
     }
 
     #[test]
