@@ -402,3 +402,58 @@ async fn a_tenant_provoking_content_trips_cannot_eject_a_shared_worker() {
     assert_eq!(chat_reply(&gw).await.status, StatusCode::OK);
     gw.shutdown().await;
 }
+
+/// `GET /pools` shows what the active probes say before they take a worker out: a worker
+/// whose health path fails has its failed probes counted, with the error, under
+/// `health.active_probe`, apart from the passive count of failed requests; a worker whose
+/// probes pass says when one last passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_active_probes_show_in_the_pools_listing_before_the_worker_goes_down() {
+    let failing = unified(SimFault::None, 40960).await;
+    let fine = unified(SimFault::None, 40960).await;
+    let pools = format!(
+        "{}health_path = \"/no-such-health-path\"\n\n{}",
+        unified_pool("failing", &[worker(&failing, None)]),
+        unified_pool("fine", &[worker(&fine, None)])
+    );
+    // Never down within the test: only the count shows the failures.
+    let health = "[health]\ninterval = \"100ms\"\ntimeout = \"100ms\"\nunhealthy_threshold = 1000\nhealthy_threshold = 1";
+    let gw = gateway(&config(&pools, health)).await;
+
+    let view = wait_for(
+        &gw,
+        failing.http_addr,
+        "counted as failing its probes",
+        |w| w["health"]["active_probe"]["consecutive_failures"].as_u64() >= Some(3),
+    )
+    .await;
+    let probe = &view["health"]["active_probe"];
+    assert_eq!(state(&view), "serving", "{view}");
+    assert_eq!(view["health"]["path"], "/no-such-health-path");
+    assert_eq!(
+        view["health"]["consecutive_failures"], 0,
+        "no request failed: {view}"
+    );
+    assert!(
+        probe["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("404")),
+        "{view}"
+    );
+    assert!(
+        probe["last_failed_seconds_ago"].as_f64() < Some(5.0),
+        "{view}"
+    );
+    assert_eq!(probe["last_ok_seconds_ago"], Value::Null, "{view}");
+    assert_eq!(probe["consecutive_passes"], 0);
+
+    let view = wait_for(&gw, fine.http_addr, "probed", |w| {
+        w["health"]["active_probe"]["consecutive_passes"].as_u64() >= Some(2)
+    })
+    .await;
+    let probe = &view["health"]["active_probe"];
+    assert_eq!(probe["consecutive_failures"], 0, "{view}");
+    assert_eq!(probe["last_error"], Value::Null, "{view}");
+    assert!(probe["last_ok_seconds_ago"].as_f64() < Some(5.0), "{view}");
+    gw.shutdown().await;
+}

@@ -300,6 +300,98 @@ async fn two_replicas_share_a_rollback_through_redis() {
     assert_eq!(ra["canary"]["weight"], 50);
 }
 
+/// A decision adopted through Redis does to the adopting replica's window what it did on
+/// the replica that took it: a `clear` sent to A makes B forget the failed canary requests
+/// it counted too, or B's next evaluation rolls the canary back again for the whole cluster.
+/// Rollback and promote keep the window on both, and B follows them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clear_adopted_through_redis_starts_a_fresh_window_on_the_adopting_replica() {
+    let redis = support_redis::RedisServer::start();
+    let stable = healthy().await;
+    let canary = engine(
+        SimRole::Unified,
+        SimFault::AbortNoStatus,
+        40960,
+        WINDOW as usize,
+    )
+    .await;
+    let limits = format!(
+        "\n[limits]\nbackend = \"redis\"\nredis_url = \"{}\"\nkey_prefix = \"kvgate-rollout-window-test\"\n",
+        redis.url()
+    );
+    let config = canary_config(&stable, &canary, (50, 50)) + &limits;
+    let a = gateway(&config).await;
+    let b = gateway(&config).await;
+
+    // Replica B counts the failing canary and rolls it back; A adopts that.
+    let mut sent = 0;
+    while generations(&canary).len() < MIN_REQUESTS as usize {
+        traffic(&b, sent, 1).await;
+        sent += 1;
+    }
+    let rb = until_phase(&b, "rolled_back").await;
+    assert_eq!(rb["decision"]["origin"], "automatic");
+    let failed_on_b = rb["canary"]["rates"]["requests"].as_u64().unwrap_or(0);
+    assert!(failed_on_b >= MIN_REQUESTS, "{rb:#}");
+    until_phase(&a, "rolled_back").await;
+
+    // The canary was fixed: `clear` goes to A only.
+    let ra = admin(&a, Method::POST, "/rollouts/qwen3/clear", Value::Null)
+        .await
+        .json();
+    assert_eq!(ra["decision"]["phase"], "canary");
+    assert_eq!(ra["canary"]["rates"]["requests"], 0, "{ra:#}");
+    // B adopts it, and its canary window is as fresh as A's.
+    let rb = until_phase(&b, "canary").await;
+    assert_eq!(rb["canary"]["weight"], 50, "{rb:#}");
+    assert_eq!(
+        rb["canary"]["rates"]["requests"], 0,
+        "B kept its {failed_on_b} failed canary requests after adopting the clear: {rb:#}"
+    );
+    assert_eq!(rb["canary"]["rates"]["engine_errors"], 0, "{rb:#}");
+    assert_eq!(rb["decision"]["window_epoch"], ra["decision"]["epoch"]);
+
+    // Two sync rounds (each evaluates) and a served request on B decide nothing: the
+    // canary stays in for the whole cluster.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let url = format!("http://{}/v1/chat/completions", b.data_addr());
+    let mut served = false;
+    for i in 0..8 {
+        let reply = post(&url, None, &chat(2000 + i)).await;
+        if reply.status == StatusCode::OK {
+            served = true;
+            break;
+        }
+    }
+    assert!(served, "no request on B was served");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for (name, gw) in [("A", &a), ("B", &b)] {
+        let r = rollout(gw).await;
+        assert_eq!(
+            r["decision"]["phase"], "canary",
+            "{name} rolled back again: {r:#}"
+        );
+        assert_eq!(r["canary"]["weight"], 50, "{name}: {r:#}");
+    }
+
+    // Rollback and promote from A: B follows, its window kept, as A keeps its own.
+    let before = rollout(&b).await["canary"]["rates"]["requests"].clone();
+    admin(
+        &a,
+        Method::POST,
+        "/rollouts/qwen3/rollback",
+        json!({"reason": "window test"}),
+    )
+    .await;
+    let rb = until_phase(&b, "rolled_back").await;
+    assert_eq!(rb["canary"]["weight"], 0);
+    assert_eq!(rb["canary"]["rates"]["requests"], before, "{rb:#}");
+    admin(&a, Method::POST, "/rollouts/qwen3/promote", Value::Null).await;
+    let rb = until_phase(&b, "promoted").await;
+    assert_eq!(rb["stable"]["weight"], 0);
+    assert_eq!(rb["canary"]["rates"]["requests"], before, "{rb:#}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenants_stick_to_one_pool_and_raising_the_canary_only_moves_tenants_onto_it() {
     let stable = healthy().await;

@@ -45,6 +45,13 @@ pub struct Decision {
     pub replica: String,
     /// When, in Unix milliseconds.
     pub at_ms: u64,
+    /// The epoch of the decision that started the canary's current window (the last
+    /// `clear`; 0: none since the start). A replica applying a decision whose
+    /// `window_epoch` is newer than its own forgets its canary window too, exactly as the
+    /// replica that took the decision did, even when it never saw that decision itself (a
+    /// later one superseded it in Redis). Absent in decisions of older replicas: 0.
+    #[serde(default)]
+    pub window_epoch: u64,
 }
 
 #[derive(Debug)]
@@ -91,6 +98,7 @@ impl Rollout {
             step: None,
             replica: replica.to_string(),
             at_ms: now_ms(),
+            window_epoch: 0,
         };
         let rollout = Self {
             config,
@@ -137,12 +145,14 @@ impl Rollout {
         if self.retired.load(std::sync::atomic::Ordering::Acquire) {
             return;
         }
-        let canary = self.canary.signals.rates(now);
-        let stable = self.stable.signals.rates(now);
+        // The rates are read under the state lock: a `clear` (ours or adopted) between
+        // reading them and judging must not be judged on the window it just forgot.
         let mut state = self.lock();
         if state.decision.phase != Phase::Canary {
             return;
         }
+        let canary = self.canary.signals.rates(now);
+        let stable = self.stable.signals.rates(now);
         if let Some(breach) = decide::judge(&canary, &stable, &self.config) {
             self.change(
                 &mut state,
@@ -212,8 +222,10 @@ impl Rollout {
     /// Back to the configured weights with a fresh canary window (the canary was fixed).
     pub fn clear(&self) {
         let mut state = self.lock();
-        self.canary.signals.reset();
-        self.change(&mut state, Phase::Canary, None);
+        let epoch = state.decision.epoch + 1;
+        // `set` forgets the canary window for a newer `window_epoch`: the same step a
+        // replica adopting this decision through Redis takes.
+        self.set(&mut state, Phase::Canary, None, epoch, epoch, None);
     }
 
     /// One promotion step (to 100 % without configured steps).
@@ -274,6 +286,7 @@ impl Rollout {
             phase,
             shared.step,
             shared.epoch,
+            shared.window_epoch,
             Some(shared.replica),
         );
         true
@@ -295,16 +308,20 @@ impl Rollout {
 
     fn change(&self, state: &mut State, phase: Phase, step: Option<usize>) {
         let epoch = state.decision.epoch + 1;
-        self.set(state, phase, step, epoch, None);
+        let window_epoch = state.decision.window_epoch;
+        self.set(state, phase, step, epoch, window_epoch, None);
     }
 
-    /// Make `phase` current; `by` is the replica that decided (None: this one).
+    /// Make `phase` current; `by` is the replica that decided (None: this one). A
+    /// `window_epoch` newer than the current one (a `clear`, here or on another replica)
+    /// starts a fresh canary window: the receiving and the adopting replica alike.
     fn set(
         &self,
         state: &mut State,
         phase: Phase,
         step: Option<usize>,
         epoch: u64,
+        window_epoch: u64,
         by: Option<String>,
     ) {
         // Every decision passes here: a rollout a reload replaced changes nothing more.
@@ -312,6 +329,9 @@ impl Rollout {
             return;
         }
         let ours = by.is_none();
+        if window_epoch > state.decision.window_epoch {
+            self.canary.signals.reset();
+        }
         let (canary_weight, stable_weight) = self.weights(&phase, step);
         self.canary.set_weight(canary_weight);
         self.stable.set_weight(stable_weight);
@@ -321,6 +341,7 @@ impl Rollout {
             step,
             replica: by.unwrap_or_else(|| self.replica.to_string()),
             at_ms: now_ms(),
+            window_epoch: window_epoch.max(state.decision.window_epoch),
         };
         state.since = Instant::now();
         state.unpublished = ours;

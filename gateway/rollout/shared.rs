@@ -5,7 +5,10 @@
 //! and reads the others' once a second, so one replica's rollback holds for all, and for
 //! a replica started later. Decisions are ordered by epoch: a write lands only when it is
 //! newer than what Redis holds (one Lua script, so two replicas cannot interleave); the
-//! loser of a race adopts the stored decision.
+//! loser of a race adopts the stored decision. A replica that applies a decision does to
+//! its own windows what the deciding replica did to its: a decision carries the epoch of
+//! the last `clear` (`window_epoch`), and a newer one makes the adopting replica forget its
+//! canary window too (even when a later decision superseded the clear before it looked).
 //!
 //! A replica that cannot reach Redis (at start or later) keeps serving and keeps deciding
 //! from its own traffic; it publishes what it decided meanwhile once Redis answers again,

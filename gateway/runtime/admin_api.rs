@@ -156,15 +156,26 @@ pub fn worker_json(w: &Worker) -> Value {
     })
 }
 
+/// A worker's health: `state` and `cause` (the verdict), the passive side
+/// (`consecutive_failures`: failed requests in a row, `ejections`) and the active probes of
+/// its health `path` (`active_probe`; all zero and null while `[health] active = false`).
 fn health_json(w: &Worker) -> Value {
     let h = w.health().snapshot(Instant::now());
+    let seconds = |d: Option<std::time::Duration>| d.map(|d| d.as_secs_f64());
     json!({
         "state": h.state,
         "consecutive_failures": h.consecutive_failures,
         "ejections": h.ejections,
-        "ejected_for_seconds": h.ejected_for.map(|d| d.as_secs_f64()),
+        "ejected_for_seconds": seconds(h.ejected_for),
         "cause": h.cause,
         "path": w.health_path(),
+        "active_probe": {
+            "consecutive_failures": h.probe.consecutive_failures,
+            "consecutive_passes": h.probe.consecutive_passes,
+            "last_error": h.probe.last_error,
+            "last_failed_seconds_ago": seconds(h.probe.last_failed_ago),
+            "last_ok_seconds_ago": seconds(h.probe.last_ok_ago),
+        },
     })
 }
 

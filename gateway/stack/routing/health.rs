@@ -154,6 +154,10 @@ struct State {
     down: Option<String>,
     probes_passed: u32,
     probes_failed: u32,
+    /// The last active probe's failure (kept after it passes again) and when.
+    probe_error: Option<(String, Instant)>,
+    /// When an active probe last passed.
+    probe_ok_at: Option<Instant>,
 }
 
 /// One worker's health.
@@ -177,6 +181,22 @@ pub struct HealthSnapshot {
     pub ejections: u32,
     pub ejected_for: Option<Duration>,
     pub cause: Option<String>,
+    /// The active probes (`consecutive_failures` above counts failed requests only).
+    pub probe: ProbeSnapshot,
+}
+
+/// What the active health probes said of a worker lately.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ProbeSnapshot {
+    /// Probes failed in a row (0 once one passes).
+    pub consecutive_failures: u32,
+    /// Probes passed in a row.
+    pub consecutive_passes: u32,
+    /// The last failed probe's error and how long ago (kept after it passes again).
+    pub last_error: Option<String>,
+    pub last_failed_ago: Option<Duration>,
+    /// How long ago a probe last passed (None: never, or probes are off).
+    pub last_ok_ago: Option<Duration>,
 }
 
 impl WorkerHealth {
@@ -297,9 +317,15 @@ impl WorkerHealth {
 
     /// An active probe's result (`Err`: why it failed).
     pub fn probe(&self, result: Result<(), String>) -> ProbeVerdict {
+        self.probe_at(result, Instant::now())
+    }
+
+    /// [`Self::probe`] at `now`.
+    pub fn probe_at(&self, result: Result<(), String>, now: Instant) -> ProbeVerdict {
         let mut state = self.state();
         match result {
             Ok(()) => {
+                state.probe_ok_at = Some(now);
                 state.probes_failed = 0;
                 state.probes_passed = state.probes_passed.saturating_add(1);
                 if state.down.is_some() && state.probes_passed >= self.policy.healthy_threshold {
@@ -308,6 +334,7 @@ impl WorkerHealth {
                 ProbeVerdict::Steady
             }
             Err(error) => {
+                state.probe_error = Some((error.clone(), now));
                 state.probes_passed = 0;
                 state.probes_failed = state.probes_failed.saturating_add(1);
                 let failed = state.probes_failed;
@@ -376,6 +403,18 @@ impl WorkerHealth {
             ejections: state.ejections,
             ejected_for,
             cause,
+            probe: ProbeSnapshot {
+                consecutive_failures: state.probes_failed,
+                consecutive_passes: state.probes_passed,
+                last_error: state.probe_error.as_ref().map(|(e, _)| e.clone()),
+                last_failed_ago: state
+                    .probe_error
+                    .as_ref()
+                    .map(|(_, at)| now.saturating_duration_since(*at)),
+                last_ok_ago: state
+                    .probe_ok_at
+                    .map(|at| now.saturating_duration_since(at)),
+            },
         }
     }
 }

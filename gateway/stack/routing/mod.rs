@@ -22,7 +22,8 @@ mod worker;
 
 pub use discovery::{discover_all, discover_worker, parse_server_info};
 pub use health::{
-    Ejection, EjectionGroup, HealthPolicy, HealthSnapshot, ProbeVerdict, Serving, WorkerHealth,
+    Ejection, EjectionGroup, HealthPolicy, HealthSnapshot, ProbeSnapshot, ProbeVerdict, Serving,
+    WorkerHealth,
 };
 pub use health_check::{check_all, report_ejection};
 pub use pool::{Pool, PoolWorkers, Target};
