@@ -48,7 +48,9 @@ if [ ! -x "$bin" ]; then
     tmp="$(mktemp -d "$cache/dl.XXXXXX")"
     "$python" -m pip download --quiet --disable-pip-version-check --no-deps \
       --no-binary llama-cpp-python --dest "$tmp" "llama-cpp-python==$version"
-    mv "$tmp/llama_cpp_python-$version.tar.gz" "$sdist"
+    downloaded=("$tmp"/*.tar.gz)
+    [ -f "${downloaded[0]}" ] || { log "pip download gave no sdist"; exit 1; }
+    mv "${downloaded[0]}" "$sdist"
     rm -rf "$tmp"
   fi
   if [ ! -f "$src/vendor/llama.cpp/CMakeLists.txt" ]; then
