@@ -73,6 +73,9 @@ pub struct StreamCheck {
     /// The engine's usage as last reported: per sample, and a final total.
     usage: std::collections::BTreeMap<usize, u64>,
     final_usage: Option<u64>,
+    /// A chunk with choices carried usage before (the engine honours `continuous_usage_stats`
+    /// and sends its final usage in a chunk of its own).
+    chunk_usage_seen: bool,
     /// Read usual OpenAI chunks through the typed view (off only in the tests that compare
     /// it with the tree path).
     typed_view: bool,
@@ -103,6 +106,7 @@ impl StreamCheck {
             held: std::collections::VecDeque::new(),
             usage: std::collections::BTreeMap::new(),
             final_usage: None,
+            chunk_usage_seen: false,
             typed_view: true,
         }
     }
@@ -256,9 +260,13 @@ impl StreamCheck {
         Ok(())
     }
 
+    /// Every sample has had its final `finish_reason`.
+    fn all_finished(&self) -> bool {
+        self.finished.len() >= self.batch && self.seen.iter().all(|i| self.finished.contains(i))
+    }
+
     fn require_finished(&self, detail: &'static str) -> Result<(), Trip> {
-        let all_seen_finished = self.seen.iter().all(|i| self.finished.contains(i));
-        if self.finished.len() < self.batch || !all_seen_finished {
+        if !self.all_finished() {
             return Err(Trip::Truncated { detail });
         }
         Ok(())
@@ -453,8 +461,12 @@ impl StreamCheck {
     /// What goes out for an OpenAI event: as received, without the usage the client did not
     /// ask for, or nothing. `tree` is the event's parsed JSON when the checks built it (the
     /// typed view does not; it is parsed here in the rare case the text cut declines).
+    ///
+    /// An engine that ignores `continuous_usage_stats` and puts its only usage on the chunk
+    /// that finishes the stream (llama.cpp's `/v1/completions`) sends there the final usage a
+    /// client asked for with `include_usage`: that usage is kept.
     fn rewrite_usage(
-        &self,
+        &mut self,
         event: &SseEvent,
         has_usage: bool,
         no_choices: bool,
@@ -467,6 +479,11 @@ impl StreamCheck {
             return None;
         }
         if !no_choices && self.rewrite.strip_chunk_usage {
+            let only_usage_at_the_end = !self.chunk_usage_seen && self.all_finished();
+            self.chunk_usage_seen = true;
+            if only_usage_at_the_end && !self.rewrite.strip_final_usage {
+                return Some(event.raw.clone());
+            }
             // Cut from the engine's text; re-serialise only what the scanner declines.
             let stripped = event
                 .data

@@ -275,3 +275,56 @@ fn the_chunk_equivalence_test_exercises_the_typed_view() {
         "only {typed} of {total} chunks took the typed view"
     );
 }
+
+#[test]
+fn usage_only_on_the_finishing_chunk_is_the_final_usage() {
+    // llama.cpp's /v1/completions stream: no continuous usage, the final usage on the chunk
+    // with the finish_reason, no usage chunk of its own.
+    let events: Vec<String> = [
+        r#"{"choices":[{"index":0,"text":"a","finish_reason":null}]}"#,
+        r#"{"choices":[{"index":0,"text":"","finish_reason":"length"}],"usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9}}"#,
+        "[DONE]",
+    ]
+    .iter()
+    .map(|d| format!("data: {d}\n\n"))
+    .collect();
+    for typed_view in [true, false] {
+        let asked = UsageRewrite {
+            strip_final_usage: false,
+            strip_chunk_usage: true,
+        };
+        let out = run_openai(&events, 1, asked, typed_view);
+        assert!(out[1].contains("usage"), "kept when asked: {out:?}");
+        let not_asked = UsageRewrite {
+            strip_final_usage: true,
+            strip_chunk_usage: true,
+        };
+        let out = run_openai(&events, 1, not_asked, typed_view);
+        assert!(
+            !out[1].contains("usage"),
+            "stripped when not asked: {out:?}"
+        );
+    }
+    // An engine that honours continuous usage: stripped from every chunk with choices, the
+    // finishing one included; its own final usage chunk is what the client gets.
+    let continuous: Vec<String> = [
+        r#"{"choices":[{"index":0,"text":"a","finish_reason":null}],"usage":{"prompt_tokens":7,"completion_tokens":1,"total_tokens":8}}"#,
+        r#"{"choices":[{"index":0,"text":"","finish_reason":"length"}],"usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9}}"#,
+        // (run_openai expects prompts of 7 tokens for two samples: 14 in all)
+        r#"{"choices":[],"usage":{"prompt_tokens":14,"completion_tokens":2,"total_tokens":16}}"#,
+        "[DONE]",
+    ]
+    .iter()
+    .map(|d| format!("data: {d}\n\n"))
+    .collect();
+    let asked = UsageRewrite {
+        strip_final_usage: false,
+        strip_chunk_usage: true,
+    };
+    let out = run_openai(&continuous, 1, asked, true);
+    assert!(
+        !out[0].contains("usage") && !out[1].contains("usage"),
+        "{out:?}"
+    );
+    assert!(out[2].contains("usage"), "{out:?}");
+}
