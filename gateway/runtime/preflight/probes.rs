@@ -26,7 +26,7 @@ use crate::stack::dispatch::build_engine_body;
 use crate::stack::guard::inspect::{Expectation, Markers, Shape};
 use crate::stack::isolate::CacheSalter;
 use crate::stack::routing::{Pool, Worker};
-use crate::upstream::{read_body, Upstream};
+use crate::upstream::{read_body, Replay, Upstream};
 
 /// Largest answer a probe reads.
 const MAX_ANSWER_BYTES: usize = 8 << 20;
@@ -244,7 +244,16 @@ impl Prober<'_> {
         match &self.target {
             Target::Unified(w) => Exchange {
                 answer: self
-                    .send(w, path, body, &rid, deadline, stream, shape, expect)
+                    .send(
+                        w,
+                        path,
+                        body,
+                        &rid,
+                        (deadline, Replay::StaleConnection),
+                        stream,
+                        shape,
+                        expect,
+                    )
                     .await,
                 prefill: None,
             },
@@ -257,12 +266,21 @@ impl Prober<'_> {
                         path,
                         body.clone(),
                         &rid,
-                        deadline,
+                        (deadline, Replay::Never),
                         stream,
                         shape,
                         expect
                     ),
-                    self.send(decode, path, body, &rid, deadline, stream, shape, expect),
+                    self.send(
+                        decode,
+                        path,
+                        body,
+                        &rid,
+                        (deadline, Replay::Never),
+                        stream,
+                        shape,
+                        expect
+                    ),
                 );
                 Exchange {
                     answer: d,
@@ -279,7 +297,7 @@ impl Prober<'_> {
         path: &str,
         body: Bytes,
         rid: &str,
-        deadline: Instant,
+        (deadline, replay): (Instant, Replay),
         stream: bool,
         shape: Shape,
         expect: &Expectation,
@@ -287,7 +305,15 @@ impl Prober<'_> {
         let request_id = HeaderValue::from_str(rid).ok();
         let response = match self
             .upstream
-            .post_json(worker, path, body, request_id.as_ref(), None, deadline)
+            .post_json(
+                worker,
+                path,
+                body,
+                request_id.as_ref(),
+                None,
+                deadline,
+                replay,
+            )
             .await
         {
             Ok(r) => r,

@@ -40,7 +40,7 @@ use crate::stack::api::InferenceRequest;
 use crate::stack::guard::PrefillAnswer;
 use crate::stack::routing::{RoutePlan, ServedBy, Target};
 use crate::telemetry::RequestTrace;
-use crate::upstream::Upstream;
+use crate::upstream::{Replay, Upstream};
 use leg::Leg;
 
 /// Limits on what dispatch reads into memory, and its retries.
@@ -164,6 +164,7 @@ impl Dispatch {
                         id,
                         leg.propagation().as_ref(),
                         deadlines.headers,
+                        Replay::StaleConnection,
                     )
                     .await;
                 if let Err(e @ GatewayError::UpstreamUnavailable { connect: true, .. }) = &response
@@ -174,7 +175,7 @@ impl Dispatch {
                         .filter(|_| self.retries.withdraw())
                     {
                         tracing::warn!(error = %e, request_id = rid.as_str(), "connect failed; retrying on another worker");
-                        ::metrics::counter!(metrics::UPSTREAM_RETRIES_TOTAL, "pool" => pool.name.to_string())
+                        ::metrics::counter!(metrics::UPSTREAM_RETRIES_TOTAL, "pool" => pool.name.to_string(), "reason" => "connect")
                             .increment(1);
                         leg.finish(e.code());
                         let Target::Unified(load) = &other else {
@@ -194,6 +195,7 @@ impl Dispatch {
                                 id,
                                 leg.propagation().as_ref(),
                                 deadlines.headers,
+                                Replay::StaleConnection,
                             )
                             .await;
                     }
@@ -223,6 +225,7 @@ impl Dispatch {
                             id,
                             leg.propagation().as_ref(),
                             deadlines.headers,
+                            Replay::Never,
                         )
                         .await;
                     relay.drain_prefill(prefill.worker(), leg, response).await
@@ -236,6 +239,7 @@ impl Dispatch {
                             id,
                             decode_trace.as_ref(),
                             deadlines.headers,
+                            Replay::Never,
                         )
                         .await;
                     relay
