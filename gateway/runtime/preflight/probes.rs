@@ -62,6 +62,17 @@ impl Prober<'_> {
         e
     }
 
+    /// The new tokens a boundary probe of `tokens` asks for. vLLM refuses a prompt whose
+    /// explicit `max_tokens` would run past its context, so an OpenAI-style probe below the
+    /// limit asks for no more than fits (at least 1); SGLang judges the prompt alone.
+    fn max_new_tokens(&self, tokens: u64, limit: u64) -> u64 {
+        let configured = self.settings.max_new_tokens;
+        match self.pool.engine {
+            EngineKind::Sglang => configured,
+            EngineKind::Openai => configured.min(limit.saturating_sub(tokens).max(1)),
+        }
+    }
+
     /// A prompt of `tokens` with a nonce of its own.
     pub(super) fn prompt(&self, endpoint: Endpoint, tokens: u64) -> Result<Prompt, String> {
         match endpoint {
@@ -110,7 +121,7 @@ impl Prober<'_> {
                             expect,
                             limit,
                             None,
-                            self.settings.max_new_tokens,
+                            self.max_new_tokens(tokens, limit),
                             budget,
                         )
                         .await;
@@ -220,7 +231,9 @@ impl Prober<'_> {
                 stream_usage: stream && endpoint != Endpoint::Generate,
             },
         );
-        let rid = format!("kvgate-preflight-{}", secure_random::hex_id());
+        // UUID-shaped: llama-cpp-python's server answers a bodiless 400 to any other
+        // `x-request-id`. The probe stays recognisable by its prompt's nonce and the report.
+        let rid = secure_random::uuid_v4();
         let prefill = match &self.target {
             Target::Pair { prefill, .. } => Some(*prefill),
             Target::Unified(_) => None,
