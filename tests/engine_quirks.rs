@@ -96,3 +96,70 @@ async fn a_request_read_on_a_fresh_connection_and_never_answered_is_not_retried(
     assert_eq!(retries("dies", "stale_connection"), 0);
     gw.shutdown().await;
 }
+
+const SECOND_KEY: &str = "kvgate-second-key";
+const SECOND_KEY_SHA256: &str = "66da512423aeb67790698f936c603b7ab6ee337c197f6012f52153159dc16896";
+
+/// Two tenants, one worker that may be ejected (share 1.0), no active checks.
+fn two_tenant_config(pool: &str) -> String {
+    config_with_pools(WINDOW, pool)
+        .replace(
+            "[audit]\n",
+            "[health]\nactive = false\n[health.outlier]\nconsecutive_failures = 3\nmax_ejected_share = 1.0\n\n[audit]\n",
+        )
+        + &format!("\n[[tenants]]\nname = \"t2\"\napi_key_sha256 = [\"{SECOND_KEY_SHA256}\"]\n")
+}
+
+fn health_state(gw: &kvgate::runtime::app::RunningGateway) -> &'static str {
+    let router = gw.router();
+    let w = router.workers().next().expect("one worker");
+    w.health().snapshot(std::time::Instant::now()).state
+}
+
+#[tokio::test]
+async fn one_tenants_500s_do_not_eject_a_shared_worker_two_tenants_do() {
+    let engine = RawEngine::start(Quirk::Error500).await;
+    let gw = gateway(&two_tenant_config(&openai_pool("shared500", &engine))).await;
+    let url = format!("http://{}/v1/chat/completions", gw.data_addr());
+    // One tenant's requests that make the engine answer 500, many in a row.
+    for _ in 0..10 {
+        let reply = post(&url, Some(KEY), &chat(false)).await;
+        assert!(reply.status.is_server_error(), "{}", reply.text());
+        assert_ne!(error_code(&reply), "no_eligible_worker", "{}", reply.text());
+    }
+    assert_eq!(health_state(&gw), "serving");
+    // The other tenant is still served by the worker (it reaches the engine).
+    let before = engine.generations().len();
+    let reply = post(&url, Some(SECOND_KEY), &chat(false)).await;
+    assert_ne!(error_code(&reply), "no_eligible_worker", "{}", reply.text());
+    assert_eq!(engine.generations().len(), before + 1);
+    // That was a second tenant's 500 in the same run: the worker is out now.
+    assert_eq!(health_state(&gw), "ejected");
+    let reply = post(&url, Some(KEY), &chat(false)).await;
+    assert_eq!(error_code(&reply), "no_eligible_worker", "{}", reply.text());
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn connect_failures_still_eject_whoever_sent_them() {
+    let dead = {
+        let l = bind().await;
+        l.local_addr().unwrap()
+    }; // closed: connecting is refused
+    let pool = format!(
+        "[[pools]]\nname = \"deadpool\"\nmodel = \"qwen3\"\nengine = \"openai\"\nmode = \"unified\"\nworkers = [{{ url = \"http://{dead}\", kv_tokens = 40960 }}]\n"
+    );
+    let gw = gateway(&two_tenant_config(&pool)).await;
+    let url = format!("http://{}/v1/chat/completions", gw.data_addr());
+    for _ in 0..3 {
+        let reply = post(&url, Some(KEY), &chat(false)).await;
+        assert_eq!(
+            error_code(&reply),
+            "upstream_unavailable",
+            "{}",
+            reply.text()
+        );
+    }
+    assert_eq!(health_state(&gw), "ejected");
+    gw.shutdown().await;
+}
