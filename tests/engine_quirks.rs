@@ -163,3 +163,24 @@ async fn connect_failures_still_eject_whoever_sent_them() {
     assert_eq!(health_state(&gw), "ejected");
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_prompt_count_mismatch_names_both_counts_and_the_likely_cause() {
+    // An engine that does not normalize to NFC counts "e\u{301}" as other tokens than the
+    // Qwen3 tokenizer (which composes it to "é") does.
+    let engine = RawEngine::start(Quirk::ReportPromptTokens(999)).await;
+    let gw = gateway(&config_with_pools(WINDOW, &openai_pool("nfc", &engine))).await;
+    let url = format!("http://{}/v1/chat/completions", gw.data_addr());
+    let body = json!({"model": "qwen3", "max_tokens": 8,
+                      "messages": [{"role": "user", "content": "caf\u{65}\u{301} au lait"}]});
+    let reply = post(&url, Some(KEY), &body).await;
+    assert_eq!(reply.status, 502, "{}", reply.text());
+    assert_eq!(error_code(&reply), "upstream_integrity_error");
+    let message = error_message(&reply);
+    assert!(
+        message.contains("the engine counted 999 prompt tokens where kvgate counted"),
+        "{message}"
+    );
+    assert!(message.contains("Unicode NFC"), "{message}");
+    gw.shutdown().await;
+}

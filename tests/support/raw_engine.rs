@@ -22,6 +22,9 @@ pub enum Quirk {
     CloseAfterReading,
     /// Answer 500 with an OpenAI error body, keep-alive.
     Error500,
+    /// Answer a whole chat whose `usage.prompt_tokens` is this count (an engine that
+    /// tokenizes other text than kvgate counted, e.g. without NFC normalization).
+    ReportPromptTokens(u64),
 }
 
 /// One request as the engine read it.
@@ -121,6 +124,23 @@ async fn serve(mut conn: TcpStream, quirk: Quirk, seen: Arc<Mutex<Vec<Seen>>>) {
                 let body = r#"{"error":{"message":"Internal Server Error","type":"server_error","code":500}}"#;
                 let head = format!(
                     "HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\nconnection: keep-alive\r\ncontent-length: {}\r\n\r\n",
+                    body.len()
+                );
+                if conn
+                    .write_all(format!("{head}{body}").as_bytes())
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            Quirk::ReportPromptTokens(n) => {
+                let body = format!(
+                    r#"{{"id":"c1","object":"chat.completion","created":1,"model":"qwen3","choices":[{{"index":0,"message":{{"role":"assistant","content":"Hello"}},"finish_reason":"stop"}}],"usage":{{"prompt_tokens":{n},"completion_tokens":1,"total_tokens":{}}}}}"#,
+                    n + 1
+                );
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: keep-alive\r\ncontent-length: {}\r\n\r\n",
                     body.len()
                 );
                 if conn
