@@ -140,6 +140,19 @@ pub enum GatewayError {
         "The engine's answer failed kvgate's integrity check ({reason}) and was not delivered."
     )]
     UpstreamIntegrity { pool: String, reason: String },
+    /// The engine's `prompt_tokens` differs from kvgate's count (I1): the answer was not
+    /// delivered. Besides a broken engine, the usual cause is text not in Unicode NFC: the
+    /// model's tokenizer (as kvgate applies it) normalizes it, engines such as llama.cpp
+    /// do not, so they count other tokens.
+    #[error(
+        "The engine's answer failed kvgate's integrity check (the engine reported {engine} prompt tokens for sample {sample} where kvgate counted {gateway}) and was not delivered."
+    )]
+    PromptCountMismatch {
+        pool: String,
+        sample: usize,
+        gateway: u64,
+        engine: u64,
+    },
     #[error("Internal error: {0}")]
     Internal(String),
 }
@@ -255,7 +268,9 @@ impl GatewayError {
                 Some(s) if s.is_server_error() => class(*s, UPSTREAM, "upstream_aborted"),
                 _ => class(S::BAD_GATEWAY, UPSTREAM, "upstream_aborted"),
             },
-            UpstreamIntegrity { .. } => class(S::BAD_GATEWAY, UPSTREAM, "upstream_integrity_error"),
+            UpstreamIntegrity { .. } | PromptCountMismatch { .. } => {
+                class(S::BAD_GATEWAY, UPSTREAM, "upstream_integrity_error")
+            }
             Internal(_) => class(S::INTERNAL_SERVER_ERROR, "internal_error", "internal_error"),
         }
     }
@@ -310,6 +325,14 @@ impl GatewayError {
             UpstreamIntegrity { .. } => {
                 "The engine's answer failed kvgate's integrity check and was not delivered.".into()
             }
+            PromptCountMismatch {
+                gateway, engine, ..
+            } => format!(
+                "The engine's answer failed kvgate's integrity check and was not delivered: the \
+                 engine counted {engine} prompt tokens where kvgate counted {gateway}. A likely \
+                 cause is prompt text not in Unicode NFC (the model's tokenizer normalizes it, \
+                 engines such as llama.cpp do not); sending NFC text avoids it."
+            ),
             Internal(_) => "The gateway hit an internal error.".into(),
             other => other.to_string(),
         }

@@ -81,7 +81,28 @@ pub fn u64() -> u64 {
     u64::from_le_bytes(b)
 }
 
-/// 128 random bits as 32 lowercase hex characters.
+/// A random RFC 9562 version-4 UUID, `xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx` (preflight's
+/// request ids: some engines accept no other `x-request-id`).
+pub fn uuid_v4() -> String {
+    let mut b = [0u8; 16];
+    fill(&mut b);
+    // RFC 9562: version 4, variant 0b10.
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(36);
+    for (i, byte) in b.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            out.push('-');
+        }
+        out.push(DIGITS[usize::from(byte >> 4)] as char);
+        out.push(DIGITS[usize::from(byte & 0xf)] as char);
+    }
+    out
+}
+
+/// 128 random bits as 32 lowercase hex digits (the gateway's request ids; Python's
+/// `uuid.UUID` accepts this form too, so llama-cpp-python's server takes them).
 pub fn hex_id() -> String {
     let mut b = [0u8; 16];
     fill(&mut b);

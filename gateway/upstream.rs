@@ -3,13 +3,20 @@
 //!
 //! Connection errors become 502 `upstream_unavailable`, missed deadlines 504
 //! `upstream_timeout`; what the engine said is interpreted by dispatch, not here.
+//!
+//! An exchange whose pooled connection had served an earlier one and then closed or reset
+//! before any byte of the answer came back is sent once more, on a fresh connection, when its
+//! caller allows it ([`Replay`]): engines such as llama-server close a keep-alive connection
+//! right after a streamed answer, and the next request on it would otherwise be a 502.
+
+mod reuse;
 
 use bytes::{Bytes, BytesMut};
 use http::{header, HeaderValue, Method, Request, Response};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::{capture_connection, HttpConnector};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use std::sync::Arc;
@@ -28,10 +35,28 @@ use crate::tls::EngineTls;
 pub struct Upstream {
     /// Behind an `Arc`: the stack clones its services per request, and a hyper client is
     /// several reference counts of its own.
-    client: Arc<Client<HttpsConnector<HttpConnector>, Full<Bytes>>>,
+    client: Arc<Client<Connector, Full<Bytes>>>,
+    /// Keeps no idle connection: every exchange on it opens a new one (the one retry after
+    /// a stale pooled connection).
+    fresh: Arc<Client<Connector, Full<Bytes>>>,
     request_timeout: Duration,
     response_header_timeout: Duration,
     stream_idle_timeout: Duration,
+}
+
+type Connector = reuse::Counting<HttpsConnector<HttpConnector>>;
+
+/// Whether a failed exchange may be sent again on a fresh connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replay {
+    /// Once, when its pooled connection had served an earlier exchange and closed or reset
+    /// before any byte of this answer: the idle-connection race (nginx and Envoy retry it
+    /// too). The engine may, rarely, have read the request and died; a second run of a
+    /// unified generation costs compute, never a second answer to the client.
+    StaleConnection,
+    /// Never: a disaggregated leg carries a bootstrap room, and a leg the engine read may
+    /// already have claimed it, so sending it again could pair with the wrong peer.
+    Never,
 }
 
 /// The deadlines of one exchange with an engine.
@@ -54,13 +79,19 @@ impl Upstream {
         connector.set_nodelay(true);
         // The TLS layer above decides by scheme.
         connector.enforce_http(false);
+        let connector = reuse::Counting(tls.connector(connector));
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(config.idle_timeout)
             .pool_max_idle_per_host(config.max_idle_per_host)
-            .build(tls.connector(connector));
+            .build(connector.clone());
+        let fresh = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_max_idle_per_host(0)
+            .build(connector);
         Self {
             client: Arc::new(client),
+            fresh: Arc::new(fresh),
             request_timeout: config.request_timeout,
             response_header_timeout: config.response_header_timeout,
             stream_idle_timeout: config.stream_idle_timeout,
@@ -88,7 +119,9 @@ impl Upstream {
     }
 
     /// POST a JSON body to `worker` and wait (until `deadline`) for the response headers;
-    /// `trace` continues the request's trace (W3C `traceparent`, `tracestate`).
+    /// `trace` continues the request's trace (W3C `traceparent`, `tracestate`); `replay`
+    /// says whether a stale pooled connection may be retried.
+    #[allow(clippy::too_many_arguments)]
     pub async fn post_json(
         &self,
         worker: &dyn Peer,
@@ -97,6 +130,7 @@ impl Upstream {
         request_id: Option<&HeaderValue>,
         trace: Option<&Propagation>,
         deadline: Instant,
+        replay: Replay,
     ) -> Result<Response<Incoming>, GatewayError> {
         let mut builder = Request::builder()
             .method(Method::POST)
@@ -115,7 +149,7 @@ impl Upstream {
         let request = builder
             .body(Full::new(body))
             .map_err(|e| GatewayError::Internal(format!("building upstream request: {e}")))?;
-        self.send(worker, request, deadline).await
+        self.send(worker, request, deadline, replay).await
     }
 
     /// GET `path` from `worker` (discovery probes).
@@ -130,27 +164,70 @@ impl Upstream {
             .uri(format!("{}{}", worker.base_url(), path))
             .body(Full::new(Bytes::new()))
             .map_err(|e| GatewayError::Internal(format!("building upstream request: {e}")))?;
-        self.send(worker, request, deadline).await
+        self.send(worker, request, deadline, Replay::StaleConnection)
+            .await
     }
 
     async fn send(
         &self,
         worker: &dyn Peer,
-        request: Request<Full<Bytes>>,
+        mut request: Request<Full<Bytes>>,
         deadline: Instant,
+        replay: Replay,
     ) -> Result<Response<Incoming>, GatewayError> {
         let started = Instant::now();
-        match tokio::time::timeout_at(deadline, self.client.request(request)).await {
+        let again = (replay == Replay::StaleConnection).then(|| copy(&request));
+        let captured = capture_connection(&mut request);
+        let first = tokio::time::timeout_at(deadline, self.client.request(request)).await;
+        let reused = captured
+            .connection_metadata()
+            .as_ref()
+            .and_then(reuse::uses_of)
+            .is_some_and(|uses| uses.mark());
+        let e = match first {
+            Ok(Ok(response)) => return Ok(response),
+            Ok(Err(e)) => e,
+            Err(_) => return Err(timeout(worker, deadline.saturating_duration_since(started))),
+        };
+        let Some(again) = again.filter(|_| reused && reuse::stale_connection(&e)) else {
+            return Err(unavailable(worker, &e));
+        };
+        tracing::debug!(
+            worker = worker.authority(),
+            error = %error_chain(&e),
+            "the pooled connection closed before any answer byte; retrying on a fresh one"
+        );
+        ::metrics::counter!(
+            crate::metrics::UPSTREAM_RETRIES_TOTAL,
+            "pool" => worker.pool().to_string(),
+            "reason" => "stale_connection"
+        )
+        .increment(1);
+        match tokio::time::timeout_at(deadline, self.fresh.request(again)).await {
             Ok(Ok(response)) => Ok(response),
-            Ok(Err(e)) => Err(GatewayError::UpstreamUnavailable {
-                pool: worker.pool().to_string(),
-                role: worker.role(),
-                worker: worker.authority().to_owned(),
-                detail: error_chain(&e),
-                connect: e.is_connect(),
-            }),
+            Ok(Err(e)) => Err(unavailable(worker, &e)),
             Err(_) => Err(timeout(worker, deadline.saturating_duration_since(started))),
         }
+    }
+}
+
+/// A second copy of a request (its body is bytes already in memory).
+fn copy(request: &Request<Full<Bytes>>) -> Request<Full<Bytes>> {
+    let mut again = Request::new(request.body().clone());
+    *again.method_mut() = request.method().clone();
+    *again.uri_mut() = request.uri().clone();
+    *again.version_mut() = request.version();
+    *again.headers_mut() = request.headers().clone();
+    again
+}
+
+fn unavailable(worker: &dyn Peer, e: &hyper_util::client::legacy::Error) -> GatewayError {
+    GatewayError::UpstreamUnavailable {
+        pool: worker.pool().to_string(),
+        role: worker.role(),
+        worker: worker.authority().to_owned(),
+        detail: error_chain(e),
+        connect: e.is_connect(),
     }
 }
 

@@ -215,7 +215,8 @@ async fn a_connect_failure_is_retried_on_another_worker() {
     assert!(
         metrics
             .lines()
-            .any(|l| l.starts_with("kvgate_upstream_retries_total{pool=\"retry\"}")),
+            .any(|l| l
+                .starts_with("kvgate_upstream_retries_total{pool=\"retry\",reason=\"connect\"}")),
         "{metrics}"
     );
     gw.shutdown().await;

@@ -422,3 +422,46 @@ async fn the_binary_reports_json_and_exits_by_verdict() {
     assert!(err.contains("invalid config"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A healthy llama.cpp-style engine (`-c 2048`) behind an `engine = "openai"` pool: its
+/// boundaries are probed at its own capacity (a prompt of n_ctx tokens or more refused),
+/// not at SGLang's `min(context − 1, kv − 1) − 5`; every probe passes, with UUID request ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healthy_openai_style_engine_passes_at_its_true_capacity() {
+    const N_CTX: u64 = 2048;
+    let sim = engine_with(SimConfig {
+        role: SimRole::Unified,
+        fault: SimFault::LlamaCppLimits,
+        kv_tokens: N_CTX as usize,
+        context_length: N_CTX as usize,
+        model: "qwen3".into(),
+        server_info: false,
+        ..SimConfig::default()
+    })
+    .await;
+    let pool = unified_pool("llama", &[worker(&sim, Some(N_CTX))])
+        .replace("engine = \"sglang\"", "engine = \"openai\"");
+    let report = preflight(&config_with_pools(N_CTX, &pool)).await;
+    assert_eq!(report.result, Verdict::Pass, "{report}");
+    assert!(failures(&report).is_empty(), "{report}");
+    assert_eq!(report.targets[0].input_limit, Some(N_CTX));
+    let boundary = probes_of(&report, "boundary");
+    let below = boundary
+        .iter()
+        .find(|p| p.name == "limit - 1" && !p.stream)
+        .expect("chat at limit - 1");
+    assert_eq!(below.prompt_tokens, N_CTX - 1, "{report}");
+    assert_eq!(below.verdict, Verdict::Pass, "{report}");
+    for r in sim.engine.received() {
+        let Some(id) = r.headers.get("x-request-id") else {
+            continue;
+        };
+        let id = id.to_str().unwrap_or_default();
+        let groups: Vec<usize> = id.split('-').map(str::len).collect();
+        assert_eq!(groups, [8, 4, 4, 4, 12], "a UUID-shaped request id: {id}");
+        assert!(
+            id.bytes().all(|b| b == b'-' || b.is_ascii_hexdigit()),
+            "{id}"
+        );
+    }
+}

@@ -51,7 +51,9 @@ pub const AUDIT_LINES_DROPPED_TOTAL: &str = "kvgate_audit_lines_dropped_total";
 pub const TRACE_SPANS_DROPPED_TOTAL: &str = "kvgate_trace_spans_dropped_total";
 /// OTLP export requests, by outcome (ok, error, timeout).
 pub const TRACE_EXPORTS_TOTAL: &str = "kvgate_trace_exports_total";
-/// Retries on another worker after a connect failure, by pool.
+/// Requests sent again, by pool and reason: `connect` (on another worker after a connect
+/// failure), `stale_connection` (on a fresh connection after a reused one closed before any
+/// answer byte).
 pub const UPSTREAM_RETRIES_TOTAL: &str = "kvgate_upstream_retries_total";
 /// Canary rollbacks, by model, canary pool, signal and origin.
 pub const ROLLBACKS_TOTAL: &str = "kvgate_rollout_rollbacks_total";

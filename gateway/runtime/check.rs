@@ -7,7 +7,7 @@
 
 use std::fmt::{self, Write as _};
 
-use crate::config::Config;
+use crate::config::{Config, EngineKind};
 use crate::stack::admission::{worker_input_limit, PoolBudget};
 use crate::stack::routing::{Discovery, Pool, PoolWorkers, Router, Worker};
 
@@ -113,7 +113,7 @@ fn pool_limits(pool: &Pool, window: u64) -> PoolLimits {
     let max_prompt_tokens = budget.max_prompt_tokens();
     let workers = pool
         .all_workers()
-        .map(|w| describe_worker(w, window))
+        .map(|w| describe_worker(w, pool.engine, window))
         .collect();
     let ineligible = pool
         .all_workers()
@@ -147,7 +147,7 @@ fn pool_limits(pool: &Pool, window: u64) -> PoolLimits {
     }
 }
 
-fn describe_worker(w: &Worker, window: u64) -> String {
+fn describe_worker(w: &Worker, engine: EngineKind, window: u64) -> String {
     let source = match (w.configured_kv_tokens(), w.discovery()) {
         (Some(c), Discovery::Found(info)) => match info.max_total_num_tokens {
             Some(d) if d != c => format!("configured {c}, discovered {d}: enforcing {}", c.min(d)),
@@ -166,8 +166,12 @@ fn describe_worker(w: &Worker, window: u64) -> String {
         w.role.as_str(),
         w.authority
     );
-    if let Some(limit) = worker_input_limit(w, window) {
-        let _ = write!(line, "; max_req_input_len {limit}");
+    if let Some(limit) = worker_input_limit(w, engine, window) {
+        let name = match engine {
+            EngineKind::Sglang => "max_req_input_len",
+            EngineKind::Openai => "input limit",
+        };
+        let _ = write!(line, "; {name} {limit}");
     }
     let _ = write!(
         line,

@@ -151,4 +151,8 @@ pub enum SimFault {
     /// a decode reads the stale pages its prefill published). Combined with
     /// `reported_kv_tokens` above the real pool, only a leak check can tell.
     StaleKv,
+    /// Not a fault: limits judged as llama.cpp's server judges them (no SGLang margin): a
+    /// prompt of `min(context_length, kv_tokens)` tokens or more is refused, a shorter one
+    /// generates until that capacity at most.
+    LlamaCppLimits,
 }

@@ -129,7 +129,8 @@ fn context_check(engine: &SimEngine, input: usize, max_new: usize) -> Option<Fin
             status: 400,
         });
     }
-    if input + max_new > context {
+    // llama.cpp does not refuse a prompt plus `max_tokens` over its context: it stops there.
+    if input + max_new > context && engine.config.fault != SimFault::LlamaCppLimits {
         return Some(Finish::Rejected {
             message: format!(
                 "Requested token count exceeds the model's maximum context length of {context} tokens. \
@@ -147,6 +148,9 @@ fn context_check(engine: &SimEngine, input: usize, max_new: usize) -> Option<Fin
 /// The scheduler clips `max_new_tokens` so the sequence fits `max_req_len` (under
 /// [`SimFault::StaleKv`], the context length's: the pool is not looked at).
 fn clip_max_new(engine: &SimEngine, input: usize, max_new: usize) -> usize {
+    if engine.config.fault == SimFault::LlamaCppLimits {
+        return max_new.min(llama_cpp_n_ctx(engine).saturating_sub(input));
+    }
     let max_req_len = if engine.config.fault == SimFault::StaleKv {
         engine.config.context_length.saturating_sub(1)
     } else {
@@ -158,11 +162,19 @@ fn clip_max_new(engine: &SimEngine, input: usize, max_new: usize) -> usize {
 /// The scheduler's input limit: `max_req_input_len`, or under [`SimFault::StaleKv`] the
 /// one its context length alone gives (the v3 shape admits by context, not by pool).
 fn input_limit(engine: &SimEngine) -> usize {
+    if engine.config.fault == SimFault::LlamaCppLimits {
+        return llama_cpp_n_ctx(engine);
+    }
     if engine.config.fault == SimFault::StaleKv {
         engine.config.context_length.saturating_sub(6)
     } else {
         engine.config.max_req_input_len()
     }
+}
+
+/// The capacity under [`SimFault::LlamaCppLimits`]: llama.cpp's `n_ctx`.
+fn llama_cpp_n_ctx(engine: &SimEngine) -> usize {
+    engine.config.context_length.min(engine.config.kv_tokens)
 }
 
 /// [`SimFault::StaleKv`]'s path for a request of `tokens` KV tokens that does not fit the
@@ -426,6 +438,7 @@ fn output_fault(fault: SimFault, result: &mut SampleResult) {
         | SimFault::StallStream
         | SimFault::SilentLeak
         | SimFault::GarbageEvent
-        | SimFault::StaleKv => {}
+        | SimFault::StaleKv
+        | SimFault::LlamaCppLimits => {}
     }
 }

@@ -3,6 +3,7 @@
 //! model's window — the incident's mismatch named.
 
 use super::report::{Finding, Verdict, WorkerCapacity};
+use crate::config::EngineKind;
 use crate::stack::admission::worker_input_limit;
 use crate::stack::routing::{Discovery, Worker};
 
@@ -55,6 +56,7 @@ impl TokenBudget {
 /// The capacity of the target's workers, and the findings about it.
 pub fn capacity(
     target: &Target<'_>,
+    engine: EngineKind,
     window: u64,
 ) -> (Vec<WorkerCapacity>, Vec<Finding>, Option<u64>) {
     let mut workers = Vec::new();
@@ -66,7 +68,7 @@ pub fn capacity(
             Discovery::Failed(e) => (None, Some(e)),
             Discovery::Pending => (None, Some("not probed".to_owned())),
         };
-        let input_limit = worker_input_limit(w, window);
+        let input_limit = worker_input_limit(w, engine, window);
         if let Some(l) = input_limit {
             limit = Some(limit.map_or(l, |m| m.min(l)));
         }

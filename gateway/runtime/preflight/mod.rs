@@ -122,7 +122,7 @@ async fn probe_pool(
     let salts = pool_config.is_some_and(|p| p.cache_salt).then(probe_salts);
     let mut reports = Vec::new();
     for target in targets(pool) {
-        let (workers, findings, limit) = capacity(&target, model.context_window);
+        let (workers, findings, limit) = capacity(&target, pool.engine, model.context_window);
         let mode = match target {
             Target::Unified(_) => "unified",
             Target::Pair { .. } => "disaggregated",

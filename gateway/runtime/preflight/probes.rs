@@ -26,7 +26,7 @@ use crate::stack::dispatch::build_engine_body;
 use crate::stack::guard::inspect::{Expectation, Markers, Shape};
 use crate::stack::isolate::CacheSalter;
 use crate::stack::routing::{Pool, Worker};
-use crate::upstream::{read_body, Upstream};
+use crate::upstream::{read_body, Replay, Upstream};
 
 /// Largest answer a probe reads.
 const MAX_ANSWER_BYTES: usize = 8 << 20;
@@ -60,6 +60,17 @@ impl Prober<'_> {
             e.push(Endpoint::ChatCompletions);
         }
         e
+    }
+
+    /// The new tokens a boundary probe of `tokens` asks for. vLLM refuses a prompt whose
+    /// explicit `max_tokens` would run past its context, so an OpenAI-style probe below the
+    /// limit asks for no more than fits (at least 1); SGLang judges the prompt alone.
+    fn max_new_tokens(&self, tokens: u64, limit: u64) -> u64 {
+        let configured = self.settings.max_new_tokens;
+        match self.pool.engine {
+            EngineKind::Sglang => configured,
+            EngineKind::Openai => configured.min(limit.saturating_sub(tokens).max(1)),
+        }
     }
 
     /// A prompt of `tokens` with a nonce of its own.
@@ -110,7 +121,7 @@ impl Prober<'_> {
                             expect,
                             limit,
                             None,
-                            self.settings.max_new_tokens,
+                            self.max_new_tokens(tokens, limit),
                             budget,
                         )
                         .await;
@@ -220,7 +231,9 @@ impl Prober<'_> {
                 stream_usage: stream && endpoint != Endpoint::Generate,
             },
         );
-        let rid = format!("kvgate-preflight-{}", secure_random::hex_id());
+        // UUID-shaped: llama-cpp-python's server answers a bodiless 400 to any other
+        // `x-request-id`. The probe stays recognisable by its prompt's nonce and the report.
+        let rid = secure_random::uuid_v4();
         let prefill = match &self.target {
             Target::Pair { prefill, .. } => Some(*prefill),
             Target::Unified(_) => None,
@@ -244,7 +257,16 @@ impl Prober<'_> {
         match &self.target {
             Target::Unified(w) => Exchange {
                 answer: self
-                    .send(w, path, body, &rid, deadline, stream, shape, expect)
+                    .send(
+                        w,
+                        path,
+                        body,
+                        &rid,
+                        (deadline, Replay::StaleConnection),
+                        stream,
+                        shape,
+                        expect,
+                    )
                     .await,
                 prefill: None,
             },
@@ -257,12 +279,21 @@ impl Prober<'_> {
                         path,
                         body.clone(),
                         &rid,
-                        deadline,
+                        (deadline, Replay::Never),
                         stream,
                         shape,
                         expect
                     ),
-                    self.send(decode, path, body, &rid, deadline, stream, shape, expect),
+                    self.send(
+                        decode,
+                        path,
+                        body,
+                        &rid,
+                        (deadline, Replay::Never),
+                        stream,
+                        shape,
+                        expect
+                    ),
                 );
                 Exchange {
                     answer: d,
@@ -279,7 +310,7 @@ impl Prober<'_> {
         path: &str,
         body: Bytes,
         rid: &str,
-        deadline: Instant,
+        (deadline, replay): (Instant, Replay),
         stream: bool,
         shape: Shape,
         expect: &Expectation,
@@ -287,7 +318,15 @@ impl Prober<'_> {
         let request_id = HeaderValue::from_str(rid).ok();
         let response = match self
             .upstream
-            .post_json(worker, path, body, request_id.as_ref(), None, deadline)
+            .post_json(
+                worker,
+                path,
+                body,
+                request_id.as_ref(),
+                None,
+                deadline,
+                replay,
+            )
             .await
         {
             Ok(r) => r,

@@ -1,6 +1,7 @@
 //! The admission rule for one pool (I2), over every worker the request could land on.
 //!
-//! SGLang refuses an input of `max_req_input_len` tokens or more, with
+//! (For `engine = "openai"` pools the input limit is `min(context, kv)`, see
+//! [`openai_input_limit`].) SGLang refuses an input of `max_req_input_len` tokens or more, with
 //! `max_req_input_len = min(context_length - 1, pool - 1) - 5`; a prompt of exactly that
 //! length reaches the engine's broken abort path, so it is refused here. For a pool:
 //! - prompt < the smallest input limit of its prefill-side workers, and of its decode-side
@@ -15,6 +16,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::config::EngineKind;
 use crate::stack::routing::{Pool, PoolWorkers, Worker};
 
 /// SGLang's input limit for a worker with context length `context` and KV pool `pool`.
@@ -25,14 +27,31 @@ pub fn sglang_max_req_input_len(context: u64, pool: u64) -> u64 {
         .saturating_sub(5)
 }
 
-/// The input limit of one worker: derived from its (enforced) pool and the window, and the
-/// engine's own reported limit when smaller.
-pub fn worker_input_limit(w: &Worker, window: u64) -> Option<u64> {
+/// OpenAI-style engines' input limit for a worker with context length `context` and KV
+/// capacity `pool`: the smallest prompt they refuse. llama.cpp's server refuses a prompt of
+/// `n_ctx` tokens or more ("the request exceeds the available context size") and stops a
+/// generation at `n_ctx` with `finish_reason: "length"`; vLLM refuses a prompt of
+/// `max_model_len` or more, and an explicit `max_tokens` that would pass it. Neither keeps
+/// SGLang's margin of 5.
+pub fn openai_input_limit(context: u64, pool: u64) -> u64 {
+    context.min(pool)
+}
+
+/// The input limit of one worker (the smallest prompt its engine refuses), by the engine
+/// kind's rule: for SGLang derived from its (enforced) pool and the window; for OpenAI-style
+/// engines from its discovered context length (else its configured KV capacity, which is
+/// llama.cpp's `-c`) and its pool; the engine's own reported limit when smaller.
+pub fn worker_input_limit(w: &Worker, engine: EngineKind, window: u64) -> Option<u64> {
     let kv = w.kv_tokens()?;
-    let context = w
-        .discovered_context_length()
-        .map_or(window, |c| c.min(window));
-    let derived = sglang_max_req_input_len(context, kv);
+    let derived = match engine {
+        EngineKind::Sglang => {
+            let context = w
+                .discovered_context_length()
+                .map_or(window, |c| c.min(window));
+            sglang_max_req_input_len(context, kv)
+        }
+        EngineKind::Openai => openai_input_limit(w.discovered_context_length().unwrap_or(kv), kv),
+    };
     Some(
         w.discovered_max_req_input_len()
             .map_or(derived, |d| d.min(derived)),
@@ -146,10 +165,14 @@ impl PoolBudget {
         Self {
             pool: pool.name.clone(),
             context_window: window,
-            prefill_input_limit: smallest(prefill_side, &|w| worker_input_limit(w, window)),
+            prefill_input_limit: smallest(prefill_side, &|w| {
+                worker_input_limit(w, pool.engine, window)
+            }),
             prefill_pool: smallest(prefill_side, &|w| w.kv_tokens()),
             decode_pool: smallest(decode_side, &|w| w.kv_tokens()),
-            decode_input_limit: smallest(decode_side, &|w| worker_input_limit(w, window)),
+            decode_input_limit: smallest(decode_side, &|w| {
+                worker_input_limit(w, pool.engine, window)
+            }),
         }
     }
 

@@ -11,7 +11,8 @@
 //! engine gets a `traceparent` naming that span as its parent ([`Leg::propagation`]).
 //!
 //! An engine failure (unreachable, timed out, unreadable, 5xx) also counts towards the
-//! worker's outlier ejection; successes and guard trips are known only once the guard has
+//! worker's outlier ejection (a 5xx, which a request's content may provoke, is blamed on
+//! the request's tenant: one tenant's alone never ejects, see `routing::health`); successes and guard trips are known only once the guard has
 //! read the answer, so `rollout::signals` reports those.
 
 use std::sync::Arc;
@@ -24,6 +25,8 @@ use crate::telemetry::{AttrValue, Propagation, RequestTrace, Span, SpanKind};
 #[derive(Debug)]
 pub(super) struct Leg {
     worker: Arc<Worker>,
+    /// The request's tenant, blamed for a failure its content may have provoked.
+    tenant: Option<Arc<str>>,
     outcome: Option<&'static str>,
     /// The leg's span, for traced requests (recorded or only propagated).
     span: Option<Span>,
@@ -31,7 +34,11 @@ pub(super) struct Leg {
 
 impl Leg {
     /// A leg to `worker` starts now, in `trace` when the request has one.
-    pub fn start(worker: &Arc<Worker>, trace: Option<&Arc<RequestTrace>>) -> Self {
+    pub fn start(
+        worker: &Arc<Worker>,
+        tenant: Option<&Arc<str>>,
+        trace: Option<&Arc<RequestTrace>>,
+    ) -> Self {
         let span = trace.map(|trace| {
             let mut span = trace.child("upstream", SpanKind::Client);
             if span.recording() {
@@ -43,6 +50,7 @@ impl Leg {
         });
         Self {
             worker: worker.clone(),
+            tenant: tenant.cloned(),
             outcome: None,
             span,
         }
@@ -59,11 +67,16 @@ impl Leg {
             return;
         }
         self.outcome = Some(outcome);
-        if matches!(
-            outcome,
-            "upstream_unavailable" | "upstream_timeout" | "upstream_protocol_error" | "status_5xx"
-        ) {
-            self.worker.request_failed(outcome);
+        match (outcome, &self.tenant) {
+            ("status_5xx", Some(tenant)) => self.worker.request_failed_by(outcome, tenant),
+            (
+                "upstream_unavailable"
+                | "upstream_timeout"
+                | "upstream_protocol_error"
+                | "status_5xx",
+                _,
+            ) => self.worker.request_failed(outcome),
+            _ => {}
         }
     }
 }

@@ -37,10 +37,11 @@ use crate::error::GatewayError;
 use crate::load::{BufferBudget, BufferPermit, InFlightSlot};
 use crate::metrics;
 use crate::stack::api::InferenceRequest;
+use crate::stack::auth::AuthContext;
 use crate::stack::guard::PrefillAnswer;
 use crate::stack::routing::{RoutePlan, ServedBy, Target};
 use crate::telemetry::RequestTrace;
-use crate::upstream::Upstream;
+use crate::upstream::{Replay, Upstream};
 use leg::Leg;
 
 /// Limits on what dispatch reads into memory, and its retries.
@@ -108,6 +109,10 @@ impl Service<Request<Bytes>> for Dispatch {
         let held = request.extensions_mut().remove::<Arc<BufferPermit>>();
         let request_id = request.headers().get("x-request-id").cloned();
         let trace = request.extensions_mut().remove::<Arc<RequestTrace>>();
+        let tenant = request
+            .extensions()
+            .get::<AuthContext>()
+            .map(|c| c.tenant.clone());
         drop(request);
         Box::pin(async move {
             let (Some(parsed), Some(plan)) = (parsed, plan) else {
@@ -115,7 +120,7 @@ impl Service<Request<Bytes>> for Dispatch {
                     GatewayError::Internal("dispatch ran before parse/route".into()).into(),
                 );
             };
-            let answer = this.dispatch(parsed, plan, request_id, trace).await;
+            let answer = this.dispatch(parsed, plan, request_id, tenant, trace).await;
             drop(held);
             answer.map_err(BoxError::from)
         })
@@ -128,9 +133,11 @@ impl Dispatch {
         parsed: InferenceRequest,
         plan: RoutePlan,
         request_id: Option<HeaderValue>,
+        tenant: Option<Arc<str>>,
         trace: Option<Arc<RequestTrace>>,
     ) -> Result<Response<BoxBody>, GatewayError> {
         let trace = trace.as_ref();
+        let tenant = tenant.as_ref();
         let upstream = &self.upstream;
         let deadlines = upstream.deadlines(parsed.stream);
         let path = parsed.endpoint.path();
@@ -155,7 +162,7 @@ impl Dispatch {
                 self.retries.deposit();
                 let mut worker = load.worker().clone();
                 let mut target = target.clone();
-                let mut leg = Leg::start(&worker, trace);
+                let mut leg = Leg::start(&worker, tenant, trace);
                 let mut response = upstream
                     .post_json(
                         &worker,
@@ -164,6 +171,7 @@ impl Dispatch {
                         id,
                         leg.propagation().as_ref(),
                         deadlines.headers,
+                        Replay::StaleConnection,
                     )
                     .await;
                 if let Err(e @ GatewayError::UpstreamUnavailable { connect: true, .. }) = &response
@@ -174,7 +182,7 @@ impl Dispatch {
                         .filter(|_| self.retries.withdraw())
                     {
                         tracing::warn!(error = %e, request_id = rid.as_str(), "connect failed; retrying on another worker");
-                        ::metrics::counter!(metrics::UPSTREAM_RETRIES_TOTAL, "pool" => pool.name.to_string())
+                        ::metrics::counter!(metrics::UPSTREAM_RETRIES_TOTAL, "pool" => pool.name.to_string(), "reason" => "connect")
                             .increment(1);
                         leg.finish(e.code());
                         let Target::Unified(load) = &other else {
@@ -185,7 +193,7 @@ impl Dispatch {
                         worker = load.worker().clone();
                         // The failed worker's load ends now, not with the answer.
                         target = Arc::new(other);
-                        leg = Leg::start(&worker, trace);
+                        leg = Leg::start(&worker, tenant, trace);
                         response = upstream
                             .post_json(
                                 &worker,
@@ -194,6 +202,7 @@ impl Dispatch {
                                 id,
                                 leg.propagation().as_ref(),
                                 deadlines.headers,
+                                Replay::StaleConnection,
                             )
                             .await;
                     }
@@ -210,11 +219,11 @@ impl Dispatch {
             Target::Disaggregated { prefill, decode } => {
                 let bytes = engine_body::build(parsed, &pool, Some(prefill.worker()), &rid)?;
                 let guard = TargetGuard::new(target.clone(), slot);
-                let mut decode_count = Leg::start(decode.worker(), trace);
+                let mut decode_count = Leg::start(decode.worker(), tenant, trace);
                 // Each leg is its own span: the engines' traceparents name different parents.
                 let decode_trace = decode_count.propagation();
                 let prefill_leg = async {
-                    let leg = Leg::start(prefill.worker(), trace);
+                    let leg = Leg::start(prefill.worker(), tenant, trace);
                     let response = upstream
                         .post_json(
                             prefill.worker(),
@@ -223,6 +232,7 @@ impl Dispatch {
                             id,
                             leg.propagation().as_ref(),
                             deadlines.headers,
+                            Replay::Never,
                         )
                         .await;
                     relay.drain_prefill(prefill.worker(), leg, response).await
@@ -236,6 +246,7 @@ impl Dispatch {
                             id,
                             decode_trace.as_ref(),
                             deadlines.headers,
+                            Replay::Never,
                         )
                         .await;
                     relay

@@ -231,14 +231,22 @@ impl TripReport {
 pub fn trip_error(trip: &Trip, pool: &str) -> GatewayError {
     let pool = pool.to_owned();
     match trip {
-        Trip::Aborted { status, message } | Trip::ErrorIn2xx { status, message } => GatewayError::UpstreamAborted {
+        Trip::Aborted { status, message } | Trip::ErrorIn2xx { status, message } => {
+            GatewayError::UpstreamAborted {
+                pool,
+                status: status.and_then(|s| StatusCode::from_u16(s).ok()),
+                message: message.clone(),
+            }
+        }
+        Trip::PromptTokens {
+            sample,
+            expected,
+            reported,
+        } => GatewayError::PromptCountMismatch {
             pool,
-            status: status.and_then(|s| StatusCode::from_u16(s).ok()),
-            message: message.clone(),
-        },
-        Trip::PromptTokens { sample, expected, reported } => GatewayError::UpstreamIntegrity {
-            pool,
-            reason: format!("the engine reported {reported} prompt tokens for sample {sample} where kvgate counted {expected}"),
+            sample: *sample,
+            gateway: *expected,
+            engine: *reported,
         },
         Trip::PlaceholderMarker => GatewayError::UpstreamIntegrity {
             pool,
@@ -248,10 +256,12 @@ pub fn trip_error(trip: &Trip, pool: &str) -> GatewayError {
             pool,
             reason: "the answer holds fragments of another tenant's recent prompts".into(),
         },
-        Trip::EmptyResult { detail } | Trip::Truncated { detail } => GatewayError::UpstreamIntegrity {
-            pool,
-            reason: (*detail).to_owned(),
-        },
+        Trip::EmptyResult { detail } | Trip::Truncated { detail } => {
+            GatewayError::UpstreamIntegrity {
+                pool,
+                reason: (*detail).to_owned(),
+            }
+        }
         Trip::Unparsable { detail } => GatewayError::UpstreamProtocol {
             pool,
             role: "serving",

@@ -13,6 +13,14 @@
 //!   exceed `max_ejected_share` ([`EjectionGroup`]): a pool whose engines all fail is better
 //!   served by its errors (which the guard keeps from ever being a 200) than by nothing.
 //!
+//! Which failures count alone: unreachable, timed out, unreadable answers, and guard trips
+//! that show what the engine did. An error status (5xx), which a request's malformed
+//! content can provoke in some engines (llama-cpp-python answers 500 to some requests
+//! kvgate's parser passes), is blamed on the request's tenant
+//! ([`WorkerHealth::failure_by`]): a run of failures made only of those ejects once at
+//! least two tenants saw them, so one tenant cannot take a worker every tenant shares out
+//! of rotation; one tenant's 5xx on a trial does not re-eject either.
+//!
 //! A probe that passes does not end an ejection: an engine that aborts every request can
 //! still answer `/health`.
 //!
@@ -158,6 +166,23 @@ struct State {
     probe_error: Option<(String, Instant)>,
     /// When an active probe last passed.
     probe_ok_at: Option<Instant>,
+    /// The current run of failures: whether any counts alone, and (up to two) tenants
+    /// blamed for the others.
+    run_counts_alone: bool,
+    run_tenants: Vec<Arc<str>>,
+}
+
+impl State {
+    fn end_run(&mut self) {
+        self.run_counts_alone = false;
+        self.run_tenants.clear();
+    }
+
+    /// Whether the run so far may eject: a failure in it counts alone, or two tenants saw
+    /// failures.
+    fn run_may_eject(&self) -> bool {
+        self.run_counts_alone || self.run_tenants.len() >= 2
+    }
 }
 
 /// One worker's health.
@@ -241,20 +266,58 @@ impl WorkerHealth {
         }
     }
 
-    /// A request on this worker failed (`cause`: a metric label). Returns the ejection
-    /// when this failure ejected it.
+    /// A request on this worker failed in a way no request content provokes (`cause`: a
+    /// metric label): it counts alone. Returns the ejection when this failure ejected it.
     pub fn failure(&self, now: Instant, cause: &'static str) -> Option<Ejection> {
+        self.failure_blamed(now, cause, None)
+    }
+
+    /// A request of `tenant` on this worker failed in a way its content may have provoked
+    /// (an error status): it ejects only with another tenant's failures in
+    /// the same run.
+    pub fn failure_by(
+        &self,
+        now: Instant,
+        cause: &'static str,
+        tenant: &Arc<str>,
+    ) -> Option<Ejection> {
+        self.failure_blamed(now, cause, Some(tenant))
+    }
+
+    fn failure_blamed(
+        &self,
+        now: Instant,
+        cause: &'static str,
+        tenant: Option<&Arc<str>>,
+    ) -> Option<Ejection> {
         if self.policy.consecutive_failures == 0 {
             return None;
         }
         let failures = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
         let mut state = self.state();
+        match tenant {
+            None => state.run_counts_alone = true,
+            Some(t) => {
+                if state.run_tenants.len() < 2 && !state.run_tenants.contains(t) {
+                    state.run_tenants.push(t.clone());
+                }
+            }
+        }
         let after_trial = match state.ejected_until {
             // A request sent before the ejection: it is already out.
             Some(until) if now < until => return None,
+            // One tenant's failure does not end a trial: the next request tries again.
+            Some(_) if tenant.is_some() && !state.run_may_eject() => return None,
             // The trial failed: out again, for longer (its slot is still held).
             Some(_) => true,
             None if failures < self.policy.consecutive_failures => return None,
+            None if !state.run_may_eject() => {
+                tracing::debug!(
+                    failures,
+                    "failures in a row, all from one tenant's requests: not ejecting"
+                );
+                return None;
+            }
             None => {
                 if !self.group.try_eject() {
                     return None;
@@ -272,6 +335,7 @@ impl WorkerHealth {
         let duration = self.policy.ejection(state.ejections);
         state.ejected_until = Some(now + duration);
         state.cause = cause;
+        state.end_run();
         self.failures.store(0, Ordering::Release);
         self.flags.fetch_or(EJECTED, Ordering::AcqRel);
         Some(Ejection {
@@ -287,7 +351,9 @@ impl WorkerHealth {
     pub fn success(&self) -> bool {
         if self.flags.load(Ordering::Acquire) & EJECTED == 0 {
             if self.failures.load(Ordering::Acquire) != 0 {
+                let mut state = self.state();
                 self.failures.store(0, Ordering::Release);
+                state.end_run();
             }
             return false;
         }
@@ -296,15 +362,17 @@ impl WorkerHealth {
 
     /// [`Self::success`] at `now`.
     pub fn success_at(&self, now: Instant) -> bool {
+        let mut state = self.state();
         if self.flags.load(Ordering::Acquire) & EJECTED == 0 {
             self.failures.store(0, Ordering::Release);
+            state.end_run();
             return false;
         }
-        let mut state = self.state();
         match state.ejected_until {
             Some(until) if now >= until => {
                 state.ejected_until = None;
                 state.last_closed = Some(now);
+                state.end_run();
                 self.failures.store(0, Ordering::Release);
                 self.flags.fetch_and(!EJECTED, Ordering::AcqRel);
                 self.group.release();
@@ -561,6 +629,34 @@ mod tests {
         assert_eq!(h.serving_at(t + Duration::from_secs(1)), Serving::Trial);
         assert!(h.success_at(t + Duration::from_secs(1)));
         assert_eq!(h.serving_at(t + Duration::from_secs(1)), Serving::Yes);
+    }
+
+    #[test]
+    fn one_tenants_failures_never_eject_two_tenants_or_an_engine_failure_do() {
+        let group = Arc::new(EjectionGroup::new(4, 1.0));
+        let h = health(&group);
+        let now = Instant::now();
+        let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+        for _ in 0..10 {
+            assert!(h.failure_by(now, "status_5xx", &a).is_none());
+        }
+        assert_eq!(h.serving_at(now), Serving::Yes);
+        // A second tenant's failure in the same run: out.
+        assert!(h.failure_by(now, "status_5xx", &b).is_some());
+        // After the backoff, one tenant's failure does not end the trial.
+        let later = now + Duration::from_secs(3600);
+        assert!(h.failure_by(later, "status_5xx", &a).is_none());
+        assert_eq!(h.serving_at(later), Serving::Trial);
+        // A success ends the run: one tenant alone again cannot eject.
+        let h = health(&group);
+        h.failure_by(now, "status_5xx", &a);
+        h.failure_by(now, "status_5xx", &b);
+        assert!(!h.success_at(now));
+        for _ in 0..5 {
+            assert!(h.failure_by(now, "status_5xx", &a).is_none());
+        }
+        // A failure that counts alone (unreachable) makes the run count.
+        assert!(h.failure(now, "upstream_unavailable").is_some());
     }
 
     #[test]

@@ -160,6 +160,17 @@ impl Worker {
         }
     }
 
+    /// A request of `tenant` here failed in a way its content may have provoked (an error
+    /// status): ejects only with another tenant's failures in the run.
+    pub fn request_failed_by(&self, cause: &'static str, tenant: &Arc<str>) {
+        if let Some(ejection) = self
+            .health
+            .failure_by(std::time::Instant::now(), cause, tenant)
+        {
+            super::report_ejection(self, &ejection);
+        }
+    }
+
     /// A request here succeeded: the run of failures ends, and a trial after an ejection
     /// passes.
     pub fn request_succeeded(&self) {
