@@ -152,27 +152,25 @@ impl Drop for Llama {
     }
 }
 
-/// kvgate in front of `engine`, its pool `engine = "openai"` with `kv_tokens` and the model's
-/// `context_window`.
-///
-/// `max_idle_per_host = 0`: llama-server closes the connection after a streamed answer while
-/// advertising keep-alive, and kvgate reusing the dead connection answers 502 (issue 28, fixed
-/// separately); this file tests counts and bounds, not that defect.
+/// The config of kvgate in front of `engine`: its pool `engine = "openai"` with `kv_tokens`
+/// and the model's `context_window`, every other setting the default (the pooled engine
+/// connections included, which llama-server closes after each stream while advertising
+/// keep-alive).
+fn config_for(engine: &Llama, kv_tokens: u64, context_window: u64) -> String {
+    let pool = format!(
+        "[[pools]]\nname = \"llama\"\nmodel = \"qwen3\"\nengine = \"openai\"\nmode = \"unified\"\nworkers = [{{ url = \"{}\", kv_tokens = {kv_tokens} }}]\n",
+        engine.url()
+    );
+    config_with_pools(context_window, &pool)
+}
+
+/// kvgate in front of `engine` (see [`config_for`]).
 async fn kvgate(
     engine: &Llama,
     kv_tokens: u64,
     context_window: u64,
 ) -> kvgate::runtime::app::RunningGateway {
-    let pool = format!(
-        "[[pools]]\nname = \"llama\"\nmodel = \"qwen3\"\nengine = \"openai\"\nmode = \"unified\"\nworkers = [{{ url = \"{}\", kv_tokens = {kv_tokens} }}]\n",
-        engine.url()
-    );
-    let config = config_with_pools(context_window, &pool).replacen(
-        "[upstream]\n",
-        "[upstream]\nmax_idle_per_host = 0\n",
-        1,
-    );
-    gateway(&config).await
+    gateway(&config_for(engine, kv_tokens, context_window)).await
 }
 
 fn chat_url(gw: &kvgate::runtime::app::RunningGateway) -> String {
@@ -584,4 +582,93 @@ async fn a_prompt_over_the_engines_real_context_never_becomes_a_200() {
             assert!(!reply.text().contains("[DONE]"));
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_sequential_streams_all_succeed_with_default_settings() {
+    // llama-server closes the connection after every streamed answer while advertising
+    // keep-alive: before the stale-connection retry, kvgate reused the dead connection and
+    // answered 502 upstream_unavailable to some of these (23 of 200 in the issue's run).
+    let Some((server, model)) = artifacts() else {
+        return;
+    };
+    let engine = Llama::start(&server, &model, N_CTX).await;
+    let gw = kvgate(&engine, N_CTX, N_CTX).await;
+    let mut failed = Vec::new();
+    for i in 0..200 {
+        let body = json!({"model": "qwen3", "max_tokens": 2, "stream": true,
+            "messages": [{"role": "user", "content": format!("stream number {i}")}]});
+        let reply = post(&chat_url(&gw), Some(KEY), &body).await;
+        if reply.status != 200 || reply.sse_data().last().map(String::as_str) != Some("[DONE]") {
+            failed.push(format!("{i}: {} {}", reply.status, reply.text()));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of 200 failed: {failed:#?}",
+        failed.len()
+    );
+    let metrics = get(&format!("http://{}/metrics", gw.admin_addr()), None)
+        .await
+        .text();
+    let retries: f64 = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("kvgate_upstream_retries_total") && l.contains("stale_connection")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    eprintln!("200 streams through kvgate: {retries} stale-connection retries");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preflight_passes_the_healthy_engine_at_its_true_capacity() {
+    // Before preflight judged OpenAI-style pools by their own rule, it applied SGLang's
+    // input limit (min(context - 1, kv - 1) - 5 = 2042) and failed this healthy engine's
+    // 200s at 2042 and 2043 tokens.
+    let Some((server, model)) = artifacts() else {
+        return;
+    };
+    let engine = Llama::start(&server, &model, N_CTX).await;
+    let config = parse_config(&config_for(&engine, N_CTX, N_CTX));
+    let report = kvgate::runtime::preflight::run(
+        &config,
+        &kvgate::runtime::preflight::PreflightOptions::default(),
+    )
+    .await
+    .expect("preflight runs");
+    assert_eq!(
+        report.result,
+        kvgate::runtime::preflight::Verdict::Pass,
+        "{report}"
+    );
+    let probes: Vec<_> = report.targets.iter().flat_map(|t| &t.probes).collect();
+    assert!(
+        probes
+            .iter()
+            .any(|p| p.kind == "boundary" && p.prompt_tokens == N_CTX - 1),
+        "the limit - 1 probe is at the engine's true capacity: {report}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_not_in_nfc_is_refused_with_both_counts_named() {
+    // The Qwen3 tokenizer normalizes to NFC, llama.cpp does not: for "e" + U+0301 the two
+    // counts differ, and the guard (tolerance 0) must not pass the answer as a success; its
+    // error names both counts and the likely cause instead of a bare integrity error.
+    let Some((server, model)) = artifacts() else {
+        return;
+    };
+    let engine = Llama::start(&server, &model, N_CTX).await;
+    let gw = kvgate(&engine, N_CTX, N_CTX).await;
+    let body = json!({"model": "qwen3", "max_tokens": 1, "prompt": "cafe\u{301} au lait"});
+    let reply = post(&completions_url(&gw), Some(KEY), &body).await;
+    assert_eq!(reply.status, 502, "{}", reply.text());
+    assert_eq!(error_code(&reply), "upstream_integrity_error");
+    let message = error_message(&reply);
+    assert!(message.contains("NFC"), "{message}");
+    // The same text in NFC is served.
+    let body = json!({"model": "qwen3", "max_tokens": 1, "prompt": "caf\u{e9} au lait"});
+    let reply = post(&completions_url(&gw), Some(KEY), &body).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
 }
