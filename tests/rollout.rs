@@ -252,8 +252,18 @@ async fn a_healthy_canary_keeps_its_share_and_is_promoted_or_cleared_by_hand() {
     assert_eq!(generations(&stable).len(), seen);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_replicas_share_a_rollback_through_redis() {
+/// Two gateway replicas sharing one real redis-server (keys under `prefix`), in front of a
+/// healthy stable pool and a canary whose engine aborts every request, weights 50/50. The
+/// Redis server and the engines live as long as the returned handles.
+struct TwoReplicas {
+    _redis: support_redis::RedisServer,
+    _stable: RunningSim,
+    canary: RunningSim,
+    a: RunningGateway,
+    b: RunningGateway,
+}
+
+async fn two_replicas_over_a_failing_canary(prefix: &str) -> TwoReplicas {
     let redis = support_redis::RedisServer::start();
     let stable = healthy().await;
     let canary = engine(
@@ -264,12 +274,28 @@ async fn two_replicas_share_a_rollback_through_redis() {
     )
     .await;
     let limits = format!(
-        "\n[limits]\nbackend = \"redis\"\nredis_url = \"{}\"\nkey_prefix = \"kvgate-rollout-test\"\n",
+        "\n[limits]\nbackend = \"redis\"\nredis_url = \"{}\"\nkey_prefix = \"{prefix}\"\n",
         redis.url()
     );
     let config = canary_config(&stable, &canary, (50, 50)) + &limits;
-    let a = gateway(&config).await;
-    let b = gateway(&config).await;
+    TwoReplicas {
+        a: gateway(&config).await,
+        b: gateway(&config).await,
+        _redis: redis,
+        _stable: stable,
+        canary,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_share_a_rollback_through_redis() {
+    let TwoReplicas {
+        _redis,
+        _stable,
+        canary,
+        a,
+        b,
+    } = two_replicas_over_a_failing_canary("kvgate-rollout-test").await;
 
     // Only replica A sees the canary fail; B decides nothing of its own...
     let mut sent = 0;
@@ -306,22 +332,13 @@ async fn two_replicas_share_a_rollback_through_redis() {
 /// Rollback and promote keep the window on both, and B follows them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clear_adopted_through_redis_starts_a_fresh_window_on_the_adopting_replica() {
-    let redis = support_redis::RedisServer::start();
-    let stable = healthy().await;
-    let canary = engine(
-        SimRole::Unified,
-        SimFault::AbortNoStatus,
-        40960,
-        WINDOW as usize,
-    )
-    .await;
-    let limits = format!(
-        "\n[limits]\nbackend = \"redis\"\nredis_url = \"{}\"\nkey_prefix = \"kvgate-rollout-window-test\"\n",
-        redis.url()
-    );
-    let config = canary_config(&stable, &canary, (50, 50)) + &limits;
-    let a = gateway(&config).await;
-    let b = gateway(&config).await;
+    let TwoReplicas {
+        _redis,
+        _stable,
+        canary,
+        a,
+        b,
+    } = two_replicas_over_a_failing_canary("kvgate-rollout-window-test").await;
 
     // Replica B counts the failing canary and rolls it back; A adopts that.
     let mut sent = 0;
