@@ -132,24 +132,29 @@ impl Upstream {
         deadline: Instant,
         replay: Replay,
     ) -> Result<Response<Incoming>, GatewayError> {
-        let mut builder = Request::builder()
-            .method(Method::POST)
-            .uri(format!("{}{}", worker.base_url(), path))
-            .header(header::CONTENT_TYPE, "application/json")
-            .header(header::ACCEPT, "application/json, text/event-stream");
-        if let Some(id) = request_id {
-            builder = builder.header("x-request-id", id);
-        }
-        if let Some(trace) = trace {
-            builder = builder.header(TRACEPARENT, &trace.traceparent);
-            if let Some(state) = &trace.tracestate {
-                builder = builder.header(TRACESTATE, state);
+        let uri = format!("{}{}", worker.base_url(), path);
+        // Built again only for a retry (the body is bytes already in memory), so the usual
+        // exchange keeps no second copy of its request.
+        let make = || {
+            let mut builder = Request::builder()
+                .method(Method::POST)
+                .uri(uri.as_str())
+                .header(header::CONTENT_TYPE, "application/json")
+                .header(header::ACCEPT, "application/json, text/event-stream");
+            if let Some(id) = request_id {
+                builder = builder.header("x-request-id", id);
             }
-        }
-        let request = builder
-            .body(Full::new(body))
-            .map_err(|e| GatewayError::Internal(format!("building upstream request: {e}")))?;
-        self.send(worker, request, deadline, replay).await
+            if let Some(trace) = trace {
+                builder = builder.header(TRACEPARENT, &trace.traceparent);
+                if let Some(state) = &trace.tracestate {
+                    builder = builder.header(TRACESTATE, state);
+                }
+            }
+            builder
+                .body(Full::new(body.clone()))
+                .map_err(|e| GatewayError::Internal(format!("building upstream request: {e}")))
+        };
+        self.send(worker, make, deadline, replay).await
     }
 
     /// GET `path` from `worker` (discovery probes).
@@ -159,24 +164,27 @@ impl Upstream {
         path: &str,
         deadline: Instant,
     ) -> Result<Response<Incoming>, GatewayError> {
-        let request = Request::builder()
-            .method(Method::GET)
-            .uri(format!("{}{}", worker.base_url(), path))
-            .body(Full::new(Bytes::new()))
-            .map_err(|e| GatewayError::Internal(format!("building upstream request: {e}")))?;
-        self.send(worker, request, deadline, Replay::StaleConnection)
+        let uri = format!("{}{}", worker.base_url(), path);
+        let make = || {
+            Request::builder()
+                .method(Method::GET)
+                .uri(uri.as_str())
+                .body(Full::new(Bytes::new()))
+                .map_err(|e| GatewayError::Internal(format!("building upstream request: {e}")))
+        };
+        self.send(worker, make, deadline, Replay::StaleConnection)
             .await
     }
 
     async fn send(
         &self,
         worker: &dyn Peer,
-        mut request: Request<Full<Bytes>>,
+        make: impl Fn() -> Result<Request<Full<Bytes>>, GatewayError>,
         deadline: Instant,
         replay: Replay,
     ) -> Result<Response<Incoming>, GatewayError> {
         let started = Instant::now();
-        let again = (replay == Replay::StaleConnection).then(|| copy(&request));
+        let mut request = make()?;
         let captured = capture_connection(&mut request);
         let first = tokio::time::timeout_at(deadline, self.client.request(request)).await;
         let reused = captured
@@ -189,9 +197,10 @@ impl Upstream {
             Ok(Err(e)) => e,
             Err(_) => return Err(timeout(worker, deadline.saturating_duration_since(started))),
         };
-        let Some(again) = again.filter(|_| reused && reuse::stale_connection(&e)) else {
+        if replay != Replay::StaleConnection || !reused || !reuse::stale_connection(&e) {
             return Err(unavailable(worker, &e));
-        };
+        }
+        let again = make()?;
         tracing::debug!(
             worker = worker.authority(),
             error = %error_chain(&e),
@@ -209,16 +218,6 @@ impl Upstream {
             Err(_) => Err(timeout(worker, deadline.saturating_duration_since(started))),
         }
     }
-}
-
-/// A second copy of a request (its body is bytes already in memory).
-fn copy(request: &Request<Full<Bytes>>) -> Request<Full<Bytes>> {
-    let mut again = Request::new(request.body().clone());
-    *again.method_mut() = request.method().clone();
-    *again.uri_mut() = request.uri().clone();
-    *again.version_mut() = request.version();
-    *again.headers_mut() = request.headers().clone();
-    again
 }
 
 fn unavailable(worker: &dyn Peer, e: &hyper_util::client::legacy::Error) -> GatewayError {
