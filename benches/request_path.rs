@@ -68,8 +68,8 @@ api_key_sha256 = ["{}"]
     let config = Config::from_toml(&text, &repo.join("config/bench.toml")).unwrap();
     let catalog = ModelCatalog::from_config(&config);
     let gateway = Gateway::new(config).unwrap();
-    rt.block_on(kvgate::stack::routing::discover_all(
-        &gateway.router(),
+    rt.block_on(kvgate::fleet::discover_all(
+        &gateway.fleet(),
         gateway.upstream(),
     ));
     let stack = kvgate::build_stack::<Full<Bytes>>(gateway.stack_parts());

@@ -43,6 +43,7 @@ pub mod audit;
 pub mod body;
 pub mod config;
 pub mod error;
+pub mod fleet;
 pub mod load;
 pub mod metrics;
 pub mod rollout;
@@ -68,6 +69,7 @@ use tower_http::trace::TraceLayer;
 use crate::audit::AuditLog;
 use crate::body::{BoxBody, BoxError};
 use crate::error::GatewayError;
+use crate::fleet::Fleet;
 use crate::load::InFlightLimit;
 use crate::stack::admission::{AdmissionState, Admit};
 use crate::stack::api::catalog::CatalogLayer;
@@ -83,7 +85,7 @@ use crate::stack::observe::Observe;
 use crate::stack::rate_limit::RateLimit;
 use crate::stack::request_id::RequestIdLayer;
 use crate::stack::rescue::RescueLayer;
-use crate::stack::routing::{Route, Router};
+use crate::stack::routing::Route;
 use crate::stack::stage_span::{StageName, StageSpanLayer};
 use crate::stack::tenant_rules::TenantRules;
 use crate::stack::trace_context::TraceContextLayer;
@@ -95,7 +97,7 @@ use crate::upstream::Upstream;
 pub struct StackParts {
     pub keys: ApiKeys,
     pub catalog: ModelCatalog,
-    pub router: Arc<Router>,
+    pub fleet: Arc<Fleet>,
     pub rollouts: Arc<crate::rollout::Rollouts>,
     pub admission: Arc<AdmissionState>,
     pub guard: Arc<GuardState>,
@@ -184,7 +186,7 @@ where
         // Pool by weight, then least-loaded eligible workers (I3: unknown capacity never serves).
         .layer(StageSpanLayer::new(
             StageName::Route,
-            Route::layer(parts.router),
+            Route::layer(parts.fleet),
         ))
         // Every routed request's outcome counts in its pool's window: canary rollouts roll
         // back on these, the admin port shows them.

@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use kvgate::config::Config;
+use kvgate::fleet::{discover_all, Fleet};
 use kvgate::runtime::app::Gateway;
 use kvgate::runtime::check::CapacityReport;
-use kvgate::stack::routing::{discover_all, Router};
 use kvgate::upstream::Upstream;
 
 /// kvgate: admission and isolation in front of LLM inference engines.
@@ -280,7 +280,7 @@ async fn check(path: PathBuf, discover: bool, strict: bool) -> ExitCode {
     let Some(config) = load(&path) else {
         return ExitCode::from(2);
     };
-    let router = Router::from_config(&config);
+    let fleet = Fleet::from_config(&config);
     if discover {
         let tls = match kvgate::tls::EngineTls::from_config(&config) {
             Ok(tls) => tls,
@@ -289,9 +289,9 @@ async fn check(path: PathBuf, discover: bool, strict: bool) -> ExitCode {
                 return ExitCode::from(2);
             }
         };
-        discover_all(&router, &Upstream::new(&config.upstream, &tls)).await;
+        discover_all(&fleet, &Upstream::new(&config.upstream, &tls)).await;
     }
-    let report = CapacityReport::build(&config, &router);
+    let report = CapacityReport::build(&config, &fleet);
     println!("config {} is valid", path.display());
     print!("{report}");
     if strict && !report.warnings().is_empty() {

@@ -111,7 +111,7 @@ fn two_tenant_config(pool: &str) -> String {
 }
 
 fn health_state(gw: &kvgate::runtime::app::RunningGateway) -> &'static str {
-    let router = gw.router();
+    let router = gw.fleet();
     let w = router.workers().next().expect("one worker");
     w.health().snapshot(std::time::Instant::now()).state
 }

@@ -70,7 +70,7 @@ async fn a_stalled_stream_ends_with_an_error_event_and_frees_its_slots() {
     assert_eq!(last["error"]["code"], "upstream_timeout", "{last}");
     // The tenant's single slot and the worker's load are back: a non-streamed request
     // (which this engine answers normally) passes.
-    assert!(gw.router().workers().all(|w| w.outstanding() == 0));
+    assert!(gw.fleet().workers().all(|w| w.outstanding() == 0));
     let next = post(&url, Some(KEY), &story(false, 2)).await;
     assert_eq!(next.status, 200, "{}", next.text());
     gw.shutdown().await;
@@ -96,7 +96,7 @@ async fn a_failed_prefill_fails_the_request_at_once_and_cancels_the_decode_leg()
     .await
     .expect("the prefill failure came back without waiting for decode");
     assert_eq!(reply.status, 502, "{}", reply.text());
-    assert!(gw.router().workers().all(|w| w.outstanding() == 0));
+    assert!(gw.fleet().workers().all(|w| w.outstanding() == 0));
     assert_eq!(upstream_count("pdfast", "prefill"), 1);
     assert_eq!(
         upstream_count("pdfast", "decode"),
@@ -126,7 +126,7 @@ async fn a_failed_decode_fails_the_request_at_once_and_cancels_the_prefill_leg()
         .expect("the decode failure came back without waiting for prefill");
         assert_eq!(reply.status, 502, "{}", reply.text());
     }
-    assert!(gw.router().workers().all(|w| w.outstanding() == 0));
+    assert!(gw.fleet().workers().all(|w| w.outstanding() == 0));
     assert_eq!(
         upstream_count("pdfast2", "prefill"),
         2,
@@ -164,7 +164,7 @@ async fn engines_that_never_answer_or_never_stop_hit_their_deadlines() {
     assert!(!events.iter().any(|e| e == "[DONE]"));
     let last: Value = serde_json::from_str(events.last().unwrap()).unwrap();
     assert_eq!(last["error"]["code"], "upstream_timeout", "{last}");
-    assert!(gw.router().workers().all(|w| w.outstanding() == 0));
+    assert!(gw.fleet().workers().all(|w| w.outstanding() == 0));
     gw.shutdown().await;
 }
 

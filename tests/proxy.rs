@@ -389,7 +389,7 @@ async fn client_disconnect_cancels_the_upstream_stream() {
     assert!(first.is_data());
     drop(body);
 
-    let worker = gw.router().workers().next().unwrap().clone();
+    let worker = gw.fleet().workers().next().unwrap().clone();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let stats = engine.engine.stats();

@@ -286,7 +286,7 @@ async fn an_unchanged_pool_keeps_its_state_and_sections_read_at_start_are_report
     let a = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
     write_config(&path, &pool("p1", &[worker(&a, None)]));
     let gw = start(&path).await;
-    let before = gw.router().pool("p1").unwrap().clone();
+    let before = gw.fleet().pool("p1").unwrap().clone();
     before.set_weight(7);
 
     // Only [server] changed: the pool is the same object (its admin weight, workers'
@@ -299,7 +299,7 @@ async fn an_unchanged_pool_keeps_its_state_and_sections_read_at_start_are_report
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.text());
     assert_eq!(answer.json()["restart_required"], json!(["server"]));
     assert_eq!(answer.json()["pools_kept"], json!(["p1"]));
-    let after = gw.router().pool("p1").unwrap().clone();
+    let after = gw.fleet().pool("p1").unwrap().clone();
     assert!(std::sync::Arc::ptr_eq(&before, &after));
     assert_eq!(after.weight(), 7);
     assert_eq!(chat_in(&gw, "p1").await.status, StatusCode::OK);
@@ -368,7 +368,7 @@ async fn a_rollout_rebuilt_over_kept_pools_starts_again_from_the_configured_weig
     let gw = start(&path).await;
     let old = gw.rollouts().of_model("qwen3").unwrap().clone();
     old.roll_back("test");
-    let canary = gw.router().pool("canary").unwrap().clone();
+    let canary = gw.fleet().pool("canary").unwrap().clone();
     assert_eq!(canary.weight(), 0, "rolled back");
 
     // Only the rollout's settings change: both pools are kept, the rollout starts again.
@@ -376,7 +376,7 @@ async fn a_rollout_rebuilt_over_kept_pools_starts_again_from_the_configured_weig
     let answer = reload(&gw).await;
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.text());
     assert_eq!(answer.json()["pools_kept"], json!(["stable", "canary"]));
-    let kept = gw.router().pool("canary").unwrap().clone();
+    let kept = gw.fleet().pool("canary").unwrap().clone();
     assert!(std::sync::Arc::ptr_eq(&canary, &kept));
     assert_eq!(kept.weight(), 20, "the canary is sampled again");
     let new = gw.rollouts().of_model("qwen3").unwrap().clone();

@@ -237,7 +237,7 @@ async fn the_status_page_shows_the_gateways_state_in_a_real_browser() {
     assert!(!dom.contains("<b>rc</b>"), "config text became markup");
 
     // Models: the limit admission enforces, and the window-larger-than-KV flag.
-    let router = gw.router();
+    let router = gw.fleet();
     let pool = router.pool("stable").expect("pool stable");
     let limit = PoolBudget::of(pool, WINDOW)
         .max_prompt_tokens()

@@ -13,8 +13,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use super::decide::{self, Breach};
 use crate::audit::AuditLog;
 use crate::config::RolloutConfig;
+use crate::fleet::Pool;
 use crate::metrics;
-use crate::stack::routing::Pool;
 
 /// Where a rollout stands.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -4,8 +4,8 @@
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-use super::window::Rates;
 use crate::config::RolloutConfig;
+use crate::fleet::Rates;
 
 /// A signal the canary breached, with the two rates compared.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

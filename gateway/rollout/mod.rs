@@ -1,8 +1,11 @@
 //! Canary rollouts of engine upgrades: a canary pool beside the stable pool of a model,
 //! rolled back at once when it does measurably worse, promoted in steps when it does not.
 //!
-//! - `window`: every pool's sliding window of guard trips (by reason), engine failures, leak
-//!   suspicions and time to first byte; fed once per request through [`RequestSignals`].
+//! Every pool's sliding window of guard trips (by reason), engine failures, leak suspicions
+//! and time to first byte is the fleet's (`fleet::SignalWindow`), fed once per request by the
+//! observe stage; the rollouts read it, and look again after each request through
+//! [`OutcomeWatch`], which the stage defines and [`Rollouts`] implements.
+//!
 //! - `decide`: the rule: the canary's rate above the stable pool's by more than a margin,
 //!   on at least `min_requests` canary requests.
 //! - `controller`: one model's [`Rollout`]: phase, weights, audit lines, metrics.
@@ -17,14 +20,10 @@
 mod controller;
 mod decide;
 mod shared;
-mod signals;
-mod window;
 
 pub use controller::{Decision, Phase, Rollout};
 pub use decide::{judge, Breach};
 pub use shared::{sync_loop, SharedDecisions};
-pub use signals::RequestSignals;
-pub use window::{Outcome, Rates, SignalWindow};
 
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -33,7 +32,8 @@ use std::time::Instant;
 
 use crate::audit::AuditLog;
 use crate::config::Config;
-use crate::stack::routing::Router;
+use crate::fleet::{Fleet, Pool, Rates};
+use crate::stack::observe::OutcomeWatch;
 
 /// Every rollout of the config, by model and by canary pool.
 #[derive(Debug, Default)]
@@ -43,24 +43,24 @@ pub struct Rollouts {
 }
 
 impl Rollouts {
-    /// The rollouts of `config` over `router`'s live pools; `replica` names this gateway in
+    /// The rollouts of `config` over `fleet`'s live pools; `replica` names this gateway in
     /// shared decisions and audit lines.
-    pub fn from_config(config: &Config, router: &Router, replica: &str, audit: &AuditLog) -> Self {
-        Self::reusing(config, router, replica, audit, None)
+    pub fn from_config(config: &Config, fleet: &Fleet, replica: &str, audit: &AuditLog) -> Self {
+        Self::reusing(config, fleet, replica, audit, None)
     }
 
     /// The rollouts of a reloaded `config`: a rollout of `previous` whose settings are
-    /// unchanged and whose two pools the router took over goes on where it was (phase,
+    /// unchanged and whose two pools the fleet took over goes on where it was (phase,
     /// decision, promotion step); any other starts afresh from the configured weights.
     pub fn reusing(
         config: &Config,
-        router: &Router,
+        fleet: &Fleet,
         replica: &str,
         audit: &AuditLog,
         previous: Option<&Rollouts>,
     ) -> Self {
         let replica: Arc<str> = Arc::from(replica);
-        let find = |name: &str| router.pools().iter().find(|p| &*p.name == name).cloned();
+        let find = |name: &str| fleet.pools().iter().find(|p| &*p.name == name).cloned();
         let mut rollouts = Self::default();
         for r in &config.rollouts {
             // Validation guarantees both pools exist.
@@ -110,6 +110,15 @@ impl Rollouts {
     pub fn evaluate(&self, now: Instant) {
         for r in &self.list {
             r.evaluate(now);
+        }
+    }
+}
+
+/// A canary's rollout looks again after each of its canary pool's requests.
+impl OutcomeWatch for Rollouts {
+    fn counted(&self, pool: &Pool, now: Instant) {
+        if let Some(rollout) = self.of_canary(&pool.name) {
+            rollout.evaluate(now);
         }
     }
 }

@@ -24,13 +24,13 @@ use tower::Service;
 
 use crate::activity::Activity;
 use crate::body::{self, BoxBody, BoxError};
+use crate::fleet::Fleet;
 use crate::runtime::admin_api;
 use crate::runtime::app::StartError;
 use crate::runtime::live::Live;
 use crate::runtime::reload::Reloader;
 use crate::runtime::server::Shutdown;
 use crate::runtime::status_page::{self, StatusSources};
-use crate::stack::routing::Router;
 
 /// The admin service.
 #[derive(Clone, Debug)]
@@ -116,15 +116,15 @@ fn admin_error(status: StatusCode, message: &str, code: &str) -> Response<BoxBod
 }
 
 /// Readiness of every model, as `/ready` reports it.
-pub fn readiness(router: &Router) -> (bool, Value) {
-    let mut models: Vec<&str> = router.pools().iter().map(|p| p.model.as_str()).collect();
+pub fn readiness(fleet: &Fleet) -> (bool, Value) {
+    let mut models: Vec<&str> = fleet.pools().iter().map(|p| p.model.as_str()).collect();
     models.sort_unstable();
     models.dedup();
     let mut all_ready = true;
     let report: Vec<Value> = models
         .iter()
         .map(|model| {
-            let pools = router.pools_of(model);
+            let pools = fleet.pools_of(model);
             let reasons: Vec<String> = pools.iter().filter_map(|p| p.ineligibility()).collect();
             let ready = reasons.len() < pools.len();
             all_ready &= ready;
@@ -202,7 +202,7 @@ impl Admin {
                 };
             let live = self.live.current();
             let (status, value) =
-                admin_api::handle(&live.router, &live.rollouts, &method, &path, &body);
+                admin_api::handle(&live.fleet, &live.rollouts, &method, &path, &body);
             return json_response(status, value);
         }
         match (request.method(), path.as_str()) {
@@ -217,7 +217,7 @@ impl Admin {
                 }
             }
             (&Method::GET, "/ready") => {
-                let (ok, report) = readiness(&self.live.current().router);
+                let (ok, report) = readiness(&self.live.current().fleet);
                 let status = if ok && !self.shutdown.is_triggered() {
                     StatusCode::OK
                 } else {
@@ -245,7 +245,7 @@ impl Admin {
                 let live = self.live.current();
                 let page = status_page::render(
                     &StatusSources {
-                        router: &live.router,
+                        fleet: &live.fleet,
                         rollouts: &live.rollouts,
                         admission: Some(&live.admission),
                         activity: &self.activity,

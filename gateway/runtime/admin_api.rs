@@ -21,8 +21,8 @@ use http::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::time::Instant;
 
+use crate::fleet::{Discovery, Fleet, Pool, Worker};
 use crate::rollout::{rates_json, Rollouts};
-use crate::stack::routing::{Discovery, Pool, Router, Worker};
 
 /// An admin API answer: status and JSON body.
 pub type Answer = (StatusCode, Value);
@@ -52,7 +52,7 @@ pub fn is_api_path(path: &str) -> bool {
 
 /// Answer one admin API request; `body` is the (bounded) request body.
 pub fn handle(
-    router: &Router,
+    fleet: &Fleet,
     rollouts: &Rollouts,
     method: &Method,
     path: &str,
@@ -60,14 +60,14 @@ pub fn handle(
 ) -> Answer {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     match (method, parts.as_slice()) {
-        (&Method::GET, ["pools"]) => (StatusCode::OK, pools(router)),
+        (&Method::GET, ["pools"]) => (StatusCode::OK, pools(fleet)),
         (&Method::GET, ["rollouts"]) => {
             let now = Instant::now();
             let list: Vec<Value> = rollouts.all().iter().map(|r| r.report(now)).collect();
             (StatusCode::OK, json!({"rollouts": list}))
         }
         (&Method::POST, ["pools", pool, "weight"]) => {
-            let Some(pool) = router.pool(pool) else {
+            let Some(pool) = fleet.pool(pool) else {
                 return not_found("pool", pool);
             };
             let weight = serde_json::from_slice::<Value>(body)
@@ -86,7 +86,7 @@ pub fn handle(
             (StatusCode::OK, pool_json(pool, Instant::now()))
         }
         (&Method::POST, ["pools", pool, "workers", worker, action @ ("drain" | "undrain")]) => {
-            let Some(p) = router.pool(pool) else {
+            let Some(p) = fleet.pool(pool) else {
                 return not_found("pool", pool);
             };
             let Some(w) = p.all_workers().find(|w| w.authority == *worker) else {
@@ -129,9 +129,9 @@ pub fn handle(
     }
 }
 
-fn pools(router: &Router) -> Value {
+fn pools(fleet: &Fleet) -> Value {
     let now = Instant::now();
-    let list: Vec<Value> = router.pools().iter().map(|p| pool_json(p, now)).collect();
+    let list: Vec<Value> = fleet.pools().iter().map(|p| pool_json(p, now)).collect();
     json!({"pools": list})
 }
 

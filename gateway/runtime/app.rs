@@ -10,6 +10,7 @@ use crate::activity::Activity;
 use crate::audit::AuditLog;
 use crate::config::Config;
 use crate::config::{LimitsBackend, LimitsFailurePolicy};
+use crate::fleet::{discover_all, Fleet};
 use crate::load::{BufferBudget, InFlightLimit};
 use crate::rollout::{sync_loop, Rollouts, SharedDecisions};
 use crate::runtime::admin::Admin;
@@ -29,7 +30,6 @@ use crate::stack::dispatch::DispatchLimits;
 use crate::stack::rate_limit::limiter::{
     FailurePolicy, GuardedStore, Limiter, MemoryStore, RedisStore,
 };
-use crate::stack::routing::{discover_all, Router};
 use crate::telemetry::export::ExportTask;
 use crate::telemetry::Telemetry;
 use crate::tls::{CertWatch, EngineTls, ServerCert};
@@ -151,8 +151,8 @@ impl Gateway {
     }
 
     /// The live pools (of the current config).
-    pub fn router(&self) -> Arc<Router> {
-        self.live.current().router.clone()
+    pub fn fleet(&self) -> Arc<Fleet> {
+        self.live.current().fleet.clone()
     }
 
     /// The engine client of discovery and probes.
@@ -263,8 +263,8 @@ impl Gateway {
         let tls = server_cert.as_ref().map(ServerCert::acceptor).transpose()?;
         let certs = Arc::new(CertWatch::new(server_cert, self.engine_tls.clone()));
         let first = self.live.current();
-        discover_all(&first.router, &self.upstream).await;
-        let report = CapacityReport::build(&self.config, &first.router);
+        discover_all(&first.fleet, &self.upstream).await;
+        let report = CapacityReport::build(&self.config, &first.fleet);
         for line in report.warnings() {
             tracing::warn!("{line}");
         }
@@ -447,8 +447,8 @@ impl RunningGateway {
     }
 
     /// The live pools (of the config in force now).
-    pub fn router(&self) -> Arc<Router> {
-        self.live.current().router.clone()
+    pub fn fleet(&self) -> Arc<Fleet> {
+        self.live.current().fleet.clone()
     }
 
     /// The canary rollouts (of the config in force now).

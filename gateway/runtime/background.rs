@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::activity::{Activity, BUCKET};
+use crate::fleet::{check_all, discover_all};
 use crate::runtime::live::Live;
 use crate::runtime::server::Shutdown;
 use crate::stack::isolate::FingerprintStore;
 use crate::stack::rate_limit::limiter::Limiter;
-use crate::stack::routing::{check_all, discover_all};
 use crate::tls::CertWatch;
 use crate::upstream::Upstream;
 
@@ -43,7 +43,7 @@ pub(crate) async fn discovery_loop(
 ) {
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(every) => discover_all(&live.current().router, &upstream).await,
+            _ = tokio::time::sleep(every) => discover_all(&live.current().fleet, &upstream).await,
             _ = shutdown.wait() => return,
         }
     }
@@ -65,7 +65,7 @@ pub(crate) async fn health_loop(live: Arc<Live>, upstream: Upstream, mut shutdow
                 let generation = live.current();
                 let health = &generation.config.health;
                 if health.active {
-                    check_all(&generation.router, &upstream, health.timeout).await;
+                    check_all(&generation.fleet, &upstream, health.timeout).await;
                 }
                 if health.interval != interval {
                     interval = health.interval;

@@ -8,8 +8,8 @@
 use std::fmt::{self, Write as _};
 
 use crate::config::{Config, EngineKind};
+use crate::fleet::{Discovery, Fleet, Pool, PoolWorkers, Worker};
 use crate::stack::admission::{worker_input_limit, PoolBudget};
-use crate::stack::routing::{Discovery, Pool, PoolWorkers, Router, Worker};
 
 /// The limits of one pool.
 #[derive(Debug, Clone)]
@@ -40,14 +40,14 @@ pub struct CapacityReport {
 
 impl CapacityReport {
     /// Compute the report from config and the live (possibly discovered) pools.
-    pub fn build(config: &Config, router: &Router) -> Self {
+    pub fn build(config: &Config, fleet: &Fleet) -> Self {
         let mut models = Vec::new();
         let mut warnings = Vec::new();
         let mut mismatches = Vec::new();
         for model in &config.models {
             let window = model.context_window;
             let mut pools = Vec::new();
-            for pool in router.pools_of(&model.name) {
+            for pool in fleet.pools_of(&model.name) {
                 let limits = pool_limits(pool, window);
                 if let Some(smallest) = limits.prefill_pool {
                     if window > smallest {

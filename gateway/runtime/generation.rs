@@ -12,6 +12,7 @@ use super::live::Generation;
 use crate::activity::Activity;
 use crate::audit::AuditLog;
 use crate::config::Config;
+use crate::fleet::Fleet;
 use crate::load::InFlightLimit;
 use crate::rollout::Rollouts;
 use crate::stack::admission::{AdmissionState, ModelAdmission};
@@ -22,7 +23,6 @@ use crate::stack::dispatch::DispatchLimits;
 use crate::stack::guard::GuardState;
 use crate::stack::isolate::IsolationState;
 use crate::stack::rate_limit::limiter::Limiter;
-use crate::stack::routing::Router;
 use crate::telemetry::Telemetry;
 use crate::upstream::Upstream;
 use crate::StackParts;
@@ -61,7 +61,7 @@ impl FixedParts {
         StackParts {
             keys: generation.keys.clone(),
             catalog: generation.catalog.clone(),
-            router: generation.router.clone(),
+            fleet: generation.fleet.clone(),
             rollouts: generation.rollouts.clone(),
             admission: generation.admission.clone(),
             guard: generation.guard.clone(),
@@ -86,9 +86,9 @@ pub(crate) fn build(
     previous: Option<&Generation>,
     process: &Process,
 ) -> Result<Generation, StartError> {
-    let router = Arc::new(Router::reusing(
+    let fleet = Arc::new(Fleet::reusing(
         &config,
-        previous.map(|p| (&*p.config, &*p.router)),
+        previous.map(|p| (&*p.config, &*p.fleet)),
     ));
     let mut models = HashMap::new();
     for model in &config.models {
@@ -114,7 +114,7 @@ pub(crate) fn build(
         .collect();
     let admission = Arc::new(AdmissionState {
         models,
-        router: router.clone(),
+        fleet: fleet.clone(),
         permits: process.count_permits.clone(),
     });
     let isolation = Arc::new(match previous {
@@ -129,7 +129,7 @@ pub(crate) fn build(
     ));
     let rollouts = Arc::new(Rollouts::reusing(
         &config,
-        &router,
+        &fleet,
         &process.replica,
         &process.audit,
         previous.map(|p| &*p.rollouts),
@@ -139,7 +139,7 @@ pub(crate) fn build(
         keys: ApiKeys::from_config(&config),
         catalog: ModelCatalog::from_config(&config),
         config: Arc::new(config),
-        router,
+        fleet,
         rollouts,
         admission,
         guard,
@@ -163,14 +163,14 @@ impl Changes {
     /// Compare the running generation with the next one.
     pub fn between(old: &Generation, new: &Generation) -> Self {
         let mut changes = Self::default();
-        for pool in new.router.pools() {
-            match old.router.pool(&pool.name) {
+        for pool in new.fleet.pools() {
+            match old.fleet.pool(&pool.name) {
                 Some(o) if Arc::ptr_eq(o, pool) => changes.kept.push(pool.name.to_string()),
                 _ => changes.rebuilt.push(pool.name.to_string()),
             }
         }
-        for pool in old.router.pools() {
-            if new.router.pool(&pool.name).is_none() {
+        for pool in old.fleet.pools() {
+            if new.fleet.pool(&pool.name).is_none() {
                 changes.removed.push(pool.name.to_string());
             }
         }

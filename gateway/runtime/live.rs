@@ -11,13 +11,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::config::Config;
+use crate::fleet::Fleet;
 use crate::rollout::Rollouts;
 use crate::stack::admission::AdmissionState;
 use crate::stack::api::ModelCatalog;
 use crate::stack::auth::ApiKeys;
 use crate::stack::guard::GuardState;
 use crate::stack::isolate::IsolationState;
-use crate::stack::routing::Router;
 
 /// Everything built from one config that a reload replaces.
 #[derive(Debug)]
@@ -27,7 +27,7 @@ pub struct Generation {
     pub config: Arc<Config>,
     /// Tenants and their keys.
     pub keys: ApiKeys,
-    pub router: Arc<Router>,
+    pub fleet: Arc<Fleet>,
     pub rollouts: Arc<Rollouts>,
     pub catalog: ModelCatalog,
     pub admission: Arc<AdmissionState>,

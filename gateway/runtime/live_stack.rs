@@ -3,7 +3,7 @@
 //!
 //! A thread keeps one built stack and the generation number it was built from; a request
 //! compares that number with [`Live::number`] (one atomic load) and rebuilds the stack only
-//! when a reload moved it. The stack holds its generation's router, admission and guard,
+//! when a reload moved it. The stack holds its generation's fleet, admission and guard,
 //! so in-flight requests and streams finish on the generation they started with.
 
 use http::Request;

@@ -21,8 +21,8 @@ use super::check::CapacityReport;
 use super::generation::{self, Changes, Process};
 use super::live::Live;
 use crate::config::{Config, ConfigError};
+use crate::fleet::discover_worker;
 use crate::metrics;
-use crate::stack::routing::discover_worker;
 use crate::tls::{CertWatch, EngineTls, TlsError};
 use crate::upstream::Upstream;
 
@@ -123,7 +123,7 @@ impl Reloader {
         // Workers of new or changed pools serve only once their capacity is known; the
         // running config serves meanwhile.
         let fresh = next
-            .router
+            .fleet
             .pools()
             .iter()
             .filter(|p| changes.rebuilt.iter().any(|name| **name == *p.name))
@@ -131,7 +131,7 @@ impl Reloader {
             .map(|w| discover_worker(w, self.upstream.clone()));
         futures_util::future::join_all(fresh).await;
         // After discovery, as at start-up, so the report speaks of real capacity.
-        let report = CapacityReport::build(&next.config, &next.router);
+        let report = CapacityReport::build(&next.config, &next.fleet);
         for line in report.warnings() {
             tracing::warn!("{line}");
         }

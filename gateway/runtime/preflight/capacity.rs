@@ -4,8 +4,8 @@
 
 use super::report::{Finding, Verdict, WorkerCapacity};
 use crate::config::EngineKind;
+use crate::fleet::{Discovery, Worker};
 use crate::stack::admission::worker_input_limit;
-use crate::stack::routing::{Discovery, Worker};
 
 /// One worker, or a prefill/decode pair.
 pub enum Target<'a> {

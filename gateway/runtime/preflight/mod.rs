@@ -33,9 +33,9 @@ pub use report::{Finding, PreflightReport, ProbeResult, TargetReport, Verdict, W
 use std::sync::Arc;
 
 use crate::config::Config;
+use crate::fleet::{discover_all, Fleet, Pool, PoolWorkers, Worker};
 use crate::runtime::app::load_tokenizer;
 use crate::stack::guard::inspect::Markers;
-use crate::stack::routing::{discover_all, Pool, PoolWorkers, Router, Worker};
 use crate::upstream::Upstream;
 use capacity::{capacity, Target, TokenBudget};
 use probes::{probe_salts, Prober};
@@ -68,10 +68,10 @@ pub async fn run(
     config: &Config,
     options: &PreflightOptions,
 ) -> Result<PreflightReport, PreflightError> {
-    let router = Router::from_config(config);
+    let fleet = Fleet::from_config(config);
     for name in &options.pools {
-        if router.pool(name).is_none() {
-            let known: Vec<&str> = router.pools().iter().map(|p| &*p.name).collect();
+        if fleet.pool(name).is_none() {
+            let known: Vec<&str> = fleet.pools().iter().map(|p| &*p.name).collect();
             return Err(PreflightError::UnknownPool(name.clone(), known.join(", ")));
         }
     }
@@ -83,10 +83,10 @@ pub async fn run(
     }
     let tls = crate::tls::EngineTls::from_config(config).map_err(PreflightError::Tls)?;
     let upstream = Upstream::new(&config.upstream, &tls);
-    discover_all(&router, &upstream).await;
+    discover_all(&fleet, &upstream).await;
     let mut budget = TokenBudget { limit, spent: 0 };
     let mut targets = Vec::new();
-    for pool in router.pools() {
+    for pool in fleet.pools() {
         if !options.pools.is_empty() && !options.pools.iter().any(|n| *n == *pool.name) {
             continue;
         }

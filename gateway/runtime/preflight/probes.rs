@@ -20,12 +20,12 @@ use super::prompt::{Prompt, PromptMaker};
 use super::report::{ProbeResult, Verdict};
 use super::verdict::{judge, Exchange, Expect};
 use crate::config::{EngineKind, IsolationConfig, PreflightConfig};
+use crate::fleet::{Pool, Worker};
 use crate::secure_random;
 use crate::stack::api::{Endpoint, EngineDirectives, InferenceRequest};
 use crate::stack::dispatch::build_engine_body;
 use crate::stack::guard::inspect::{Expectation, Markers, Shape};
 use crate::stack::isolate::CacheSalter;
-use crate::stack::routing::{Pool, Worker};
 use crate::upstream::{read_body, Replay, Upstream};
 
 /// Largest answer a probe reads.

@@ -19,11 +19,11 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::activity::{Activity, Counts, Recent, BUCKET, CODES, TRIP_REASONS};
+use crate::fleet::Fleet;
 use crate::rollout::{Phase, Rollouts};
 use crate::runtime::admin_api::pool_json;
 use crate::runtime::reload::LastReload;
 use crate::stack::admission::{AdmissionState, PoolBudget};
-use crate::stack::routing::Router;
 use html::{bars, esc, human, opt, percent, text, unix, utc, without_excerpts, CSS};
 
 /// Seconds between the page's own reloads.
@@ -32,7 +32,7 @@ pub const REFRESH_SECONDS: u32 = 5;
 /// What the page is drawn from.
 #[derive(Debug)]
 pub struct StatusSources<'a> {
-    pub router: &'a Router,
+    pub fleet: &'a Fleet,
     pub rollouts: &'a Rollouts,
     /// The models' context windows (None: limits are not shown).
     pub admission: Option<&'a AdmissionState>,
@@ -189,7 +189,7 @@ fn models_section(out: &mut String, s: &StatusSources<'_>) {
         .collect();
     models.sort_unstable();
     for (model, window) in models {
-        for pool in s.router.pools_of(model) {
+        for pool in s.fleet.pools_of(model) {
             let budget = PoolBudget::of(pool, window);
             let tokens =
                 |b: &Option<crate::stack::admission::WorkerBound>| b.as_ref().map(|b| b.tokens);
@@ -225,8 +225,8 @@ fn pools_section(out: &mut String, s: &StatusSources<'_>, now: Instant) {
          <th>version</th><th class=\"num\">weight</th><th>rollout</th><th>eligible</th>\
          <th class=\"num\">requests in window</th><th class=\"num\">guard-trip rate</th></tr></thead><tbody>",
     );
-    let views: Vec<Value> = s.router.pools().iter().map(|p| pool_json(p, now)).collect();
-    for (pool, view) in s.router.pools().iter().zip(&views) {
+    let views: Vec<Value> = s.fleet.pools().iter().map(|p| pool_json(p, now)).collect();
+    for (pool, view) in s.fleet.pools().iter().zip(&views) {
         let rollout = rollout_state(s.rollouts, &pool.name);
         let weight = view["weight"].as_u64().unwrap_or(0);
         let configured = view["configured_weight"].as_u64().unwrap_or(0);

@@ -17,7 +17,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::config::EngineKind;
-use crate::stack::routing::{Pool, PoolWorkers, Worker};
+use crate::fleet::{Pool, PoolWorkers, Worker};
 
 /// SGLang's input limit for a worker with context length `context` and KV pool `pool`.
 pub fn sglang_max_req_input_len(context: u64, pool: u64) -> u64 {

@@ -28,9 +28,10 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 use crate::error::GatewayError;
+use crate::fleet::Fleet;
 use crate::stack::api::InferenceRequest;
 use crate::stack::auth::{AuthContext, TenantPolicy};
-use crate::stack::routing::{PoolChoice, Router};
+use crate::stack::routing::PoolChoice;
 use crate::stack::stage::{Next, Stage, StageFuture, StageLayer};
 use count::Measured;
 use kvgate_tokenize::ModelTokenizer;
@@ -93,7 +94,7 @@ pub struct ModelAdmission {
 #[derive(Debug)]
 pub struct AdmissionState {
     pub models: HashMap<String, ModelAdmission>,
-    pub router: Arc<Router>,
+    pub fleet: Arc<Fleet>,
     /// Bounds concurrent exact counts on the blocking pool.
     pub permits: Arc<Semaphore>,
 }
@@ -261,7 +262,7 @@ fn candidate_budgets(
     window: u64,
     choice: Option<&str>,
 ) -> Result<Vec<PoolBudget>, GatewayError> {
-    let of_model = state.router.pools_of(&parsed.model);
+    let of_model = state.fleet.pools_of(&parsed.model);
     if let Some(chosen) = choice.filter(|c| !of_model.iter().any(|p| &*p.name == *c)) {
         return Err(GatewayError::UnknownPool {
             pool: chosen.to_owned(),
@@ -282,19 +283,21 @@ fn candidate_budgets(
     let mut reasons = Vec::new();
     let budgets: Vec<PoolBudget> = allowed
         .into_iter()
-        .filter(|p| match p.refusal_for(parsed.endpoint, choice.is_some()) {
-            Some(r) => {
-                reasons.push(r);
-                false
-            }
-            None => true,
-        })
+        .filter(
+            |p| match p.refusal_for(parsed.endpoint.needs_sglang(), choice.is_some()) {
+                Some(r) => {
+                    reasons.push(r);
+                    false
+                }
+                None => true,
+            },
+        )
         .map(|p| PoolBudget::of(p, window))
         .collect();
     if budgets.is_empty() {
         return Err(GatewayError::NoEligibleWorker {
             model: parsed.model.clone(),
-            retry_after: crate::stack::routing::retry_after(of_model),
+            retry_after: crate::fleet::retry_after(of_model),
             reason: if reasons.is_empty() {
                 "no pool serves this model".into()
             } else {

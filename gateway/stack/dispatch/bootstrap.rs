@@ -3,8 +3,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::fleet::Worker;
 use crate::secure_random;
-use crate::stack::routing::Worker;
 
 /// A fresh room id from the CSPRNG, non-negative as an i64 (SGLang's router uses
 /// `u64 & i64::MAX`): a guessable room would let a request read another's KV transfer.

@@ -9,8 +9,8 @@ use serde_json::{Map, Value};
 use super::bootstrap;
 use crate::config::EngineKind;
 use crate::error::GatewayError;
+use crate::fleet::{Pool, Worker};
 use crate::stack::api::{fields, Endpoint, EngineDirectives, InferenceRequest};
-use crate::stack::routing::{Pool, Worker};
 
 /// Build the body of `request` for `pool`; `prefill` is the prefill worker of a
 /// disaggregated pair (adds the bootstrap fields); `rid` is the gateway's request id,

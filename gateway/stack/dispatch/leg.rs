@@ -17,8 +17,8 @@
 
 use std::sync::Arc;
 
+use crate::fleet::Worker;
 use crate::metrics;
-use crate::stack::routing::Worker;
 use crate::telemetry::{AttrValue, Propagation, RequestTrace, Span, SpanKind};
 
 /// A started leg; counts its outcome once (on [`Leg::finish`], or as `cancelled` on drop).

@@ -39,7 +39,7 @@ use crate::metrics;
 use crate::stack::api::InferenceRequest;
 use crate::stack::auth::AuthContext;
 use crate::stack::guard::PrefillAnswer;
-use crate::stack::routing::{RoutePlan, ServedBy, Target};
+use crate::stack::routing::{pick_other_unified, RoutePlan, ServedBy, Target};
 use crate::telemetry::RequestTrace;
 use crate::upstream::{Replay, Upstream};
 use leg::Leg;
@@ -177,9 +177,8 @@ impl Dispatch {
                 if let Err(e @ GatewayError::UpstreamUnavailable { connect: true, .. }) = &response
                 {
                     // Nothing was sent: another worker may take it, if the budget allows.
-                    if let Some(other) = pool
-                        .pick_other_unified(&worker)
-                        .filter(|_| self.retries.withdraw())
+                    if let Some(other) =
+                        pick_other_unified(&pool, &worker).filter(|_| self.retries.withdraw())
                     {
                         tracing::warn!(error = %e, request_id = rid.as_str(), "connect failed; retrying on another worker");
                         ::metrics::counter!(metrics::UPSTREAM_RETRIES_TOTAL, "pool" => pool.name.to_string(), "reason" => "connect")

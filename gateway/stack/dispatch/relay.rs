@@ -15,9 +15,9 @@ use super::leg::Leg;
 use super::{DispatchLimits, TargetGuard};
 use crate::body::{self, BoxBody, BoxError, GuardBody};
 use crate::error::GatewayError;
+use crate::fleet::{Pool, Worker};
 use crate::load::BufferPermit;
 use crate::stack::guard::BufferedAnswer;
-use crate::stack::routing::{Pool, Worker};
 use crate::upstream::{self, read_body, Deadlines};
 
 /// How much of an engine's error body is read for its message, and for how long.

@@ -3,7 +3,40 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use super::{Worker, WorkerLoad};
+use super::Target;
+use crate::fleet::{Pool, PoolWorkers, Role, Worker, WorkerLoad};
+
+/// Choose the workers of `pool` for one request (least outstanding, round-robin on ties).
+pub fn pick_workers(pool: &Pool) -> Option<Target> {
+    match &pool.workers {
+        PoolWorkers::Unified(ws) => Some(Target::Unified(claim_least_outstanding(
+            ws,
+            pool.cursor(Role::Unified),
+        )?)),
+        PoolWorkers::Disaggregated { prefill, decode } => {
+            let prefill = claim_least_outstanding(prefill, pool.cursor(Role::Prefill))?;
+            let decode = claim_least_outstanding(decode, pool.cursor(Role::Decode))?;
+            Some(Target::Disaggregated { prefill, decode })
+        }
+    }
+}
+
+/// Another eligible worker of a unified `pool` than `failed` (a retry after a connect
+/// failure), least outstanding first.
+pub fn pick_other_unified(pool: &Pool, failed: &Worker) -> Option<Target> {
+    let PoolWorkers::Unified(ws) = &pool.workers else {
+        return None;
+    };
+    let others: Vec<Arc<Worker>> = ws
+        .iter()
+        .filter(|w| w.authority != failed.authority)
+        .cloned()
+        .collect();
+    Some(Target::Unified(claim_least_outstanding(
+        &others,
+        pool.cursor(Role::Unified),
+    )?))
+}
 
 /// Least outstanding requests among eligible workers; ties go round-robin from `cursor`,
 /// so an idle pool still spreads load instead of always hitting the first worker.
@@ -125,7 +158,7 @@ fn stable_hash(tenant: &str, pool: &str) -> u64 {
 mod tests {
     use super::*;
     use crate::config::WorkerConfig;
-    use crate::stack::routing::Role;
+    use crate::fleet::Role;
 
     fn workers(n: usize) -> Vec<Arc<Worker>> {
         (0..n)

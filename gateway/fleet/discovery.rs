@@ -6,15 +6,15 @@ use http::StatusCode;
 use serde_json::Value;
 use std::sync::Arc;
 
-use super::{Discovery, Router, ServerInfo, Worker};
+use super::{Discovery, Fleet, ServerInfo, Worker};
 use crate::upstream::{read_body, Upstream};
 
 const INFO_PATHS: [&str; 3] = ["/get_server_info", "/server_info", "/version"];
 const MAX_INFO_BYTES: usize = 4 * 1024 * 1024;
 
 /// Probe every worker once, concurrently.
-pub async fn discover_all(router: &Router, upstream: &Upstream) {
-    let probes = router
+pub async fn discover_all(fleet: &Fleet, upstream: &Upstream) {
+    let probes = fleet
         .workers()
         .map(|w| discover_worker(w.clone(), upstream.clone()));
     futures_util::future::join_all(probes).await;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{discover_worker, Discovery, Ejection, ProbeVerdict, Router, Worker};
+use super::{discover_worker, Discovery, Ejection, Fleet, ProbeVerdict, Worker};
 use crate::metrics;
 use crate::upstream::{read_body, Upstream};
 
@@ -12,8 +12,8 @@ use crate::upstream::{read_body, Upstream};
 const MAX_HEALTH_BYTES: usize = 1024 * 1024;
 
 /// Probe every worker once, concurrently, each within `timeout`.
-pub async fn check_all(router: &Router, upstream: &Upstream, timeout: Duration) {
-    let probes = router
+pub async fn check_all(fleet: &Fleet, upstream: &Upstream, timeout: Duration) {
+    let probes = fleet
         .workers()
         .map(|w| check_worker(w.clone(), upstream, timeout));
     futures_util::future::join_all(probes).await;

@@ -10,16 +10,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::controller::Rollout;
-use super::window::Outcome;
-use crate::stack::routing::{Pool, ServedBy};
+use super::OutcomeWatch;
+use crate::fleet::{Outcome, Pool};
+use crate::stack::routing::ServedBy;
 
 /// The signals of one request (a request extension, shared as `Arc`).
 #[derive(Debug)]
 pub struct RequestSignals {
     pool: Arc<Pool>,
-    /// The rollout the pool is the canary of: it looks again after each canary request.
-    rollout: Option<Arc<Rollout>>,
+    /// Looks at the pool's window once this request counted in it (a canary's rollout).
+    watch: Arc<dyn OutcomeWatch>,
     outcome: Mutex<Outcome>,
     /// The workers that answered (set by the guard): the outcome also counts for their
     /// outlier ejection.
@@ -30,10 +30,10 @@ pub struct RequestSignals {
 
 impl RequestSignals {
     /// Signals for a request served by `pool`.
-    pub fn new(pool: Arc<Pool>, rollout: Option<Arc<Rollout>>) -> Self {
+    pub fn new(pool: Arc<Pool>, watch: Arc<dyn OutcomeWatch>) -> Self {
         Self {
             pool,
-            rollout,
+            watch,
             outcome: Mutex::new(Outcome::default()),
             served: OnceLock::new(),
             prefill_blamed: AtomicBool::new(false),
@@ -116,8 +116,6 @@ impl Drop for RequestSignals {
         }
         let now = Instant::now();
         self.pool.signals.record(&outcome, now);
-        if let Some(rollout) = &self.rollout {
-            rollout.evaluate(now);
-        }
+        self.watch.counted(&self.pool, now);
     }
 }

@@ -4,11 +4,9 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{pick, EjectionGroup, HealthPolicy, Role, Worker, WorkerLoad};
+use super::{EjectionGroup, EngineVersion, HealthPolicy, Role, SignalWindow, Worker};
 use crate::config::{EngineKind, PoolConfig, PoolMode};
 use crate::load::InFlightLimit;
-use crate::rollout::SignalWindow;
-use crate::stack::api::Endpoint;
 
 /// The workers of a pool, by mode.
 #[derive(Debug)]
@@ -44,17 +42,9 @@ pub struct Pool {
     pub tenants: Option<std::collections::HashSet<String>>,
     /// `max_in_flight`: requests at once on this pool.
     pub in_flight: Option<InFlightLimit>,
+    /// Where the round-robin among equally loaded workers goes on, per role (unified or
+    /// prefill, decode): routing's picks share them.
     cursors: [AtomicUsize; 2],
-}
-
-/// The workers chosen for one request; their loads end with the response body.
-#[derive(Debug)]
-pub enum Target {
-    Unified(WorkerLoad),
-    Disaggregated {
-        prefill: WorkerLoad,
-        decode: WorkerLoad,
-    },
 }
 
 impl Pool {
@@ -65,7 +55,7 @@ impl Pool {
     pub fn new(
         config: &PoolConfig,
         window: Duration,
-        min_version: Option<&super::EngineVersion>,
+        min_version: Option<&EngineVersion>,
         health: &Arc<HealthPolicy>,
     ) -> Self {
         let name: Arc<str> = Arc::from(config.name.as_str());
@@ -145,11 +135,12 @@ impl Pool {
         a.iter().chain(b.iter())
     }
 
-    /// Why this pool cannot take a request for `endpoint` now (None: it can). Admission
-    /// and routing both filter pools with it. `chosen`: the client named this pool
-    /// (`x-kvgate-pool`), so weight 0 does not refuse it (a canary tried by hand).
-    pub fn refusal_for(&self, endpoint: Endpoint, chosen: bool) -> Option<String> {
-        if endpoint.needs_sglang() && self.engine != EngineKind::Sglang {
+    /// Why this pool cannot take a request now (None: it can); `needs_sglang`: the
+    /// request is SGLang's native `/generate`. Admission and routing both filter pools
+    /// with it. `chosen`: the client named this pool (`x-kvgate-pool`), so weight 0 does
+    /// not refuse it (a canary tried by hand).
+    pub fn refusal_for(&self, needs_sglang: bool, chosen: bool) -> Option<String> {
+        if needs_sglang && self.engine != EngineKind::Sglang {
             return Some(format!(
                 "pool `{}` is not an SGLang pool (/generate)",
                 self.name
@@ -202,35 +193,11 @@ impl Pool {
             .min()
     }
 
-    /// Another eligible worker of a unified pool than `failed` (a retry after a connect
-    /// failure), least outstanding first.
-    pub fn pick_other_unified(&self, failed: &Worker) -> Option<Target> {
-        let PoolWorkers::Unified(ws) = &self.workers else {
-            return None;
-        };
-        let others: Vec<Arc<Worker>> = ws
-            .iter()
-            .filter(|w| w.authority != failed.authority)
-            .cloned()
-            .collect();
-        Some(Target::Unified(pick::claim_least_outstanding(
-            &others,
-            &self.cursors[0],
-        )?))
-    }
-
-    /// Choose the workers for one request (least outstanding, round-robin on ties).
-    pub fn pick(&self) -> Option<Target> {
-        match &self.workers {
-            PoolWorkers::Unified(ws) => Some(Target::Unified(pick::claim_least_outstanding(
-                ws,
-                &self.cursors[0],
-            )?)),
-            PoolWorkers::Disaggregated { prefill, decode } => {
-                let prefill = pick::claim_least_outstanding(prefill, &self.cursors[0])?;
-                let decode = pick::claim_least_outstanding(decode, &self.cursors[1])?;
-                Some(Target::Disaggregated { prefill, decode })
-            }
+    /// The round-robin cursor of `role`'s workers (routing's least-outstanding picks).
+    pub fn cursor(&self, role: Role) -> &AtomicUsize {
+        match role {
+            Role::Decode => &self.cursors[1],
+            Role::Unified | Role::Prefill => &self.cursors[0],
         }
     }
 }

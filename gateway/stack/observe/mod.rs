@@ -5,31 +5,45 @@
 //! was refused before (a refusal by admission is not the pool's doing). It notes the time to
 //! the answer's first byte (a stream's headers leave after its first event was checked) and
 //! engine failures; the guard adds trips and leak suspicions on the same
-//! [`RequestSignals`], which count once when the request is over (see `rollout::signals`).
+//! [`RequestSignals`], which count once when the request is over (see `signals`).
+//!
+//! What looks at a window after a request counted in it (a canary's rollout) is behind
+//! [`OutcomeWatch`], so the stage does not know rollouts exist.
 //!
 //! Reads: `RoutePlan`. Writes: `Arc<RequestSignals>`.
+
+mod signals;
+
+pub use signals::RequestSignals;
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::error::GatewayError;
-use crate::rollout::{RequestSignals, Rollouts};
+use crate::fleet::Pool;
 use crate::stack::routing::RoutePlan;
 use crate::stack::stage::{Next, Stage, StageFuture, StageLayer};
+
+/// Looks at a pool's signal window after a request of the pool was counted in it: the
+/// canary rollouts (`crate::rollout::Rollouts`), which may roll back or promote then.
+pub trait OutcomeWatch: Send + Sync + std::fmt::Debug + 'static {
+    /// One more request of `pool` was counted in its window at `now`.
+    fn counted(&self, pool: &Pool, now: Instant);
+}
 
 /// The observe stage.
 #[derive(Debug, Clone)]
 pub struct Observe {
-    rollouts: Arc<Rollouts>,
+    watch: Arc<dyn OutcomeWatch>,
 }
 
 /// The observe stage as a layer.
 pub type ObserveLayer = StageLayer<Observe>;
 
 impl Observe {
-    /// Observe for `rollouts` (the canary pools' rollouts look again after each request).
-    pub fn layer(rollouts: Arc<Rollouts>) -> ObserveLayer {
-        StageLayer::new(Observe { rollouts })
+    /// Observe for `watch` (the canary pools' rollouts look again after each request).
+    pub fn layer(watch: Arc<dyn OutcomeWatch>) -> ObserveLayer {
+        StageLayer::new(Observe { watch })
     }
 }
 
@@ -53,8 +67,7 @@ impl Stage for Observe {
         else {
             return next.oneshot(request);
         };
-        let rollout = self.rollouts.of_canary(&pool.name).cloned();
-        let signals = Arc::new(RequestSignals::new(pool, rollout));
+        let signals = Arc::new(RequestSignals::new(pool, self.watch.clone()));
         request.extensions_mut().insert(signals.clone());
         Box::pin(async move {
             let started = Instant::now();

@@ -1,0 +1,148 @@
+//! The fleet: the engine pools and their workers, as the gateway knows them between
+//! requests — capacity discovery, active health probes, outlier ejection, engine versions,
+//! drains and each pool's signal window.
+//!
+//! The request path reads it (admission sizes prompts by its KV bounds, routing picks its
+//! workers, dispatch and the guard report outcomes to its workers); the runtime keeps it
+//! (discovery and health loops, reload), and the admin port, the rollouts, preflight and
+//! `kvgate check` act on it. None of it knows about a request stage: `stack::routing`
+//! chooses for one request, this module holds what it chooses from.
+//!
+//! - `pool`: one `[[pools]]` entry, live: its workers by role, weight, in-flight cap.
+//! - `worker`: one engine process: address, role, load, capacity, versions, drain.
+//! - `discovery`: what each engine reports about itself (capacity, limits, version).
+//! - `health`, `health_check`: active probes and outlier ejection, per worker.
+//! - `window`: each pool's sliding window of outcomes (canary rollouts compare them).
+
+mod discovery;
+mod health;
+mod health_check;
+mod pool;
+mod window;
+mod worker;
+
+pub use crate::stack::routing::{EngineVersion, VersionError};
+pub use discovery::{discover_all, discover_worker, parse_server_info};
+pub use health::{
+    Ejection, EjectionGroup, HealthPolicy, HealthSnapshot, ProbeSnapshot, ProbeVerdict, Serving,
+    WorkerHealth,
+};
+pub use health_check::{check_all, report_ejection};
+pub use pool::{Pool, PoolWorkers};
+pub use window::{Outcome, Rates, SignalWindow};
+pub use worker::{Discovery, Role, ServerInfo, Worker, WorkerLoad};
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use crate::config::Config;
+
+/// A pool's signal window when no rollout names it (the admin port still shows its rates).
+const DEFAULT_WINDOW: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Every pool of one config, grouped by model.
+#[derive(Debug)]
+pub struct Fleet {
+    pools: Vec<Arc<Pool>>,
+    /// A model's pools, and the counter of its request-by-request weighted split.
+    by_model: HashMap<String, (Vec<Arc<Pool>>, AtomicU64)>,
+}
+
+impl Fleet {
+    /// Build the live pools from validated config.
+    pub fn from_config(config: &Config) -> Self {
+        Self::reusing(config, None)
+    }
+
+    /// Build the live pools of a reloaded `config`, taking over from `previous` (the
+    /// running config and its fleet) every pool whose settings did not change: its
+    /// workers keep their discovered capacity, health, ejections, drain and load, and the
+    /// pool its weight (admin and rollout changes included) and signal window. A pool
+    /// whose entry changed in any way (its weight in the file included), or whose model
+    /// minimum, rollout window or `[health]` changed, is built afresh.
+    pub fn reusing(config: &Config, previous: Option<(&Config, &Fleet)>) -> Self {
+        let health = Arc::new(HealthPolicy::from_config(&config.health));
+        let window_of = |config: &Config, pool: &str| {
+            config
+                .rollouts
+                .iter()
+                .find(|r| r.stable == pool || r.canary == pool)
+                .map_or(DEFAULT_WINDOW, |r| r.window)
+        };
+        let min_of = |config: &Config, model: &str| {
+            config
+                .model(model)
+                .and_then(|m| m.min_engine_version.clone())
+        };
+        let pools: Vec<Arc<Pool>> = config
+            .pools
+            .iter()
+            .map(|p| {
+                let window = window_of(config, &p.name);
+                let kept = previous.and_then(|(old, fleet)| {
+                    let unchanged = old.health == config.health
+                        && old.pools.iter().any(|o| o == p)
+                        && window_of(old, &p.name) == window
+                        && min_of(old, &p.model) == min_of(config, &p.model);
+                    unchanged.then(|| fleet.pool(&p.name).cloned()).flatten()
+                });
+                kept.unwrap_or_else(|| {
+                    // Validated at load; an unreadable minimum cannot reach here.
+                    let min = min_of(config, &p.model).and_then(|v| EngineVersion::parse(&v).ok());
+                    Arc::new(Pool::new(p, window, min.as_ref(), &health))
+                })
+            })
+            .collect();
+        let mut by_model: HashMap<String, (Vec<Arc<Pool>>, AtomicU64)> = HashMap::new();
+        for pool in &pools {
+            by_model
+                .entry(pool.model.clone())
+                .or_insert_with(|| (Vec::new(), AtomicU64::new(0)))
+                .0
+                .push(pool.clone());
+        }
+        Self { pools, by_model }
+    }
+
+    /// Every pool.
+    pub fn pools(&self) -> &[Arc<Pool>] {
+        &self.pools
+    }
+
+    /// The pools of a model.
+    pub fn pools_of(&self, model: &str) -> &[Arc<Pool>] {
+        self.by_model
+            .get(model)
+            .map(|(p, _)| p.as_slice())
+            .unwrap_or(&[])
+    }
+
+    /// The pools of a model and the counter that splits its anonymous traffic by weight
+    /// (None: no pool serves the model).
+    pub fn model(&self, model: &str) -> Option<(&[Arc<Pool>], &AtomicU64)> {
+        self.by_model
+            .get(model)
+            .map(|(pools, counter)| (pools.as_slice(), counter))
+    }
+
+    /// Every worker of every pool.
+    pub fn workers(&self) -> impl Iterator<Item = &Arc<Worker>> {
+        self.pools.iter().flat_map(|p| p.all_workers())
+    }
+
+    /// A pool by name.
+    pub fn pool(&self, name: &str) -> Option<&Arc<Pool>> {
+        self.pools.iter().find(|p| &*p.name == name)
+    }
+}
+
+/// When a worker of `pools` may serve again (the 503's `Retry-After`): the soonest end of
+/// an ejection or recovery; 1 s when no worker is out for its health.
+pub fn retry_after(pools: &[Arc<Pool>]) -> std::time::Duration {
+    pools
+        .iter()
+        .filter_map(|p| p.back_in())
+        .min()
+        .unwrap_or(std::time::Duration::from_secs(1))
+}

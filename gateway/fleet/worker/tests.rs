@@ -1,0 +1,90 @@
+//! Worker: capacity, eligibility and load counting.
+
+use super::*;
+
+fn worker(kv: Option<u64>, role: Role) -> Worker {
+    let config = WorkerConfig {
+        url: "http://10.0.0.1:30000".parse().unwrap(),
+        kv_tokens: kv,
+        bootstrap_port: None,
+        bootstrap_host: None,
+        tls_server_name: None,
+    };
+    Worker::new(Arc::from("p"), role, &config)
+}
+
+#[test]
+fn smaller_of_configured_and_discovered_capacity_wins() {
+    let w = worker(Some(1000), Role::Unified);
+    assert_eq!(w.kv_tokens(), Some(1000));
+    w.set_discovery(Discovery::Found(ServerInfo {
+        max_total_num_tokens: Some(800),
+        ..Default::default()
+    }));
+    assert_eq!(w.kv_tokens(), Some(800));
+    assert_eq!(w.capacity_mismatch(), Some((1000, 800)));
+}
+
+#[test]
+fn unknown_capacity_is_ineligible() {
+    let w = worker(None, Role::Decode);
+    assert!(!w.is_eligible());
+    w.set_discovery(Discovery::Failed("connection refused".into()));
+    assert!(w.ineligibility().unwrap().contains("connection refused"));
+    w.set_discovery(Discovery::Found(ServerInfo {
+        max_total_num_tokens: Some(10),
+        ..Default::default()
+    }));
+    assert!(w.is_eligible());
+}
+
+#[test]
+fn prefill_needs_a_bootstrap_port() {
+    let w = worker(Some(10), Role::Prefill);
+    assert!(!w.is_eligible());
+    w.set_discovery(Discovery::Found(ServerInfo {
+        bootstrap_port: Some(8998),
+        ..Default::default()
+    }));
+    assert!(w.is_eligible());
+    assert_eq!(w.base_url, "http://10.0.0.1:30000");
+    assert_eq!(w.bootstrap_host, "10.0.0.1");
+}
+
+#[test]
+fn load_guard_counts_outstanding_requests() {
+    let w = Arc::new(worker(Some(10), Role::Unified));
+    let a = w.start_request();
+    let b = w.start_request();
+    assert_eq!(w.outstanding(), 2);
+    drop(a);
+    assert_eq!(w.outstanding(), 1);
+    drop(b);
+    assert_eq!(w.outstanding(), 0);
+}
+
+#[test]
+fn a_worker_on_trial_is_claimed_by_one_request_at_a_time() {
+    let policy = Arc::new(HealthPolicy {
+        consecutive_failures: 1,
+        base_ejection: std::time::Duration::from_secs(10),
+        ..HealthPolicy::default()
+    });
+    let w = Arc::new(worker(Some(1000), Role::Unified).with_health(
+        policy,
+        Arc::new(EjectionGroup::new(2, 1.0)),
+        "/health",
+    ));
+    // Ejected 20 s ago for 10 s: on trial now.
+    let then = std::time::Instant::now() - std::time::Duration::from_secs(20);
+    assert!(w.health().failure(then, "status_5xx").is_some());
+    assert_eq!(w.health().serving(), Serving::Trial);
+    let first = w.claim().expect("the trial request");
+    assert!(w.claim().is_none(), "a second request waits for the trial");
+    drop(first);
+    assert!(w.claim().is_some());
+    // Back in service: any number at once.
+    assert!(w.health().success());
+    let (a, b) = (w.claim(), w.claim());
+    assert!(a.is_some() && b.is_some());
+}
