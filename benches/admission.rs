@@ -22,7 +22,7 @@ fn bench(c: &mut Criterion) {
     let config = Config::from_toml(text, &repo.join("config/bench.toml")).unwrap();
     let catalog = ModelCatalog::from_config(&config);
     let gateway = Gateway::new(config).unwrap();
-    let state = gateway.stack_parts().admission;
+    let state = gateway.generation().admission.clone();
     let tokenizer = kvgate::runtime::app::load_tokenizer(
         &repo.join("config/tokenizers/qwen3/tokenizer.json"),
         Some(&repo.join("config/tokenizers/qwen3/tokenizer_config.json")),

@@ -145,7 +145,7 @@ fn ttfb(c: &mut Criterion) {
         );
         let config = Config::from_toml(&text, &repo.join("config/bench.toml")).unwrap();
         let gateway = Gateway::new(config).unwrap();
-        kvgate::build_stack::<Full<Bytes>>(gateway.stack_parts())
+        kvgate::build_stack::<Full<Bytes>>(gateway.shared(), &gateway.generation())
     };
     let body = Bytes::from(json!({"text": "The quick brown fox jumps over the lazy dog. ".repeat(10), "stream": true, "sampling_params": {"max_new_tokens": 16}}).to_string());
     let mut group = c.benchmark_group("guard_ttfb");

@@ -72,7 +72,7 @@ api_key_sha256 = ["{}"]
         &gateway.fleet(),
         gateway.upstream(),
     ));
-    let stack = kvgate::build_stack::<Full<Bytes>>(gateway.stack_parts());
+    let stack = kvgate::build_stack::<Full<Bytes>>(gateway.shared(), &gateway.generation());
 
     let body = json!({"text": "The quick brown fox jumps over the lazy dog. ".repeat(20), "sampling_params": {"max_new_tokens": 4}}).to_string();
     let body = Bytes::from(body);

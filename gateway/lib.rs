@@ -44,11 +44,13 @@ pub mod body;
 pub mod config;
 pub mod error;
 pub mod fleet;
+pub mod generation;
 pub mod load;
 pub mod metrics;
 pub mod rollout;
 pub mod runtime;
 pub mod secure_random;
+pub mod shared;
 pub mod stack;
 pub mod telemetry;
 pub mod tenant;
@@ -60,26 +62,23 @@ use http::{Request, Response};
 use http_body::Body;
 use std::any::Any;
 use std::convert::Infallible;
-use std::sync::Arc;
 use tower::{Service, ServiceBuilder};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 
-use crate::audit::AuditLog;
 use crate::body::{BoxBody, BoxError};
 use crate::error::GatewayError;
-use crate::fleet::Fleet;
-use crate::load::InFlightLimit;
-use crate::stack::admission::{AdmissionState, Admit};
+use crate::generation::Generation;
+use crate::shared::Shared;
+use crate::stack::admission::Admit;
 use crate::stack::api::catalog::CatalogLayer;
-use crate::stack::api::read_body::{BodyLimits, ReadBody};
-use crate::stack::api::{ModelCatalog, Parse};
-use crate::stack::auth::{ApiKeys, Authenticate};
-use crate::stack::dispatch::{Dispatch, DispatchLimits};
-use crate::stack::guard::{Guard, GuardState};
-use crate::stack::header_limits::HeaderLimits;
-use crate::stack::isolate::{Isolate, IsolationState};
+use crate::stack::api::read_body::ReadBody;
+use crate::stack::api::Parse;
+use crate::stack::auth::Authenticate;
+use crate::stack::dispatch::Dispatch;
+use crate::stack::guard::Guard;
+use crate::stack::isolate::Isolate;
 use crate::stack::load_shed::LoadShedLayer;
 use crate::stack::observe::Observe;
 use crate::stack::rate_limit::RateLimit;
@@ -89,39 +88,13 @@ use crate::stack::routing::Route;
 use crate::stack::stage_span::{StageName, StageSpanLayer};
 use crate::stack::tenant_rules::TenantRules;
 use crate::stack::trace_context::TraceContextLayer;
-use crate::telemetry::Telemetry;
-use crate::upstream::Upstream;
 
-/// What the data-port stack is built from.
-#[derive(Clone)]
-pub struct StackParts {
-    pub keys: ApiKeys,
-    pub catalog: ModelCatalog,
-    pub fleet: Arc<Fleet>,
-    pub rollouts: Arc<crate::rollout::Rollouts>,
-    pub admission: Arc<AdmissionState>,
-    pub guard: Arc<GuardState>,
-    pub isolation: Arc<IsolationState>,
-    pub limiter: crate::stack::rate_limit::limiter::Limiter,
-    pub audit: AuditLog,
-    /// Recent outcomes, trips and leak suspicions for the status page.
-    pub activity: Arc<crate::activity::Activity>,
-    pub upstream: Upstream,
-    /// Body size, deadlines and the buffer budget.
-    pub body: BodyLimits,
-    pub limits: DispatchLimits,
-    /// The global in-flight ceiling.
-    pub in_flight: InFlightLimit,
-    /// Largest header value and header block, in bytes.
-    pub max_header_value_bytes: usize,
-    pub max_header_bytes: usize,
-    /// Trace context and span export (`[tracing]`).
-    pub telemetry: Telemetry,
-}
-
-/// The data-port request path, outermost layer first.
+/// The data-port request path, outermost layer first, built from the process's
+/// [`Shared`] state and one config's [`Generation`] (a reload builds it again with the next
+/// generation; requests in flight keep the stack they started on).
 pub fn build_stack<B>(
-    parts: StackParts,
+    shared: &Shared,
+    generation: &Generation,
 ) -> impl Service<
     Request<B>,
     Response = Response<impl Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static>,
@@ -146,61 +119,64 @@ where
         // The request's trace (the client's traceparent, or a sampled new one) and its server
         // span, parent of every stage and engine span; needs the request id, and sits above
         // everything so the span covers every outcome, rescued errors included.
-        .layer(TraceContextLayer::new(parts.telemetry))
+        .layer(TraceContextLayer::new(shared.telemetry.clone()))
         // One span per request covering everything below.
         .layer(TraceLayer::new_for_http())
         // A bug below answers 500 instead of dropping the connection without a status (I6).
         .layer(CatchPanicLayer::custom(panic_response))
         // Errors become OpenAI-style JSON here and only here; every outcome is counted once.
-        .layer(RescueLayer::new(parts.audit, parts.activity))
-        // Over the global in-flight ceiling: 503 at once, before any work.
-        .layer(LoadShedLayer::new(parts.in_flight))
-        // 431 for a header value or block over its limit.
-        .layer(HeaderLimits::layer(
-            parts.max_header_value_bytes,
-            parts.max_header_bytes,
+        .layer(RescueLayer::new(
+            shared.audit.clone(),
+            shared.activity.clone(),
         ))
+        // Over the global in-flight ceiling: 503 at once, before any work.
+        .layer(LoadShedLayer::new(shared.in_flight.clone()))
+        // 431 for a header value or block over its limit.
+        .layer(shared.headers.layer())
         // 401 before the body is read: strangers cannot make us buffer 64 MiB.
-        .layer(Authenticate::layer(parts.keys))
+        .layer(Authenticate::layer(generation.keys.clone()))
         // `/v1/models` and 404/405 need no body.
-        .layer(CatalogLayer::new(parts.catalog.clone()))
+        .layer(CatalogLayer::new(generation.catalog.clone()))
         // Counting tokens needs the whole JSON; bounded (413), with deadlines (408), inside
         // the shared buffer budget (503).
-        .layer(ReadBody::layer(parts.body))
+        .layer(ReadBody::layer(shared.body.clone()))
         // One request model for chat, completions and /generate.
-        .layer(Parse::layer(parts.catalog))
+        .layer(Parse::layer(generation.catalog.clone()))
         // 403 for models the tenant may not use, before any tokenizing.
         .layer(TenantRules::layer())
         // Exact token counts against every pool's smallest KV bound: 400 before any byte
         // goes downstream (I2); inserts TokenCount and the admitted pools.
         .layer(StageSpanLayer::new(
             StageName::Admission,
-            Admit::layer(parts.admission),
+            Admit::layer(generation.admission.clone()),
         ))
         // Tenant RPM/TPM/concurrency: reserves admission's count; the permit lives in the
         // response body (slot until the stream ends; tokens settled with engine usage).
         .layer(StageSpanLayer::new(
             StageName::RateLimit,
-            RateLimit::layer(parts.limiter),
+            RateLimit::layer(shared.limiter.clone()),
         ))
         // Pool by weight, then least-loaded eligible workers (I3: unknown capacity never serves).
         .layer(StageSpanLayer::new(
             StageName::Route,
-            Route::layer(parts.fleet),
+            Route::layer(generation.fleet.clone()),
         ))
         // Every routed request's outcome counts in its pool's window: canary rollouts roll
         // back on these, the admin port shows them.
-        .layer(Observe::layer(parts.rollouts))
+        .layer(Observe::layer(generation.rollouts.clone()))
         // Tenant cache namespaces (strip client keys, inject our salt) and prompt
         // fingerprints for the leak detector; needs the pool, so after routing (I5).
-        .layer(Isolate::layer(parts.isolation))
+        .layer(Isolate::layer(generation.isolation.clone()))
         // Reads every engine answer, the prefill leg included: no abort, placeholder or
         // foreign data leaves as a success (I1).
         .layer(StageSpanLayer::new(
             StageName::Guard,
-            Guard::layer(parts.guard),
+            Guard::layer(generation.guard.clone()),
         ))
-        .service(Dispatch::new(parts.upstream, parts.limits))
+        .service(Dispatch::new(
+            shared.upstream.clone(),
+            shared.dispatch.clone(),
+        ))
 }
 
 fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response<BoxBody> {

@@ -8,9 +8,11 @@ use tokio::task::JoinHandle;
 
 use crate::activity::Activity;
 use crate::audit::AuditLog;
+use crate::build_stack;
 use crate::config::Config;
 use crate::config::{LimitsBackend, LimitsFailurePolicy};
 use crate::fleet::{discover_all, Fleet};
+use crate::generation::Generation;
 use crate::load::{BufferBudget, InFlightLimit};
 use crate::rollout::{sync_loop, Rollouts, SharedDecisions};
 use crate::runtime::admin::Admin;
@@ -19,14 +21,17 @@ use crate::runtime::background::{
 };
 use crate::runtime::check::CapacityReport;
 use crate::runtime::data_threads::serve_on_threads;
-use crate::runtime::generation::{self, FixedParts, Process};
-use crate::runtime::live::{Generation, Live};
+use crate::runtime::generation;
+use crate::runtime::live::Live;
 use crate::runtime::live_stack::LiveStack;
 use crate::runtime::redact::{redact_in, redact_url};
 use crate::runtime::reload::Reloader;
 use crate::runtime::server::{self, ConnectionLimits, Shutdown, ShutdownTrigger, TlsError};
+use crate::shared::Shared;
 use crate::stack::api::read_body::BodyLimits;
 use crate::stack::dispatch::DispatchLimits;
+use crate::stack::header_limits::HeaderLimits;
+use crate::stack::isolate::IsolationMemory;
 use crate::stack::rate_limit::limiter::{
     FailurePolicy, GuardedStore, Limiter, MemoryStore, RedisStore,
 };
@@ -34,7 +39,6 @@ use crate::telemetry::export::ExportTask;
 use crate::telemetry::Telemetry;
 use crate::tls::{CertWatch, EngineTls, ServerCert};
 use crate::upstream::Upstream;
-use crate::{build_stack, StackParts};
 use kvgate_tokenize::{ModelTokenizer, TokenizeError};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -101,16 +105,10 @@ pub struct Gateway {
     config: Arc<Config>,
     /// Models, pools, rollouts, admission: replaced whole by a reload.
     live: Arc<Live>,
-    process: Process,
-    upstream: Upstream,
+    /// What every stack of this process shares, whatever the generation.
+    shared: Shared,
     /// TLS to engines, shared by every engine client (a reload reaches them all).
     engine_tls: Arc<EngineTls>,
-    limiter: Limiter,
-    /// Shared by every stack built from this gateway: the ceilings are per process.
-    budget: BufferBudget,
-    in_flight: InFlightLimit,
-    /// Trace context and span export (`[tracing]`).
-    telemetry: Telemetry,
     /// The span export task, spawned by `start` (export on only).
     export_task: Option<ExportTask>,
 }
@@ -119,33 +117,48 @@ impl Gateway {
     /// Build pools, workers, tokenizers and the upstream client from validated config.
     pub fn new(config: Config) -> Result<Self, StartError> {
         let engine_tls = EngineTls::from_config(&config)?;
-        let upstream = Upstream::new(&config.upstream, &engine_tls);
         let counts = config
             .admission
             .max_concurrent_counts
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
-        let process = Process {
-            audit: AuditLog::open(&config.audit).map_err(StartError::Audit)?,
-            replica: replica_name(),
-            count_permits: Arc::new(tokio::sync::Semaphore::new(counts)),
-            activity: Arc::new(Activity::default()),
-        };
+        // Shared by every stack built from this gateway: the ceilings are per process.
         let budget = BufferBudget::new(config.server.max_buffered_bytes.as_u64());
-        let in_flight = InFlightLimit::new(config.server.max_in_flight);
         let (telemetry, export_task) = Telemetry::from_config(&config.tracing);
+        let server = &config.server;
+        let shared = Shared {
+            // Redis, when configured, is connected in `start` (it needs the runtime).
+            limiter: Limiter::new(MemoryStore::new()),
+            audit: AuditLog::open(&config.audit).map_err(StartError::Audit)?,
+            activity: Arc::new(Activity::default()),
+            upstream: Upstream::new(&config.upstream, &engine_tls),
+            body: BodyLimits {
+                max_bytes: bytes_usize(server.max_body_bytes),
+                idle_timeout: server.body_idle_timeout,
+                total_timeout: server.body_timeout,
+                budget: budget.clone(),
+            },
+            dispatch: DispatchLimits {
+                max_response_bytes: bytes_usize(config.upstream.max_response_bytes),
+                budget,
+                retry_ratio: config.upstream.retry_budget_ratio as f32,
+            },
+            headers: HeaderLimits::new(
+                bytes_usize(server.max_header_value_bytes),
+                bytes_usize(server.max_header_bytes),
+            ),
+            in_flight: InFlightLimit::new(server.max_in_flight),
+            telemetry,
+            isolation: IsolationMemory::from_config(&config),
+            replica: Arc::from(replica_name()),
+            count_permits: Arc::new(tokio::sync::Semaphore::new(counts)),
+        };
         let started = Arc::new(config.clone());
-        let live = Arc::new(Live::new(generation::build(config, None, &process)?));
+        let live = Arc::new(Live::new(generation::build(config, None, &shared)?));
         Ok(Self {
             config: started,
             live,
-            process,
-            upstream,
+            shared,
             engine_tls,
-            // Redis, when configured, is connected in `start` (it needs the runtime).
-            limiter: Limiter::new(MemoryStore::new()),
-            budget,
-            in_flight,
-            telemetry,
             export_task,
         })
     }
@@ -157,42 +170,23 @@ impl Gateway {
 
     /// The engine client of discovery and probes.
     pub fn upstream(&self) -> &Upstream {
-        &self.upstream
+        &self.shared.upstream
     }
 
     /// The audit log.
     pub fn audit(&self) -> &AuditLog {
-        &self.process.audit
+        &self.shared.audit
     }
 
-    /// What the data-port stack needs, for the current generation.
-    pub fn stack_parts(&self) -> StackParts {
-        self.fixed_parts().of(&self.live.current())
+    /// What every stack of this process shares (with [`Self::generation`], the input of
+    /// [`crate::build_stack`]).
+    pub fn shared(&self) -> &Shared {
+        &self.shared
     }
 
-    fn fixed_parts(&self) -> FixedParts {
-        let server = &self.config.server;
-        FixedParts {
-            limiter: self.limiter.clone(),
-            audit: self.process.audit.clone(),
-            activity: self.process.activity.clone(),
-            upstream: self.upstream.clone(),
-            body: BodyLimits {
-                max_bytes: bytes_usize(server.max_body_bytes),
-                idle_timeout: server.body_idle_timeout,
-                total_timeout: server.body_timeout,
-                budget: self.budget.clone(),
-            },
-            limits: DispatchLimits {
-                max_response_bytes: bytes_usize(self.config.upstream.max_response_bytes),
-                budget: self.budget.clone(),
-                retry_ratio: self.config.upstream.retry_budget_ratio as f32,
-            },
-            in_flight: self.in_flight.clone(),
-            max_header_value_bytes: bytes_usize(server.max_header_value_bytes),
-            max_header_bytes: bytes_usize(server.max_header_bytes),
-            telemetry: self.telemetry.clone(),
-        }
+    /// The current generation: what the config in force built.
+    pub fn generation(&self) -> Arc<Generation> {
+        self.live.current()
     }
 
     /// Connect the Redis limit store when `[limits] backend = "redis"`.
@@ -228,7 +222,7 @@ impl Gateway {
             LimitsFailurePolicy::FailOpen => FailurePolicy::FailOpen,
             LimitsFailurePolicy::FailClosed => FailurePolicy::FailClosed,
         };
-        self.limiter = Limiter::new(GuardedStore::starting(store, policy, connected));
+        self.shared.limiter = Limiter::new(GuardedStore::starting(store, policy, connected));
         Ok(())
     }
 
@@ -263,7 +257,7 @@ impl Gateway {
         let tls = server_cert.as_ref().map(ServerCert::acceptor).transpose()?;
         let certs = Arc::new(CertWatch::new(server_cert, self.engine_tls.clone()));
         let first = self.live.current();
-        discover_all(&first.fleet, &self.upstream).await;
+        discover_all(&first.fleet, &self.shared.upstream).await;
         let report = CapacityReport::build(&self.config, &first.fleet);
         for line in report.warnings() {
             tracing::warn!("{line}");
@@ -278,13 +272,13 @@ impl Gateway {
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(discovery_loop(
             self.live.clone(),
-            self.upstream.clone(),
+            self.shared.upstream.clone(),
             self.config.upstream.discovery_interval,
             shutdown.clone(),
         )));
         tasks.push(tokio::spawn(health_loop(
             self.live.clone(),
-            self.upstream.clone(),
+            self.shared.upstream.clone(),
             shutdown.clone(),
         )));
         tasks.push(tokio::spawn(cert_watch_loop(
@@ -299,12 +293,12 @@ impl Gateway {
             shutdown.clone(),
         )));
         tasks.push(tokio::spawn(housekeeping_loop(
-            self.limiter.clone(),
-            first.isolation.store.clone(),
+            self.shared.limiter.clone(),
+            self.shared.isolation.store.clone(),
             shutdown.clone(),
         )));
         tasks.push(tokio::spawn(activity_loop(
-            self.process.activity.clone(),
+            self.shared.activity.clone(),
             shutdown.clone(),
         )));
         // The admin port outlives the data port's drain, so `/health` can answer 503 while
@@ -318,7 +312,7 @@ impl Gateway {
         }
         // One stack per data thread, each with its own engine client (pooled connections
         // stay on their thread); everything else in it is shared. Each follows reloads.
-        let fixed = self.fixed_parts();
+        let shared = self.shared.clone();
         let upstream_config = self.config.upstream.clone();
         let engine_tls = self.engine_tls.clone();
         let live = self.live.clone();
@@ -327,12 +321,12 @@ impl Gateway {
             tls,
             self.config.server.data_threads,
             move || {
-                let fixed = FixedParts {
+                let shared = Shared {
                     upstream: Upstream::new(&upstream_config, &engine_tls),
-                    ..fixed.clone()
+                    ..shared.clone()
                 };
                 LiveStack::new(live.clone(), move |generation: &Generation| {
-                    build_stack::<hyper::body::Incoming>(fixed.of(generation))
+                    build_stack::<hyper::body::Incoming>(&shared, generation)
                 })
             },
             shutdown.clone(),
@@ -349,8 +343,7 @@ impl Gateway {
             path: self.config.source.clone(),
             certs: Some(certs),
             live: self.live.clone(),
-            process: self.process.clone(),
-            upstream: self.upstream.clone(),
+            shared: self.shared.clone(),
             engine_tls: self.engine_tls.clone(),
             last: Arc::default(),
             serial: Arc::default(),
@@ -358,7 +351,7 @@ impl Gateway {
         };
         let admin_token = crate::runtime::admin::admin_token(&self.config.server)?;
         let admin_service = Admin::new(self.live.clone(), shutdown.clone(), Some(reloader.clone()))
-            .with_status(self.process.activity.clone())
+            .with_status(self.shared.activity.clone())
             .with_token(admin_token);
         tasks.push(tokio::spawn(server::serve(
             admin,
@@ -375,7 +368,7 @@ impl Gateway {
             trigger,
             tasks,
             live: self.live,
-            audit: self.process.audit,
+            audit: self.shared.audit,
             reloader,
         })
     }

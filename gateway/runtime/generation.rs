@@ -1,90 +1,29 @@
 //! Building a [`Generation`] from a config: at start-up from nothing, on reload from the
-//! running one — taking over unchanged pools (and their workers' state), unchanged
-//! rollouts, the leak detector's memory and the salt secret — and saying what changed.
+//! running one — taking over unchanged pools (and their workers' state) and unchanged
+//! rollouts — and saying what changed. What no reload replaces (the leak detector's memory,
+//! the salt secret, limits, the audit log) is the process's [`Shared`].
 
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
-use tokio::sync::Semaphore;
 
 use super::app::{load_tokenizer, StartError};
-use super::live::Generation;
-use crate::activity::Activity;
-use crate::audit::AuditLog;
 use crate::config::Config;
 use crate::fleet::Fleet;
-use crate::load::InFlightLimit;
+use crate::generation::Generation;
 use crate::rollout::Rollouts;
+use crate::shared::Shared;
 use crate::stack::admission::{AdmissionState, ModelAdmission};
-use crate::stack::api::read_body::BodyLimits;
 use crate::stack::api::ModelCatalog;
 use crate::stack::auth::ApiKeys;
-use crate::stack::dispatch::DispatchLimits;
 use crate::stack::guard::GuardState;
 use crate::stack::isolate::IsolationState;
-use crate::stack::rate_limit::limiter::Limiter;
-use crate::telemetry::Telemetry;
-use crate::upstream::Upstream;
-use crate::StackParts;
-
-/// What every generation of one process shares.
-#[derive(Debug, Clone)]
-pub(crate) struct Process {
-    pub audit: AuditLog,
-    /// This replica's name in rollout decisions and audit lines.
-    pub replica: String,
-    /// Bounds concurrent exact counts on the blocking pool (per process).
-    pub count_permits: Arc<Semaphore>,
-    /// Recent outcomes for the status page.
-    pub activity: Arc<Activity>,
-}
-
-/// The parts of a data thread's stack that no reload changes: limits, the audit log, the
-/// engine client, body and buffer ceilings.
-#[derive(Debug, Clone)]
-pub(crate) struct FixedParts {
-    pub limiter: Limiter,
-    pub audit: AuditLog,
-    pub activity: Arc<Activity>,
-    pub upstream: Upstream,
-    pub body: BodyLimits,
-    pub limits: DispatchLimits,
-    pub in_flight: InFlightLimit,
-    pub max_header_value_bytes: usize,
-    pub max_header_bytes: usize,
-    pub telemetry: Telemetry,
-}
-
-impl FixedParts {
-    /// The stack's parts for `generation`.
-    pub fn of(&self, generation: &Generation) -> StackParts {
-        StackParts {
-            keys: generation.keys.clone(),
-            catalog: generation.catalog.clone(),
-            fleet: generation.fleet.clone(),
-            rollouts: generation.rollouts.clone(),
-            admission: generation.admission.clone(),
-            guard: generation.guard.clone(),
-            isolation: generation.isolation.clone(),
-            limiter: self.limiter.clone(),
-            audit: self.audit.clone(),
-            activity: self.activity.clone(),
-            upstream: self.upstream.clone(),
-            body: self.body.clone(),
-            limits: self.limits.clone(),
-            in_flight: self.in_flight.clone(),
-            max_header_value_bytes: self.max_header_value_bytes,
-            max_header_bytes: self.max_header_bytes,
-            telemetry: self.telemetry.clone(),
-        }
-    }
-}
 
 /// Build a generation of `config`; `previous` is the running one on a reload.
 pub(crate) fn build(
     config: Config,
     previous: Option<&Generation>,
-    process: &Process,
+    shared: &Shared,
 ) -> Result<Generation, StartError> {
     let fleet = Arc::new(Fleet::reusing(
         &config,
@@ -115,23 +54,21 @@ pub(crate) fn build(
     let admission = Arc::new(AdmissionState {
         models,
         fleet: fleet.clone(),
-        permits: process.count_permits.clone(),
+        permits: shared.count_permits.clone(),
     });
-    let isolation = Arc::new(match previous {
-        Some(p) => p.isolation.reconfigured(&config, tokenizers),
-        None => IsolationState::new(&config, tokenizers),
-    });
+    // The salt secret and the leak detector's memory are the process's: a reload keeps them.
+    let isolation = Arc::new(IsolationState::new(&config, tokenizers, &shared.isolation));
     let guard = Arc::new(GuardState::from_config(
         &config,
-        process.audit.clone(),
+        shared.audit.clone(),
         isolation.clone(),
-        process.activity.clone(),
+        shared.activity.clone(),
     ));
     let rollouts = Arc::new(Rollouts::reusing(
         &config,
         &fleet,
-        &process.replica,
-        &process.audit,
+        &shared.replica,
+        &shared.audit,
         previous.map(|p| &*p.rollouts),
     ));
     Ok(Generation {

@@ -1,7 +1,6 @@
-//! The live configuration: what one config builds and a reload replaces whole — tenants
-//! and keys, models, pools and their workers, rollouts, admission, the guard's and
-//! isolation's per-pool settings. Requests take the [`Generation`] that is current when they arrive and keep it
-//! until they end (a stream included), so a reload never changes a request midway.
+//! The live configuration: the current [`Generation`] (what one config builds and a reload
+//! replaces whole). Requests take the generation that is current when they arrive and keep
+//! it until they end (a stream included), so a reload never changes a request midway.
 //!
 //! The request path does not lock anything to follow reloads: each data thread's stack
 //! compares one atomic generation number per request ([`super::live_stack`]) and is rebuilt
@@ -10,30 +9,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use crate::config::Config;
-use crate::fleet::Fleet;
-use crate::rollout::Rollouts;
-use crate::stack::admission::AdmissionState;
-use crate::stack::api::ModelCatalog;
-use crate::stack::auth::ApiKeys;
-use crate::stack::guard::GuardState;
-use crate::stack::isolate::IsolationState;
-
-/// Everything built from one config that a reload replaces.
-#[derive(Debug)]
-pub struct Generation {
-    /// 1 for the config the gateway started with, then one more per reload.
-    pub number: u64,
-    pub config: Arc<Config>,
-    /// Tenants and their keys.
-    pub keys: ApiKeys,
-    pub fleet: Arc<Fleet>,
-    pub rollouts: Arc<Rollouts>,
-    pub catalog: ModelCatalog,
-    pub admission: Arc<AdmissionState>,
-    pub guard: Arc<GuardState>,
-    pub isolation: Arc<IsolationState>,
-}
+use crate::generation::Generation;
 
 /// The current generation.
 #[derive(Debug)]

@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use tower::Service;
 
-use super::live::{Generation, Live};
+use super::live::Live;
+use crate::generation::Generation;
 
 /// One data thread's stack; cheap to clone (one reference count), as hyper does per
 /// connection and per request.

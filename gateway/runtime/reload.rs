@@ -18,13 +18,13 @@ use std::time::SystemTime;
 
 use super::app::StartError;
 use super::check::CapacityReport;
-use super::generation::{self, Changes, Process};
+use super::generation::{self, Changes};
 use super::live::Live;
 use crate::config::{Config, ConfigError};
 use crate::fleet::discover_worker;
 use crate::metrics;
+use crate::shared::Shared;
 use crate::tls::{CertWatch, EngineTls, TlsError};
-use crate::upstream::Upstream;
 
 /// Reloads the config (SIGHUP, admin `POST /reload`).
 #[derive(Debug, Clone)]
@@ -32,9 +32,8 @@ pub struct Reloader {
     pub(crate) path: PathBuf,
     pub(crate) certs: Option<Arc<CertWatch>>,
     pub(crate) live: Arc<Live>,
-    pub(crate) process: Process,
-    /// Discovery of new workers before they serve.
-    pub(crate) upstream: Upstream,
+    /// The process's state; its engine client discovers new workers before they serve.
+    pub(crate) shared: Shared,
     pub(crate) engine_tls: Arc<EngineTls>,
     /// Shared by every clone (SIGHUP handler, admin port), so each sees the last reload
     /// whoever triggered it.
@@ -113,9 +112,9 @@ impl Reloader {
         };
         let running = self.live.current();
         // Tokenizers load from disk (a new one takes seconds): off the runtime's threads.
-        let (process, previous) = (self.process.clone(), running.clone());
+        let (shared, previous) = (self.shared.clone(), running.clone());
         let next = tokio::task::spawn_blocking(move || {
-            generation::build(config, Some(&previous), &process)
+            generation::build(config, Some(&previous), &shared)
         })
         .await
         .map_err(|e| StartError::Limits(format!("building the new config failed: {e}")))??;
@@ -128,7 +127,7 @@ impl Reloader {
             .iter()
             .filter(|p| changes.rebuilt.iter().any(|name| **name == *p.name))
             .flat_map(|p| p.all_workers().cloned().collect::<Vec<_>>())
-            .map(|w| discover_worker(w, self.upstream.clone()));
+            .map(|w| discover_worker(w, self.shared.upstream.clone()));
         futures_util::future::join_all(fresh).await;
         // After discovery, as at start-up, so the report speaks of real capacity.
         let report = CapacityReport::build(&next.config, &next.fleet);

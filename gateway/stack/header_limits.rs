@@ -22,11 +22,16 @@ pub type HeaderLimitsLayer = FilterLayer<HeaderLimits>;
 
 impl HeaderLimits {
     /// At most `max_value` bytes per value and `max_total` for all headers.
-    pub fn layer(max_value: usize, max_total: usize) -> HeaderLimitsLayer {
-        FilterLayer::new(HeaderLimits {
+    pub fn new(max_value: usize, max_total: usize) -> Self {
+        HeaderLimits {
             max_value,
             max_total,
-        })
+        }
+    }
+
+    /// The stage as a layer.
+    pub fn layer(self) -> HeaderLimitsLayer {
+        FilterLayer::new(self)
     }
 }
 

@@ -49,20 +49,21 @@ struct PoolIsolation {
     leak: LeakMode,
 }
 
-/// Shared state of isolation: the salter, the fingerprint store, per-pool switches.
-#[derive(Debug)]
-pub struct IsolationState {
-    salter: CacheSalter,
-    /// The leak detector's memory of recent prompts.
+/// What isolation keeps for the life of the process, whatever reloads bring: the salt
+/// secret and the leak detector's memory of recent prompts (a reload must not forget them:
+/// a leak right after it would go unseen). `[isolation]` itself changes only with a restart.
+#[derive(Debug, Clone)]
+pub struct IsolationMemory {
+    pub salter: CacheSalter,
     pub store: FingerprintStore,
-    pools: HashMap<String, PoolIsolation>,
-    tokenizers: HashMap<String, Arc<ModelTokenizer>>,
-    fingerprint_bytes: usize,
+    /// `isolation.fingerprint_bytes`: how much of a prompt's tail is fingerprinted.
+    pub fingerprint_bytes: usize,
 }
 
-impl IsolationState {
-    /// Build from config; `tokenizers` by model name.
-    pub fn new(config: &Config, tokenizers: HashMap<String, Arc<ModelTokenizer>>) -> Self {
+impl IsolationMemory {
+    /// The secret from `isolation.salt_secret_env` (random per start without one) and an
+    /// empty fingerprint store sized by `[isolation]`.
+    pub fn from_config(config: &Config) -> Self {
         let iso = &config.isolation;
         let secret = iso
             .salt_secret_env
@@ -74,7 +75,6 @@ impl IsolationState {
                 tracing::warn!("no isolation.salt_secret_env secret: cache salts are random per start (replicas will not share prefix caches)");
                 random_secret()
             });
-        let pools = Self::pool_settings(config);
         Self {
             salter: CacheSalter::new(&secret),
             store: FingerprintStore::new(LeakDetectorConfig {
@@ -83,28 +83,37 @@ impl IsolationState {
                 max_entries: iso.max_entries,
                 min_matches: iso.min_matches,
             }),
-            pools,
-            tokenizers,
             fingerprint_bytes: usize::try_from(iso.fingerprint_bytes.as_u64())
                 .unwrap_or(usize::MAX),
         }
     }
+}
 
-    /// The isolation of a reloaded `config`: the pools' salt and leak settings and the
-    /// models' tokenizers are the new ones; the salt secret and the leak detector's memory
-    /// of recent prompts carry over (a reload must not forget them: a leak right after it
-    /// would go unseen). `[isolation]` itself changes only with a restart.
-    pub fn reconfigured(
-        &self,
+/// Isolation's state for one generation: the process's memory, per-pool switches, the
+/// models' tokenizers.
+#[derive(Debug)]
+pub struct IsolationState {
+    salter: CacheSalter,
+    /// The leak detector's memory of recent prompts.
+    pub store: FingerprintStore,
+    pools: HashMap<String, PoolIsolation>,
+    tokenizers: HashMap<String, Arc<ModelTokenizer>>,
+    fingerprint_bytes: usize,
+}
+
+impl IsolationState {
+    /// Build from config over the process's `memory`; `tokenizers` by model name.
+    pub fn new(
         config: &Config,
         tokenizers: HashMap<String, Arc<ModelTokenizer>>,
+        memory: &IsolationMemory,
     ) -> Self {
         Self {
-            salter: self.salter.clone(),
-            store: self.store.clone(),
+            salter: memory.salter.clone(),
+            store: memory.store.clone(),
             pools: Self::pool_settings(config),
             tokenizers,
-            fingerprint_bytes: self.fingerprint_bytes,
+            fingerprint_bytes: memory.fingerprint_bytes,
         }
     }
 
