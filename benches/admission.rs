@@ -8,7 +8,7 @@ use serde_json::json;
 use std::path::PathBuf;
 
 use kvgate::config::Config;
-use kvgate::runtime::app::Gateway;
+use kvgate::runtime::Gateway;
 use kvgate::stack::api::{parse_inference, Endpoint, ModelCatalog};
 
 fn bench(c: &mut Criterion) {
@@ -23,7 +23,7 @@ fn bench(c: &mut Criterion) {
     let catalog = ModelCatalog::from_config(&config);
     let gateway = Gateway::new(config).unwrap();
     let state = gateway.generation().admission.clone();
-    let tokenizer = kvgate::runtime::app::load_tokenizer(
+    let tokenizer = kvgate::runtime::load_tokenizer(
         &repo.join("config/tokenizers/qwen3/tokenizer.json"),
         Some(&repo.join("config/tokenizers/qwen3/tokenizer_config.json")),
     )

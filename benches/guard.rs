@@ -14,7 +14,7 @@ use std::sync::Arc;
 use tower::{Service, ServiceExt};
 
 use kvgate::config::Config;
-use kvgate::runtime::app::Gateway;
+use kvgate::runtime::Gateway;
 use kvgate::stack::guard::check_stream::{StreamCheck, UsageRewrite};
 use kvgate::stack::guard::inspect::{Expectation, Markers, Shape};
 use kvgate::stack::guard::sse::SseReframer;
@@ -119,7 +119,7 @@ fn ttfb(c: &mut Criterion) {
         .unwrap();
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let dir = repo.join("config/tokenizers/qwen3");
-    let tokenizer = kvgate::runtime::app::load_tokenizer(
+    let tokenizer = kvgate::runtime::load_tokenizer(
         &dir.join("tokenizer.json"),
         Some(&dir.join("tokenizer_config.json")),
     )

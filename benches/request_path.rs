@@ -16,7 +16,7 @@ use std::sync::Arc;
 use tower::{Service, ServiceExt};
 
 use kvgate::config::Config;
-use kvgate::runtime::app::Gateway;
+use kvgate::runtime::Gateway;
 use kvgate::stack::api::{parse_inference, Endpoint, ModelCatalog};
 use kvgate_sim::{SimConfig, SimRole};
 use kvgate_tokenize::ModelTokenizer;

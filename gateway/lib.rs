@@ -41,6 +41,7 @@
 pub mod activity;
 pub mod audit;
 pub mod body;
+pub mod commands;
 pub mod config;
 pub mod error;
 pub mod fleet;

@@ -7,11 +7,8 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use kvgate::config::Config;
-use kvgate::fleet::{discover_all, Fleet};
-use kvgate::runtime::app::Gateway;
-use kvgate::runtime::check::CapacityReport;
-use kvgate::upstream::Upstream;
+use kvgate::commands::load_config;
+use kvgate::runtime::Gateway;
 
 /// kvgate: admission and isolation in front of LLM inference engines.
 #[derive(Parser, Debug)]
@@ -77,7 +74,7 @@ enum Command {
     /// Run the load harness's floor: hyper forwarding to one upstream, no checks at all.
     BareProxy(kvgate_sim::BareProxyArgs),
     /// Run the gateway with built-in simulated engines on loopback, ready for curl.
-    Demo(kvgate::runtime::demo::DemoArgs),
+    Demo(kvgate::commands::demo::DemoArgs),
     /// Print the SHA-256 of an API key, for `api_key_sha256`.
     HashKey {
         /// The key; read from stdin when omitted (keeps it out of shell history).
@@ -122,7 +119,7 @@ async fn run(command: Command) -> ExitCode {
             config,
             discover,
             strict,
-        } => check(config, discover, strict).await,
+        } => kvgate::commands::check::run(&config, discover, strict).await,
         Command::Preflight {
             config,
             pools,
@@ -157,7 +154,7 @@ async fn run(command: Command) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Demo(args) => match kvgate::runtime::demo::run(args).await {
+        Command::Demo(args) => match kvgate::commands::demo::run(args).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("kvgate demo: {e}");
@@ -168,18 +165,8 @@ async fn run(command: Command) -> ExitCode {
     }
 }
 
-fn load(path: &std::path::Path) -> Option<Config> {
-    match Config::load(path) {
-        Ok(c) => Some(c),
-        Err(e) => {
-            eprintln!("kvgate: invalid config: {e}");
-            None
-        }
-    }
-}
-
 async fn serve(path: PathBuf) -> ExitCode {
-    let Some(config) = load(&path) else {
+    let Some(config) = load_config(&path) else {
         return ExitCode::from(2);
     };
     // Signal handlers first: a SIGHUP or SIGTERM that arrives as soon as the port is open
@@ -276,42 +263,14 @@ impl Signals {
     }
 }
 
-async fn check(path: PathBuf, discover: bool, strict: bool) -> ExitCode {
-    let Some(config) = load(&path) else {
-        return ExitCode::from(2);
-    };
-    let fleet = Fleet::from_config(&config);
-    if discover {
-        let tls = match kvgate::tls::EngineTls::from_config(&config) {
-            Ok(tls) => tls,
-            Err(e) => {
-                eprintln!("error: {}: upstream.tls: {e}", path.display());
-                return ExitCode::from(2);
-            }
-        };
-        discover_all(&fleet, &Upstream::new(&config.upstream, &tls)).await;
-    }
-    let report = CapacityReport::build(&config, &fleet);
-    println!("config {} is valid", path.display());
-    print!("{report}");
-    if strict && !report.warnings().is_empty() {
-        eprintln!(
-            "kvgate check --strict: {} warning(s) treated as errors",
-            report.warnings().len()
-        );
-        return ExitCode::from(3);
-    }
-    ExitCode::SUCCESS
-}
-
 async fn preflight(
     path: PathBuf,
     pools: Vec<String>,
     json: bool,
     token_budget: Option<u64>,
 ) -> ExitCode {
-    use kvgate::runtime::preflight::{run, PreflightOptions};
-    let Some(config) = load(&path) else {
+    use kvgate::commands::preflight::{run, PreflightOptions};
+    let Some(config) = load_config(&path) else {
         return ExitCode::from(2);
     };
     let options = PreflightOptions {

@@ -238,7 +238,7 @@ async fn the_incident_configuration_is_refused_one_token_over_and_served_at_the_
         );
     let mut config = parse_config(&text);
     config.server.listen = "127.0.0.1:0".parse().unwrap();
-    let gw = kvgate::runtime::app::Gateway::new(config)
+    let gw = kvgate::runtime::Gateway::new(config)
         .unwrap()
         .start(bind().await, bind().await)
         .await
@@ -280,7 +280,7 @@ async fn strict_admission_refuses_to_start_on_the_incident_configuration() {
     let text = std::fs::read_to_string(repo().join("config/incident.toml")).unwrap()
         + "\n[admission]\nstrict = true\n";
     let config = parse_config(&text);
-    let err = kvgate::runtime::app::Gateway::new(config)
+    let err = kvgate::runtime::Gateway::new(config)
         .unwrap()
         .start(bind().await, bind().await)
         .await

@@ -72,7 +72,7 @@ fn every_subcommand_has_help() {
 
 #[tokio::test]
 async fn demo_serves_both_pools_on_loopback() {
-    let args = kvgate::runtime::demo::DemoArgs {
+    let args = kvgate::commands::demo::DemoArgs {
         config: Some(repo().join("config/demo.toml")),
         fault: kvgate_sim::SimFault::None,
         canary: false,
@@ -80,12 +80,12 @@ async fn demo_serves_both_pools_on_loopback() {
         token_latency_ms: 0,
         ephemeral: true,
     };
-    let demo = kvgate::runtime::demo::start(&args)
+    let demo = kvgate::commands::demo::start(&args)
         .await
         .expect("demo starts");
     assert_eq!(demo.engines.len(), 3);
-    let banner = kvgate::runtime::demo::banner(&demo);
-    assert!(banner.contains(kvgate::runtime::demo::DEMO_API_KEY));
+    let banner = kvgate::commands::demo::banner(&demo);
+    assert!(banner.contains(kvgate::commands::demo::DEMO_API_KEY));
     let base = format!("http://{}", demo.gateway.data_addr());
     let url = format!("{base}/v1/chat/completions");
     let mut pools = std::collections::HashSet::new();

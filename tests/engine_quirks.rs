@@ -110,7 +110,7 @@ fn two_tenant_config(pool: &str) -> String {
         + &format!("\n[[tenants]]\nname = \"t2\"\napi_key_sha256 = [\"{SECOND_KEY_SHA256}\"]\n")
 }
 
-fn health_state(gw: &kvgate::runtime::app::RunningGateway) -> &'static str {
+fn health_state(gw: &kvgate::runtime::RunningGateway) -> &'static str {
     let router = gw.fleet();
     let w = router.workers().next().expect("one worker");
     w.health().snapshot(std::time::Instant::now()).state

@@ -61,7 +61,7 @@ fn succeeded(reply: &Reply, stream: bool) -> bool {
 struct Replay {
     prefill: RunningSim,
     decode: RunningSim,
-    gw: kvgate::runtime::app::RunningGateway,
+    gw: kvgate::runtime::RunningGateway,
 }
 
 /// PD engines with the incident's bug. `defeated`: the gateway is told a prefill pool far
@@ -196,7 +196,7 @@ async fn a_unified_incident_engine_is_caught_by_the_prompt_count_on_the_first_ev
 async fn unified_with(
     fault: SimFault,
     guard: &str,
-) -> (RunningSim, kvgate::runtime::app::RunningGateway) {
+) -> (RunningSim, kvgate::runtime::RunningGateway) {
     let engine = engine_with(sim(SimRole::Unified, fault, 40960, true)).await;
     let pools = format!("{}{guard}", unified_pool("u", &[worker(&engine, None)]));
     let gw = gateway(&config_with_pools(WINDOW, &pools)).await;
@@ -206,7 +206,7 @@ async fn unified_with(
 /// Non-streaming: the error status and code; streaming: the same when the first event
 /// trips, else a 200 whose stream ends in an error event without `[DONE]`.
 async fn expect_refused(
-    gw: &kvgate::runtime::app::RunningGateway,
+    gw: &kvgate::runtime::RunningGateway,
     chat: bool,
     prompt: &str,
     status: u16,

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kvgate::runtime::app::RunningGateway;
+use kvgate::runtime::RunningGateway;
 use kvgate_sim::{RunningSim, SimConfig, SimFault, SimRole};
 use support::*;
 

@@ -97,7 +97,7 @@ async fn a_pool_without_cache_salt_gets_none_and_still_drops_client_keys() {
 async fn incident_with_guard_off(
     mode: &str,
     stream: bool,
-) -> (Reply, kvgate::runtime::app::RunningGateway) {
+) -> (Reply, kvgate::runtime::RunningGateway) {
     let sim = |role| SimConfig {
         role,
         fault: SimFault::Incident,
@@ -274,10 +274,7 @@ fn alice_silent_prompt() -> String {
 /// The quiet leak: the engine answers from stale pages with the right `prompt_tokens`, a
 /// normal finish and no marker, so every other guard check passes. Bob's token-id prompt is
 /// as long as Alice's, so his request gets her freed pages back in order.
-async fn silent_leak(
-    pool_extra: &str,
-    stream: bool,
-) -> (Reply, kvgate::runtime::app::RunningGateway) {
+async fn silent_leak(pool_extra: &str, stream: bool) -> (Reply, kvgate::runtime::RunningGateway) {
     let engine = engine(SimRole::Unified, SimFault::SilentLeak, 40960, 32768).await;
     let pools = format!(
         "{}{pool_extra}",
@@ -361,7 +358,7 @@ async fn a_tenant_set_to_strict_gets_strict_streams_on_a_block_pool() {
 /// Reads a stream through the gateway until its first event with generated text, and
 /// returns how many token events the engine had sent by then.
 async fn engine_events_before_first_content(
-    gw: &kvgate::runtime::app::RunningGateway,
+    gw: &kvgate::runtime::RunningGateway,
     engine: &kvgate_sim::RunningSim,
     body: &Value,
 ) -> u64 {

@@ -169,15 +169,15 @@ async fn kvgate(
     engine: &Llama,
     kv_tokens: u64,
     context_window: u64,
-) -> kvgate::runtime::app::RunningGateway {
+) -> kvgate::runtime::RunningGateway {
     gateway(&config_for(engine, kv_tokens, context_window)).await
 }
 
-fn chat_url(gw: &kvgate::runtime::app::RunningGateway) -> String {
+fn chat_url(gw: &kvgate::runtime::RunningGateway) -> String {
     format!("http://{}/v1/chat/completions", gw.data_addr())
 }
 
-fn completions_url(gw: &kvgate::runtime::app::RunningGateway) -> String {
+fn completions_url(gw: &kvgate::runtime::RunningGateway) -> String {
     format!("http://{}/v1/completions", gw.data_addr())
 }
 
@@ -631,15 +631,15 @@ async fn preflight_passes_the_healthy_engine_at_its_true_capacity() {
     };
     let engine = Llama::start(&server, &model, N_CTX).await;
     let config = parse_config(&config_for(&engine, N_CTX, N_CTX));
-    let report = kvgate::runtime::preflight::run(
+    let report = kvgate::commands::preflight::run(
         &config,
-        &kvgate::runtime::preflight::PreflightOptions::default(),
+        &kvgate::commands::preflight::PreflightOptions::default(),
     )
     .await
     .expect("preflight runs");
     assert_eq!(
         report.result,
-        kvgate::runtime::preflight::Verdict::Pass,
+        kvgate::commands::preflight::Verdict::Pass,
         "{report}"
     );
     let probes: Vec<_> = report.targets.iter().flat_map(|t| &t.probes).collect();

@@ -9,7 +9,7 @@ mod support;
 use serde_json::Value;
 use std::process::Command;
 
-use kvgate::runtime::preflight::{run, PreflightOptions, PreflightReport, Verdict};
+use kvgate::commands::preflight::{run, PreflightOptions, PreflightReport, Verdict};
 use kvgate_sim::{RunningSim, SimConfig, SimFault, SimRole};
 use support::*;
 
@@ -54,7 +54,7 @@ fn failures(report: &PreflightReport) -> Vec<String> {
 fn probes_of<'a>(
     report: &'a PreflightReport,
     kind: &str,
-) -> Vec<&'a kvgate::runtime::preflight::ProbeResult> {
+) -> Vec<&'a kvgate::commands::preflight::ProbeResult> {
     report
         .targets
         .iter()

@@ -290,7 +290,7 @@ async fn redis_gateway(
     redis: &support_redis::RedisServer,
     policy: &str,
     tenant_limits: &str,
-) -> (kvgate_sim::RunningSim, kvgate::runtime::app::RunningGateway) {
+) -> (kvgate_sim::RunningSim, kvgate::runtime::RunningGateway) {
     let engine = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
     let limits = format!(
         "[limits]\nbackend = \"redis\"\nredis_url = \"{}\"\nfailure_policy = \"{policy}\"\n",

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kvgate::runtime::app::{Gateway, RunningGateway};
+use kvgate::runtime::{Gateway, RunningGateway};
 use kvgate_sim::{RunningSim, SimFault, SimRole};
 use support::*;
 

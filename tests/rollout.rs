@@ -11,7 +11,7 @@ use http::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
-use kvgate::runtime::app::RunningGateway;
+use kvgate::runtime::RunningGateway;
 use kvgate_sim::{RunningSim, SimFault, SimRole};
 use support::*;
 

@@ -255,7 +255,7 @@ async fn weights_set_through_the_admin_api_survive_a_reload_and_the_file_stays_t
     std::fs::write(&path, &text).unwrap();
     let start = || async {
         let config = kvgate::config::Config::load(&path).unwrap();
-        kvgate::runtime::app::Gateway::new(config)
+        kvgate::runtime::Gateway::new(config)
             .unwrap()
             .start(bind().await, bind().await)
             .await

@@ -132,7 +132,7 @@ async fn the_status_page_shows_the_gateways_state_in_a_real_browser() {
     let text = config_text(&worker(&healthy, None), &worker(&faulty, None));
     std::fs::write(&path, &text).expect("write the config");
     let config = kvgate::config::Config::load(&path).expect("the config loads");
-    let gw = kvgate::runtime::app::Gateway::new(config)
+    let gw = kvgate::runtime::Gateway::new(config)
         .expect("gateway builds")
         .start(bind().await, bind().await)
         .await

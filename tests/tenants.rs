@@ -165,7 +165,7 @@ async fn keys_come_from_hashes_env_and_file_and_reload_revokes_without_restart()
     };
     write(false);
     let cfg = kvgate::config::Config::load(&config_path).unwrap();
-    let gw = kvgate::runtime::app::Gateway::new(cfg)
+    let gw = kvgate::runtime::Gateway::new(cfg)
         .unwrap()
         .start(bind().await, bind().await)
         .await

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
 
-use kvgate::runtime::app::RunningGateway;
+use kvgate::runtime::RunningGateway;
 
 use kvgate_sim::{RunningSim, SimFault, SimRole};
 use support::*;

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
-use kvgate::runtime::app::RunningGateway;
+use kvgate::runtime::RunningGateway;
 use kvgate_sim::{RunningSim, SimFault, SimRole};
 use support::*;
 
@@ -367,7 +367,7 @@ async fn upstream_tls_settings_are_checked_at_load() {
         &format!("ca_file = \"{}\"", path_str(&pem)),
         "",
     );
-    let error = kvgate::runtime::app::Gateway::new(parse_config(&text))
+    let error = kvgate::runtime::Gateway::new(parse_config(&text))
         .expect_err("a CA file without certificates is refused")
         .to_string();
     assert!(error.contains("x.pem"), "{error}");
@@ -465,7 +465,7 @@ async fn certificates_are_read_again_when_they_change_and_on_reload_without_drop
     );
     let config_path = write(&dir, "kvgate.toml", &text);
     let config = kvgate::config::Config::load(&config_path).unwrap();
-    let gw = kvgate::runtime::app::Gateway::new(config)
+    let gw = kvgate::runtime::Gateway::new(config)
         .unwrap()
         .start(bind().await, bind().await)
         .await

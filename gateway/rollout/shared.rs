@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use super::{Decision, Rollouts};
 use crate::metrics;
-use crate::runtime::server::Shutdown;
+use crate::runtime::listener::server::Shutdown;
 
 const PUBLISH: &str = r#"
 local current = redis.call('GET', KEYS[1])

@@ -1,21 +1,22 @@
-//! The runtime around the stack: the process (`app`: config, state, reload), the listeners
-//! (`server`: TCP/TLS accept loop, drain; `conn_deadlines`), the admin port (`admin`, its pools and rollouts API `admin_api`, its HTML `status_page`), reloading the config (`reload`), and the commands that
-//! are not the request path (`check`, `demo`).
+//! The runtime around the stack, by job:
+//!
+//! - `process`: one gateway process — assembling it from a config ([`Gateway`]), the
+//!   generations a reload builds and installs (`build`, `live`, `live_stack`, `reload`),
+//!   its background loops, tokenizers and the capacity report it logs at start and reload.
+//! - `listener`: the data port — TCP/TLS accept loop and drain (`server`), data threads and
+//!   accept balancing, connection deadlines.
+//! - `admin`: the admin port — routes, the pools and rollouts API (`api`), the status page.
+//! - `error`: why a start or a reload failed.
+//!
+//! The commands that are not a running gateway (`kvgate check`, `preflight`, `demo`) are in
+//! `crate::commands`.
 
-pub mod accept_balance;
 pub mod admin;
-pub mod admin_api;
-pub mod app;
-mod background;
-pub mod check;
-pub mod conn_deadlines;
-pub mod data_threads;
-pub mod demo;
-mod generation;
-pub mod live;
-pub mod live_stack;
-pub mod preflight;
-pub mod redact;
-pub mod reload;
-pub mod server;
-pub mod status_page;
+pub mod error;
+pub mod listener;
+pub mod process;
+
+pub use error::{ReloadError, StartError};
+pub use process::capacity::CapacityReport;
+pub use process::gateway::{Gateway, RunningGateway};
+pub use process::tokenizers::load_tokenizer;

@@ -14,7 +14,7 @@ use std::sync::{Arc, OnceLock};
 use tokio::net::TcpListener;
 
 use kvgate::config::Config;
-use kvgate::runtime::app::{Gateway, RunningGateway};
+use kvgate::runtime::{Gateway, RunningGateway};
 use kvgate_sim::{RunningSim, SimConfig, SimFault, SimRole};
 use kvgate_tokenize::ModelTokenizer;
 

@@ -56,7 +56,7 @@ impl Directory {
     }
 }
 
-/// The key table of one config generation (`runtime::live`): a reload builds a new one
+/// The key table of one config generation (`runtime::process::live`): a reload builds a new one
 /// with the new pools, so a revoked key stops working for new requests while in-flight
 /// ones keep the context they got — and no request ever pairs one file's tenants with
 /// another's pools. Immutable: a request reads it without a lock.

@@ -13,7 +13,7 @@
 //! An engine failure (unreachable, timed out, unreadable, 5xx) also counts towards the
 //! worker's outlier ejection (a 5xx, which a request's content may provoke, is blamed on
 //! the request's tenant: one tenant's alone never ejects, see `routing::health`); successes and guard trips are known only once the guard has
-//! read the answer, so `rollout::signals` reports those.
+//! read the answer, so `stack::observe::RequestSignals` reports those.
 
 use std::sync::Arc;
 

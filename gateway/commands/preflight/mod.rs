@@ -34,7 +34,7 @@ use std::sync::Arc;
 
 use crate::config::Config;
 use crate::fleet::{discover_all, Fleet, Pool, PoolWorkers, Worker};
-use crate::runtime::app::load_tokenizer;
+use crate::runtime::load_tokenizer;
 use crate::stack::guard::inspect::Markers;
 use crate::upstream::Upstream;
 use capacity::{capacity, Target, TokenBudget};

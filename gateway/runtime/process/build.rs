@@ -7,11 +7,12 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::app::{load_tokenizer, StartError};
+use super::tokenizers::load_tokenizer;
 use crate::config::Config;
 use crate::fleet::Fleet;
 use crate::generation::Generation;
 use crate::rollout::Rollouts;
+use crate::runtime::StartError;
 use crate::shared::Shared;
 use crate::stack::admission::{AdmissionState, ModelAdmission};
 use crate::stack::api::ModelCatalog;

@@ -1,8 +1,8 @@
 //! The admin port: `GET /health` (the process is up; 503 while draining), `GET /ready`
 //! (every model has an eligible worker; says why not), `GET /metrics` (Prometheus text),
 //! `GET /status` (the HTML status page, `status_page`), `POST /reload` (read the config file
-//! and the certificates again, `runtime::reload`) and the pools and rollouts API
-//! (`admin_api`). `/reload` and the API need the admin token (`server.admin_token_env` or
+//! and the certificates again, `runtime::process::reload`) and the pools and rollouts API
+//! (`api`). `/reload` and the API need the admin token (`server.admin_token_env` or
 //! `server.admin_token_file`) as `Authorization: Bearer <token>`: 401 without it, 403 when
 //! no token is configured.
 //!
@@ -11,6 +11,9 @@
 //! counts by code and reason; no tenant, key or prompt), and a person opens it in a
 //! browser, which cannot send a Bearer header from the address bar. Keep the admin port
 //! off public networks.
+
+pub mod api;
+pub mod status_page;
 
 use futures_util::future::BoxFuture;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
@@ -25,12 +28,11 @@ use tower::Service;
 use crate::activity::Activity;
 use crate::body::{self, BoxBody, BoxError};
 use crate::fleet::Fleet;
-use crate::runtime::admin_api;
-use crate::runtime::app::StartError;
-use crate::runtime::live::Live;
-use crate::runtime::reload::Reloader;
-use crate::runtime::server::Shutdown;
-use crate::runtime::status_page::{self, StatusSources};
+use crate::runtime::listener::server::Shutdown;
+use crate::runtime::process::live::Live;
+use crate::runtime::process::reload::Reloader;
+use crate::runtime::StartError;
+use status_page::StatusSources;
 
 /// The admin service.
 #[derive(Clone, Debug)]
@@ -131,7 +133,7 @@ pub fn readiness(fleet: &Fleet) -> (bool, Value) {
             let workers: Vec<Value> = pools
                 .iter()
                 .flat_map(|p| p.all_workers())
-                .map(|w| crate::runtime::admin_api::worker_json(w))
+                .map(|w| crate::runtime::admin::api::worker_json(w))
                 .collect();
             json!({"model": model, "ready": ready, "reasons": reasons, "workers": workers})
         })
@@ -181,7 +183,7 @@ impl Admin {
         B::Error: Into<BoxError>,
     {
         let path = request.uri().path().to_owned();
-        if admin_api::is_api_path(&path) {
+        if api::is_api_path(&path) {
             if let Err(refused) = self.authorize(&request) {
                 return *refused;
             }
@@ -201,8 +203,7 @@ impl Admin {
                     }
                 };
             let live = self.live.current();
-            let (status, value) =
-                admin_api::handle(&live.fleet, &live.rollouts, &method, &path, &body);
+            let (status, value) = api::handle(&live.fleet, &live.rollouts, &method, &path, &body);
             return json_response(status, value);
         }
         match (request.method(), path.as_str()) {
@@ -231,8 +232,8 @@ impl Admin {
                     Some(reloader) => match reloader.reload().await {
                         Ok(report) => json_response(StatusCode::OK, report),
                         Err(e) => json_response(
-                            StatusCode::BAD_REQUEST,
-                            json!({"error": {"message": format!("reload refused, running config kept: {e}"), "type": "invalid_request_error", "param": null, "code": e.code()}}),
+                            e.status(),
+                            json!({"error": {"message": format!("reload refused, running config kept: {e}"), "type": e.kind(), "param": null, "code": e.code()}}),
                         ),
                     },
                     None => json_response(

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::activity::{Activity, Counts, Recent, BUCKET, CODES, TRIP_REASONS};
 use crate::fleet::Fleet;
 use crate::rollout::{Phase, Rollouts};
-use crate::runtime::admin_api::pool_json;
-use crate::runtime::reload::LastReload;
+use crate::runtime::admin::api::pool_json;
+use crate::runtime::process::reload::LastReload;
 use crate::stack::admission::{AdmissionState, PoolBudget};
 use html::{bars, esc, human, opt, percent, text, unix, utc, without_excerpts, CSS};
 

@@ -144,7 +144,7 @@ fn pairwise(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::preflight::Observed;
+    use crate::commands::preflight::Observed;
 
     fn probe(name: &str, answer: &str) -> ProbeResult {
         let mut evidence = Observed::unanswered(String::new());

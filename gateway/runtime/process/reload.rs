@@ -1,7 +1,7 @@
 //! Reload: read the config file again and replace the whole live configuration — tenants
 //! and keys, models, pools and their workers, weights, rollouts, health, admission — and
 //! every certificate file. Used by the admin port (`POST /reload`) and the SIGHUP handler
-//! of `kvgate serve`; kept apart from `app` so the admin port does not depend on the
+//! of `kvgate serve`; kept apart from `gateway` so the admin port does not depend on the
 //! gateway that owns it.
 //!
 //! All or nothing: a config that fails validation, a tokenizer that does not load, a
@@ -16,15 +16,15 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use super::app::StartError;
-use super::check::CapacityReport;
-use super::generation::{self, Changes};
+use super::build::{self, Changes};
+use super::capacity::CapacityReport;
 use super::live::Live;
-use crate::config::{Config, ConfigError};
+use crate::config::Config;
 use crate::fleet::discover_worker;
 use crate::metrics;
+use crate::runtime::{ReloadError, StartError};
 use crate::shared::Shared;
-use crate::tls::{CertWatch, EngineTls, TlsError};
+use crate::tls::{CertWatch, EngineTls};
 
 /// Reloads the config (SIGHUP, admin `POST /reload`).
 #[derive(Debug, Clone)]
@@ -51,27 +51,6 @@ pub struct LastReload {
     pub at: SystemTime,
     /// Ok, or why it was refused (the running config was kept).
     pub result: Result<(), String>,
-}
-
-/// Why a reload changed nothing.
-#[derive(Debug, thiserror::Error)]
-pub enum ReloadError {
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error("certificates not reloaded, the running ones are kept: {0}")]
-    Certificates(#[from] TlsError),
-    #[error(transparent)]
-    Build(#[from] StartError),
-}
-
-impl ReloadError {
-    /// The error code of the admin port's answer.
-    pub fn code(&self) -> &'static str {
-        match self {
-            ReloadError::Config(_) | ReloadError::Build(_) => "invalid_config",
-            ReloadError::Certificates(_) => "invalid_certificate",
-        }
-    }
 }
 
 impl Reloader {
@@ -113,11 +92,10 @@ impl Reloader {
         let running = self.live.current();
         // Tokenizers load from disk (a new one takes seconds): off the runtime's threads.
         let (shared, previous) = (self.shared.clone(), running.clone());
-        let next = tokio::task::spawn_blocking(move || {
-            generation::build(config, Some(&previous), &shared)
-        })
-        .await
-        .map_err(|e| StartError::Limits(format!("building the new config failed: {e}")))??;
+        let next =
+            tokio::task::spawn_blocking(move || build::build(config, Some(&previous), &shared))
+                .await
+                .map_err(|e| ReloadError::Interrupted(e.to_string()))??;
         let changes = Changes::between(&running, &next);
         // Workers of new or changed pools serve only once their capacity is known; the
         // running config serves meanwhile.

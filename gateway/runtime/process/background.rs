@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use crate::activity::{Activity, BUCKET};
 use crate::fleet::{check_all, discover_all};
-use crate::runtime::live::Live;
-use crate::runtime::server::Shutdown;
+use crate::runtime::listener::server::Shutdown;
+use crate::runtime::process::live::Live;
 use crate::stack::isolate::FingerprintStore;
 use crate::stack::rate_limit::limiter::Limiter;
 use crate::tls::CertWatch;

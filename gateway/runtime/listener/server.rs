@@ -22,8 +22,8 @@ use tower::Service;
 
 use crate::body::BoxError;
 use crate::metrics;
-use crate::runtime::accept_balance::{BalanceSlot, DEFER_FOR, MAX_DEFERRALS};
-use crate::runtime::conn_deadlines::{until_first_request, MarkStarted, SendTimeoutIo};
+use crate::runtime::listener::accept_balance::{BalanceSlot, DEFER_FOR, MAX_DEFERRALS};
+use crate::runtime::listener::conn_deadlines::{until_first_request, MarkStarted, SendTimeoutIo};
 use std::sync::atomic::AtomicBool;
 
 /// How long a TLS handshake may take before the connection is dropped.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 use crate::config::{Config, ConfigError, PoolConfig, WorkerConfig};
-use crate::runtime::app::{Gateway, RunningGateway, StartError};
+use crate::runtime::{Gateway, RunningGateway, StartError};
 use kvgate_sim::{RunningSim, SimConfig, SimFault, SimRole};
 use kvgate_tokenize::ModelTokenizer;
 
@@ -117,11 +117,11 @@ pub async fn start(args: &DemoArgs) -> Result<RunningDemo, DemoError> {
     let mut tokenizers: Vec<(String, Arc<ModelTokenizer>)> = Vec::new();
     for model in &config.models {
         let tokenizer =
-            crate::runtime::app::load_tokenizer(&model.tokenizer, model.chat_template.as_deref())
+            crate::runtime::load_tokenizer(&model.tokenizer, model.chat_template.as_deref())
                 .map_err(|e| DemoError::Tokenizer {
-                model: model.name.clone(),
-                reason: e.to_string(),
-            })?;
+                    model: model.name.clone(),
+                    reason: e.to_string(),
+                })?;
         tokenizers.push((model.name.clone(), tokenizer));
     }
     let windows: Vec<(String, u64)> = config

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+use super::build;
 use crate::activity::Activity;
 use crate::audit::AuditLog;
 use crate::build_stack;
@@ -16,17 +17,17 @@ use crate::generation::Generation;
 use crate::load::{BufferBudget, InFlightLimit};
 use crate::rollout::{sync_loop, Rollouts, SharedDecisions};
 use crate::runtime::admin::Admin;
-use crate::runtime::background::{
+use crate::runtime::listener::data_threads::serve_on_threads;
+use crate::runtime::listener::server::{self, ConnectionLimits, Shutdown, ShutdownTrigger};
+use crate::runtime::process::background::{
     activity_loop, cert_watch_loop, discovery_loop, health_loop, housekeeping_loop,
 };
-use crate::runtime::check::CapacityReport;
-use crate::runtime::data_threads::serve_on_threads;
-use crate::runtime::generation;
-use crate::runtime::live::Live;
-use crate::runtime::live_stack::LiveStack;
-use crate::runtime::redact::{redact_in, redact_url};
-use crate::runtime::reload::Reloader;
-use crate::runtime::server::{self, ConnectionLimits, Shutdown, ShutdownTrigger, TlsError};
+use crate::runtime::process::live::Live;
+use crate::runtime::process::live_stack::LiveStack;
+use crate::runtime::process::redact::{redact_in, redact_url};
+use crate::runtime::process::reload::Reloader;
+use crate::runtime::CapacityReport;
+use crate::runtime::StartError;
 use crate::shared::Shared;
 use crate::stack::api::read_body::BodyLimits;
 use crate::stack::dispatch::DispatchLimits;
@@ -39,63 +40,6 @@ use crate::telemetry::export::ExportTask;
 use crate::telemetry::Telemetry;
 use crate::tls::{CertWatch, EngineTls, ServerCert};
 use crate::upstream::Upstream;
-use kvgate_tokenize::{ModelTokenizer, TokenizeError};
-use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::Mutex;
-
-/// Why a gateway could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
-    #[error(transparent)]
-    Tls(#[from] TlsError),
-    #[error("cannot listen on {addr} ({key}): {source}")]
-    Bind {
-        addr: SocketAddr,
-        key: &'static str,
-        source: std::io::Error,
-    },
-    #[error("listener address: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("model `{model}`: {source}")]
-    Tokenizer {
-        model: String,
-        source: TokenizeError,
-    },
-    #[error("{0}")]
-    Limits(String),
-    #[error("cannot read server.admin_token_file {path}: {source}")]
-    AdminToken {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot open the audit log: {0}")]
-    Audit(std::io::Error),
-    #[error("admission.strict is set and the configuration is mismatched:\n{0}")]
-    Mismatch(String),
-}
-
-/// Load a model's tokenizer once per process: several gateways (tests, reloads) and the
-/// demo's engines share the ≈130 MB it takes.
-pub fn load_tokenizer(
-    tokenizer: &std::path::Path,
-    chat_template: Option<&std::path::Path>,
-) -> Result<Arc<ModelTokenizer>, TokenizeError> {
-    type Cache = Mutex<HashMap<(PathBuf, Option<PathBuf>), Arc<ModelTokenizer>>>;
-    static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
-    let key = (tokenizer.to_owned(), chat_template.map(|p| p.to_owned()));
-    let cache = CACHE.get_or_init(Default::default);
-    if let Some(t) = cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
-        return Ok(t);
-    }
-    let loaded = Arc::new(ModelTokenizer::from_files(tokenizer, chat_template)?);
-    if let Ok(mut c) = cache.lock() {
-        c.insert(key, loaded.clone());
-    }
-    Ok(loaded)
-}
 
 /// A configured gateway, not yet serving.
 #[derive(Debug)]
@@ -153,7 +97,7 @@ impl Gateway {
             count_permits: Arc::new(tokio::sync::Semaphore::new(counts)),
         };
         let started = Arc::new(config.clone());
-        let live = Arc::new(Live::new(generation::build(config, None, &shared)?));
+        let live = Arc::new(Live::new(build::build(config, None, &shared)?));
         Ok(Self {
             config: started,
             live,

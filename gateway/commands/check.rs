@@ -1,0 +1,40 @@
+//! `kvgate check`: validate a config and print what admission will enforce per model and
+//! pool (the [`CapacityReport`]), optionally after asking the engines for their capacity.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use super::load_config;
+use crate::fleet::{discover_all, Fleet};
+use crate::runtime::CapacityReport;
+use crate::upstream::Upstream;
+
+/// Run `kvgate check` on the config at `path`; `discover` asks the engines for their
+/// capacity first, `strict` makes every warning an error (exit 3).
+pub async fn run(path: &Path, discover: bool, strict: bool) -> ExitCode {
+    let Some(config) = load_config(path) else {
+        return ExitCode::from(2);
+    };
+    let fleet = Fleet::from_config(&config);
+    if discover {
+        let tls = match crate::tls::EngineTls::from_config(&config) {
+            Ok(tls) => tls,
+            Err(e) => {
+                eprintln!("error: {}: upstream.tls: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        };
+        discover_all(&fleet, &Upstream::new(&config.upstream, &tls)).await;
+    }
+    let report = CapacityReport::build(&config, &fleet);
+    println!("config {} is valid", path.display());
+    print!("{report}");
+    if strict && !report.warnings().is_empty() {
+        eprintln!(
+            "kvgate check --strict: {} warning(s) treated as errors",
+            report.warnings().len()
+        );
+        return ExitCode::from(3);
+    }
+    ExitCode::SUCCESS
+}
