@@ -36,11 +36,43 @@ INLINE = re.compile(r"(?<![\w:])((?:crate|super|self)(?:::\w+)+)")
 
 
 def strip(text):
-    """Source without comments, string literals and the trailing inline test module."""
-    text = re.sub(r"//[^\n]*", "", text)
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    text = re.sub(r'r#*"(?:.|\n)*?"#*', '""', text)
-    text = re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
+    """Source without comments and string or char literals (a small lexer: `"//"` inside a
+    string is no comment, `'"'` opens no string), cut before the inline test module."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            i = text.find("\n", i)
+            i = n if i < 0 else i
+        elif text.startswith("/*", i):
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if text.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif text.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
+        elif c == "r" and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")) \
+                and re.match(r'r#*"', text[i:]):
+            hashes = re.match(r'r(#*)"', text[i:]).group(1)
+            end = text.find('"' + hashes, i + 2 + len(hashes))
+            out.append('""')
+            i = n if end < 0 else end + 1 + len(hashes)
+        elif c == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+            out.append('""')
+            i += 1
+        elif c == "'" and re.match(r"'(\\.[^']*|[^'\\])'", text[i:]):
+            m = re.match(r"'(\\.[^']*|[^'\\])'", text[i:])
+            out.append("' '")
+            i += len(m.group(0))
+        else:
+            out.append(c)
+            i += 1
+    text = "".join(out)
     m = TEST_MOD_INLINE.search(text)
     return text[: m.start()] if m else text
 
