@@ -28,7 +28,7 @@ pub use health::{
     WorkerHealth,
 };
 pub use health_check::{check_all, report_ejection};
-pub use pool::{Pool, PoolWorkers};
+pub use pool::{OutcomeWatch, Pool, PoolWorkers};
 pub use window::{Outcome, Rates, SignalWindow};
 pub use worker::{Discovery, Role, ServerInfo, Worker, WorkerLoad};
 

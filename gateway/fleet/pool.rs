@@ -2,11 +2,18 @@
 
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{EjectionGroup, EngineVersion, HealthPolicy, Role, SignalWindow, Worker};
 use crate::config::{EngineKind, PoolConfig, PoolMode};
 use crate::load::InFlightLimit;
+
+/// Looks at a pool's signal window after a request of the pool was counted in it: the
+/// canary rollouts (`crate::rollout::Rollouts`), which may roll back or promote then.
+pub trait OutcomeWatch: Send + Sync + std::fmt::Debug + 'static {
+    /// One more request of `pool` was counted in its window at `now`.
+    fn counted(&self, pool: &Pool, now: Instant);
+}
 
 /// The workers of a pool, by mode.
 #[derive(Debug)]

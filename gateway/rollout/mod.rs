@@ -4,7 +4,7 @@
 //! Every pool's sliding window of guard trips (by reason), engine failures, leak suspicions
 //! and time to first byte is the fleet's (`fleet::SignalWindow`), fed once per request by the
 //! observe stage; the rollouts read it, and look again after each request through
-//! [`OutcomeWatch`], which the stage defines and [`Rollouts`] implements.
+//! the fleet's [`OutcomeWatch`], which [`Rollouts`] implements.
 //!
 //! - `decide`: the rule: the canary's rate above the stable pool's by more than a margin,
 //!   on at least `min_requests` canary requests.
@@ -32,8 +32,7 @@ use std::time::Instant;
 
 use crate::audit::AuditLog;
 use crate::config::Config;
-use crate::fleet::{Fleet, Pool, Rates};
-use crate::stack::observe::OutcomeWatch;
+use crate::fleet::{Fleet, OutcomeWatch, Pool, Rates};
 
 /// Every rollout of the config, by model and by canary pool.
 #[derive(Debug, Default)]

@@ -8,7 +8,7 @@
 //! [`RequestSignals`], which count once when the request is over (see `signals`).
 //!
 //! What looks at a window after a request counted in it (a canary's rollout) is behind
-//! [`OutcomeWatch`], so the stage does not know rollouts exist.
+//! the fleet's [`OutcomeWatch`], so the stage does not know rollouts exist.
 //!
 //! Reads: `RoutePlan`. Writes: `Arc<RequestSignals>`.
 
@@ -20,16 +20,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::error::GatewayError;
-use crate::fleet::Pool;
+use crate::fleet::OutcomeWatch;
 use crate::stack::routing::RoutePlan;
 use crate::stack::stage::{Next, Stage, StageFuture, StageLayer};
-
-/// Looks at a pool's signal window after a request of the pool was counted in it: the
-/// canary rollouts (`crate::rollout::Rollouts`), which may roll back or promote then.
-pub trait OutcomeWatch: Send + Sync + std::fmt::Debug + 'static {
-    /// One more request of `pool` was counted in its window at `now`.
-    fn counted(&self, pool: &Pool, now: Instant);
-}
 
 /// The observe stage.
 #[derive(Debug, Clone)]

@@ -10,8 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::OutcomeWatch;
-use crate::fleet::{Outcome, Pool};
+use crate::fleet::{Outcome, OutcomeWatch, Pool};
 use crate::stack::routing::ServedBy;
 
 /// The signals of one request (a request extension, shared as `Arc`).
