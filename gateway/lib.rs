@@ -70,7 +70,7 @@ use crate::body::{BoxBody, BoxError};
 use crate::error::GatewayError;
 use crate::load::InFlightLimit;
 use crate::stack::admission::{AdmissionState, Admit};
-use crate::stack::api::catalog::CatalogLayer;
+use crate::stack::api::catalog::Catalog;
 use crate::stack::api::read_body::{BodyLimits, ReadBody};
 use crate::stack::api::{ModelCatalog, Parse};
 use crate::stack::auth::{ApiKeys, Authenticate};
@@ -78,15 +78,15 @@ use crate::stack::dispatch::{Dispatch, DispatchLimits};
 use crate::stack::guard::{Guard, GuardState};
 use crate::stack::header_limits::HeaderLimits;
 use crate::stack::isolate::{Isolate, IsolationState};
-use crate::stack::load_shed::LoadShedLayer;
+use crate::stack::load_shed::LoadShed;
 use crate::stack::observe::Observe;
 use crate::stack::rate_limit::RateLimit;
 use crate::stack::request_id::RequestIdLayer;
-use crate::stack::rescue::RescueLayer;
+use crate::stack::rescue::Rescue;
 use crate::stack::routing::{Route, Router};
 use crate::stack::stage_span::{StageName, StageSpanLayer};
 use crate::stack::tenant_rules::TenantRules;
-use crate::stack::trace_context::TraceContextLayer;
+use crate::stack::trace_context::TraceContext;
 use crate::telemetry::Telemetry;
 use crate::upstream::Upstream;
 
@@ -144,15 +144,15 @@ where
         // The request's trace (the client's traceparent, or a sampled new one) and its server
         // span, parent of every stage and engine span; needs the request id, and sits above
         // everything so the span covers every outcome, rescued errors included.
-        .layer(TraceContextLayer::new(parts.telemetry))
+        .layer(TraceContext::layer(parts.telemetry))
         // One span per request covering everything below.
         .layer(TraceLayer::new_for_http())
         // A bug below answers 500 instead of dropping the connection without a status (I6).
         .layer(CatchPanicLayer::custom(panic_response))
         // Errors become OpenAI-style JSON here and only here; every outcome is counted once.
-        .layer(RescueLayer::new(parts.audit, parts.activity))
+        .layer(Rescue::layer(parts.audit, parts.activity))
         // Over the global in-flight ceiling: 503 at once, before any work.
-        .layer(LoadShedLayer::new(parts.in_flight))
+        .layer(LoadShed::layer(parts.in_flight))
         // 431 for a header value or block over its limit.
         .layer(HeaderLimits::layer(
             parts.max_header_value_bytes,
@@ -161,7 +161,7 @@ where
         // 401 before the body is read: strangers cannot make us buffer 64 MiB.
         .layer(Authenticate::layer(parts.keys))
         // `/v1/models` and 404/405 need no body.
-        .layer(CatalogLayer::new(parts.catalog.clone()))
+        .layer(Catalog::layer(parts.catalog.clone()))
         // Counting tokens needs the whole JSON; bounded (413), with deadlines (408), inside
         // the shared buffer budget (503).
         .layer(ReadBody::layer(parts.body))
