@@ -3,31 +3,25 @@
 //!
 //! `cargo bench --bench admission`
 
+mod common;
+
 use criterion::{criterion_group, criterion_main, Criterion};
 use serde_json::json;
-use std::path::PathBuf;
 
-use kvgate::config::Config;
 use kvgate::runtime::Gateway;
 use kvgate::stack::api::{parse_inference, Endpoint, ModelCatalog};
 
 fn bench(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let text = "[audit]\nsink = \"none\"\n[server]\nallow_anonymous = true\n[[models]]\nname = \"qwen3\"\ntokenizer = \"tokenizers/qwen3/tokenizer.json\"\nchat_template = \"tokenizers/qwen3/tokenizer_config.json\"\ncontext_window = 40960\n[[pools]]\nname = \"pd\"\nmodel = \"qwen3\"\nengine = \"sglang\"\nmode = \"disaggregated\"\nprefill = [{ url = \"http://127.0.0.1:1\", kv_tokens = 32768, bootstrap_port = 2 }]\ndecode = [{ url = \"http://127.0.0.1:3\", kv_tokens = 49152 }]\n";
-    let config = Config::from_toml(text, &repo.join("config/bench.toml")).unwrap();
+    let rt = common::runtime();
+    let text = format!(
+        "[audit]\nsink = \"none\"\n[server]\nallow_anonymous = true\n{}[[pools]]\nname = \"pd\"\nmodel = \"qwen3\"\nengine = \"sglang\"\nmode = \"disaggregated\"\nprefill = [{{ url = \"http://127.0.0.1:1\", kv_tokens = 32768, bootstrap_port = 2 }}]\ndecode = [{{ url = \"http://127.0.0.1:3\", kv_tokens = 49152 }}]\n",
+        common::qwen3_model(40960)
+    );
+    let config = common::config(&text);
     let catalog = ModelCatalog::from_config(&config);
     let gateway = Gateway::new(config).unwrap();
     let state = gateway.generation().admission.clone();
-    let tokenizer = kvgate::runtime::load_tokenizer(
-        &repo.join("config/tokenizers/qwen3/tokenizer.json"),
-        Some(&repo.join("config/tokenizers/qwen3/tokenizer_config.json")),
-    )
-    .unwrap();
+    let tokenizer = common::qwen3();
 
     let user = "Explain how a paged KV cache works in an inference engine, and why a gateway should check prompt lengths. ".repeat(22);
     let body = json!({"model": "qwen3", "max_tokens": 256, "messages": [

@@ -4,23 +4,19 @@
 //!
 //! `cargo bench --bench guard`
 
+mod common;
+
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use http::Request;
 use http_body_util::{BodyExt, Full};
 use serde_json::json;
-use std::path::PathBuf;
 use std::sync::Arc;
 use tower::{Service, ServiceExt};
 
-use kvgate::config::Config;
 use kvgate::runtime::Gateway;
 use kvgate::stack::guard::check_stream::{StreamCheck, UsageRewrite};
 use kvgate::stack::guard::inspect::{Expectation, Markers, Shape};
 use kvgate::stack::guard::sse::SseReframer;
-use kvgate_sim::{SimConfig, SimRole};
-
-const KEY: &str = "kvgate-demo-key";
 
 fn native_stream(events: usize) -> Vec<u8> {
     let mut out = Vec::new();
@@ -112,39 +108,17 @@ fn checks(c: &mut Criterion) {
 }
 
 fn ttfb(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let dir = repo.join("config/tokenizers/qwen3");
-    let tokenizer = kvgate::runtime::load_tokenizer(
-        &dir.join("tokenizer.json"),
-        Some(&dir.join("tokenizer_config.json")),
-    )
-    .unwrap();
-    let engine = rt.block_on(async {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let config = SimConfig {
-            role: SimRole::Unified,
-            model: "qwen3".into(),
-            kv_tokens: 65536,
-            context_length: 32768,
-            ..SimConfig::default()
-        };
-        kvgate_sim::spawn(config, Arc::clone(&tokenizer), listener, None)
-            .await
-            .unwrap()
-    });
+    let rt = common::runtime();
+    let tokenizer = common::qwen3();
+    let engine = common::engine(&rt, Arc::clone(&tokenizer));
     let stack_for = |guard: bool| {
         let text = format!(
-            "[audit]\nsink = \"none\"\n[[models]]\nname = \"qwen3\"\ntokenizer = \"tokenizers/qwen3/tokenizer.json\"\nchat_template = \"tokenizers/qwen3/tokenizer_config.json\"\ncontext_window = 32768\n[[pools]]\nname = \"u\"\nmodel = \"qwen3\"\nengine = \"sglang\"\nmode = \"unified\"\nworkers = [{{ url = \"http://{}\", kv_tokens = 65536 }}]\n[pools.guard]\nenabled = {guard}\n[[tenants]]\nname = \"bench\"\napi_key_sha256 = [\"{}\"]\n",
+            "[audit]\nsink = \"none\"\n{}[[pools]]\nname = \"u\"\nmodel = \"qwen3\"\nengine = \"sglang\"\nmode = \"unified\"\nworkers = [{{ url = \"http://{}\", kv_tokens = 65536 }}]\n[pools.guard]\nenabled = {guard}\n{}",
+            common::qwen3_model(32768),
             engine.http_addr,
-            kvgate::stack::auth::hash_key(KEY)
+            common::bench_tenant()
         );
-        let config = Config::from_toml(&text, &repo.join("config/bench.toml")).unwrap();
-        let gateway = Gateway::new(config).unwrap();
+        let gateway = Gateway::new(common::config(&text)).unwrap();
         kvgate::build_stack::<Full<Bytes>>(gateway.shared(), &gateway.generation())
     };
     let body = Bytes::from(json!({"text": "The quick brown fox jumps over the lazy dog. ".repeat(10), "stream": true, "sampling_params": {"max_new_tokens": 16}}).to_string());
@@ -154,11 +128,7 @@ fn ttfb(c: &mut Criterion) {
         group.bench_function(name, |b| {
             b.iter(|| {
                 rt.block_on(async {
-                    let req = Request::post("/generate")
-                        .header("content-type", "application/json")
-                        .header("authorization", format!("Bearer {KEY}"))
-                        .body(Full::new(body.clone()))
-                        .unwrap();
+                    let req = common::generate(&body);
                     let mut svc = stack.clone();
                     let resp = svc.ready().await.unwrap().call(req).await.unwrap();
                     let mut body = resp.into_body();

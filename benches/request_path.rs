@@ -4,6 +4,8 @@
 //!
 //! `cargo bench --bench request_path`
 
+mod common;
+
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use http::Request;
@@ -11,61 +13,28 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use serde_json::json;
-use std::path::PathBuf;
-use std::sync::Arc;
 use tower::{Service, ServiceExt};
 
-use kvgate::config::Config;
 use kvgate::runtime::Gateway;
 use kvgate::stack::api::{parse_inference, Endpoint, ModelCatalog};
-use kvgate_sim::{SimConfig, SimRole};
-use kvgate_tokenize::ModelTokenizer;
-
-const KEY: &str = "kvgate-demo-key";
 
 fn bench(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let dir = repo.join("config/tokenizers/qwen3");
-    let tokenizer = Arc::new(ModelTokenizer::from_dir(&dir).unwrap());
-    let engine = rt.block_on(async {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let config = SimConfig {
-            role: SimRole::Unified,
-            model: "qwen3".into(),
-            kv_tokens: 65536,
-            context_length: 32768,
-            ..SimConfig::default()
-        };
-        kvgate_sim::spawn(config, tokenizer, listener, None)
-            .await
-            .unwrap()
-    });
+    let rt = common::runtime();
+    let engine = common::engine(&rt, common::qwen3());
     let text = format!(
         r#"
-[[models]]
-name = "qwen3"
-tokenizer = "tokenizers/qwen3/tokenizer.json"
-chat_template = "tokenizers/qwen3/tokenizer_config.json"
-context_window = 32768
-[[pools]]
+{}[[pools]]
 name = "u"
 model = "qwen3"
 engine = "sglang"
 mode = "unified"
 workers = [{{ url = "http://{}", kv_tokens = 65536 }}]
-[[tenants]]
-name = "bench"
-api_key_sha256 = ["{}"]
-"#,
+{}"#,
+        common::qwen3_model(32768),
         engine.http_addr,
-        kvgate::stack::auth::hash_key(KEY)
+        common::bench_tenant()
     );
-    let config = Config::from_toml(&text, &repo.join("config/bench.toml")).unwrap();
+    let config = common::config(&text);
     let catalog = ModelCatalog::from_config(&config);
     let gateway = Gateway::new(config).unwrap();
     rt.block_on(kvgate::fleet::discover_all(
@@ -101,11 +70,7 @@ api_key_sha256 = ["{}"]
     group.bench_function("through_gateway_stack", |b| {
         b.iter(|| {
             rt.block_on(async {
-                let req = Request::post("/generate")
-                    .header("content-type", "application/json")
-                    .header("authorization", format!("Bearer {KEY}"))
-                    .body(Full::new(body.clone()))
-                    .unwrap();
+                let req = common::generate(&body);
                 let mut svc = stack.clone();
                 let resp = svc.ready().await.unwrap().call(req).await.unwrap();
                 assert!(resp.status().is_success());

@@ -402,6 +402,19 @@ impl GatewayError {
     }
 }
 
+/// `e: cause: cause` — hyper-util's top-level message alone ("client error (Connect)") hides
+/// the reason.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

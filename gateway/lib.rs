@@ -73,22 +73,22 @@ use crate::error::GatewayError;
 use crate::generation::Generation;
 use crate::shared::Shared;
 use crate::stack::admission::Admit;
-use crate::stack::api::catalog::CatalogLayer;
+use crate::stack::api::catalog::Catalog;
 use crate::stack::api::read_body::ReadBody;
 use crate::stack::api::Parse;
 use crate::stack::auth::Authenticate;
 use crate::stack::dispatch::Dispatch;
 use crate::stack::guard::Guard;
 use crate::stack::isolate::Isolate;
-use crate::stack::load_shed::LoadShedLayer;
+use crate::stack::load_shed::LoadShed;
 use crate::stack::observe::Observe;
 use crate::stack::rate_limit::RateLimit;
 use crate::stack::request_id::RequestIdLayer;
-use crate::stack::rescue::RescueLayer;
+use crate::stack::rescue::Rescue;
 use crate::stack::routing::Route;
 use crate::stack::stage_span::{StageName, StageSpanLayer};
 use crate::stack::tenant_rules::TenantRules;
-use crate::stack::trace_context::TraceContextLayer;
+use crate::stack::trace_context::TraceContext;
 
 /// The data-port request path, outermost layer first, built from the process's
 /// [`Shared`] state and one config's [`Generation`] (a reload builds it again with the next
@@ -120,24 +120,21 @@ where
         // The request's trace (the client's traceparent, or a sampled new one) and its server
         // span, parent of every stage and engine span; needs the request id, and sits above
         // everything so the span covers every outcome, rescued errors included.
-        .layer(TraceContextLayer::new(shared.telemetry.clone()))
+        .layer(TraceContext::layer(shared.telemetry.clone()))
         // One span per request covering everything below.
         .layer(TraceLayer::new_for_http())
         // A bug below answers 500 instead of dropping the connection without a status (I6).
         .layer(CatchPanicLayer::custom(panic_response))
         // Errors become OpenAI-style JSON here and only here; every outcome is counted once.
-        .layer(RescueLayer::new(
-            shared.audit.clone(),
-            shared.activity.clone(),
-        ))
+        .layer(Rescue::layer(shared.audit.clone(), shared.activity.clone()))
         // Over the global in-flight ceiling: 503 at once, before any work.
-        .layer(LoadShedLayer::new(shared.in_flight.clone()))
+        .layer(LoadShed::layer(shared.in_flight.clone()))
         // 431 for a header value or block over its limit.
         .layer(shared.headers.layer())
         // 401 before the body is read: strangers cannot make us buffer 64 MiB.
         .layer(Authenticate::layer(generation.keys.clone()))
         // `/v1/models` and 404/405 need no body.
-        .layer(CatalogLayer::new(generation.catalog.clone()))
+        .layer(Catalog::layer(generation.catalog.clone()))
         // Counting tokens needs the whole JSON; bounded (413), with deadlines (408), inside
         // the shared buffer budget (503).
         .layer(ReadBody::layer(shared.body.clone()))

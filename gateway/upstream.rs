@@ -24,7 +24,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::UpstreamConfig;
-use crate::error::GatewayError;
+use crate::error::{error_chain, GatewayError};
 use crate::load::{BufferBudget, BufferPermit};
 use crate::telemetry::context::{TRACEPARENT, TRACESTATE};
 use crate::telemetry::Propagation;
@@ -354,17 +354,4 @@ pub(crate) fn timeout(worker: &dyn Peer, timeout: Duration) -> GatewayError {
         worker: worker.authority().to_owned(),
         timeout,
     }
-}
-
-/// `e: cause: cause` — hyper-util's top-level message alone ("client error (Connect)") hides
-/// the reason.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }

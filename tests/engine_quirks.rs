@@ -98,7 +98,6 @@ async fn a_request_read_on_a_fresh_connection_and_never_answered_is_not_retried(
 }
 
 const SECOND_KEY: &str = "kvgate-second-key";
-const SECOND_KEY_SHA256: &str = "66da512423aeb67790698f936c603b7ab6ee337c197f6012f52153159dc16896";
 
 /// Two tenants, one worker that may be ejected (share 1.0), no active checks.
 fn two_tenant_config(pool: &str) -> String {
@@ -107,7 +106,8 @@ fn two_tenant_config(pool: &str) -> String {
             "[audit]\n",
             "[health]\nactive = false\n[health.outlier]\nconsecutive_failures = 3\nmax_ejected_share = 1.0\n\n[audit]\n",
         )
-        + &format!("\n[[tenants]]\nname = \"t2\"\napi_key_sha256 = [\"{SECOND_KEY_SHA256}\"]\n")
+        + "\n"
+        + &tenant_table("t2", SECOND_KEY)
 }
 
 fn health_state(gw: &kvgate::runtime::RunningGateway) -> &'static str {

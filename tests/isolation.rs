@@ -22,21 +22,11 @@ discovery_interval = "1h"
 [isolation]
 ngram = 8
 min_matches = 2
-[[models]]
-name = "qwen3"
-tokenizer = "tokenizers/qwen3/tokenizer.json"
-chat_template = "tokenizers/qwen3/tokenizer_config.json"
-context_window = {WINDOW}
-{pools}
-[[tenants]]
-name = "alice"
-api_key_sha256 = ["{}"]
-[[tenants]]
-name = "bob"
-api_key_sha256 = ["{}"]
-"#,
-        kvgate::stack::auth::hash_key("sk-alice"),
-        kvgate::stack::auth::hash_key("sk-bob")
+{}{pools}
+{}{}"#,
+        model_table("qwen3", WINDOW),
+        tenant_table("alice", "sk-alice"),
+        tenant_table("bob", "sk-bob")
     )
 }
 

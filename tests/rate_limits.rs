@@ -21,22 +21,12 @@ sink = "none"
 [upstream]
 discovery_interval = "1h"
 {limits}
-[[models]]
-name = "qwen3"
-tokenizer = "tokenizers/qwen3/tokenizer.json"
-chat_template = "tokenizers/qwen3/tokenizer_config.json"
-context_window = {WINDOW}
-{pools}
-[[tenants]]
-name = "metered"
-api_key_sha256 = ["{}"]
-{tenant_extra}
-[[tenants]]
-name = "free"
-api_key_sha256 = ["{}"]
-"#,
-        kvgate::stack::auth::hash_key("sk-metered"),
-        kvgate::stack::auth::hash_key("sk-free")
+{}{pools}
+{}{tenant_extra}
+{}"#,
+        model_table("qwen3", WINDOW),
+        tenant_table("metered", "sk-metered"),
+        tenant_table("free", "sk-free")
     )
 }
 

@@ -416,10 +416,8 @@ async fn tenants_stick_to_one_pool_and_raising_the_canary_only_moves_tenants_ont
     let keys: Vec<String> = (0..12).map(|i| format!("sticky-tenant-key-{i}")).collect();
     let mut tenants = String::new();
     for (i, key) in keys.iter().enumerate() {
-        tenants.push_str(&format!(
-            "\n[[tenants]]\nname = \"team-{i}\"\napi_key_sha256 = [\"{}\"]\n",
-            kvgate::stack::auth::hash_key(key)
-        ));
+        tenants.push('\n');
+        tenants.push_str(&tenant_table(&format!("team-{i}"), key));
     }
     let gw = gateway(&(canary_config(&stable, &canary, (50, 50)) + &tenants)).await;
     let url = format!("http://{}/v1/chat/completions", gw.data_addr());
@@ -461,9 +459,10 @@ async fn tenants_stick_to_one_pool_and_raising_the_canary_only_moves_tenants_ont
     );
 
     // A tenant allowed to choose picks the canary by hand; others may not.
-    let allowed = kvgate::stack::auth::hash_key("chooser-key");
     let config = canary_config(&stable, &canary, (100, 0))
-        + &format!("\n[[tenants]]\nname = \"tester\"\napi_key_sha256 = [\"{allowed}\"]\nchoose_pool = true\n");
+        + "\n"
+        + &tenant_table("tester", "chooser-key")
+        + "choose_pool = true\n";
     let gw = gateway(&config).await;
     let url = format!("http://{}/v1/chat/completions", gw.data_addr());
     let pick = [("x-kvgate-pool", "canary")];

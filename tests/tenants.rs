@@ -19,19 +19,11 @@ admin_token_env = "KVGATE_TEST_ADMIN_TOKEN"
 sink = "none"
 [upstream]
 discovery_interval = "1h"
-[[models]]
-name = "qwen3"
-tokenizer = "tokenizers/qwen3/tokenizer.json"
-chat_template = "tokenizers/qwen3/tokenizer_config.json"
-context_window = {WINDOW}
-[[models]]
-name = "qwen3-large"
-tokenizer = "tokenizers/qwen3/tokenizer.json"
-chat_template = "tokenizers/qwen3/tokenizer_config.json"
-context_window = {WINDOW}
-{pools}
+{}{}{pools}
 {tenants}
-"#
+"#,
+        model_table("qwen3", WINDOW),
+        model_table("qwen3-large", WINDOW)
     )
 }
 

@@ -2,60 +2,33 @@
 //! taken is answered 503 `overloaded` with `Retry-After` at once, before its body is read.
 //! The slot lives in the response body, so streams count until they end.
 
-use futures_util::future::BoxFuture;
 use http::{Request, Response};
-use std::task::{Context, Poll};
-use tower::{Layer, Service, ServiceExt};
+use tower::ServiceExt;
 
-use crate::body::{self, BoxBody, BoxError, GuardBody};
+use crate::body::{self, BoxError, GuardBody};
 use crate::error::GatewayError;
 use crate::load::InFlightLimit;
-
-/// Layer constructor for [`LoadShed`].
-#[derive(Debug, Clone)]
-pub struct LoadShedLayer {
-    limit: InFlightLimit,
-}
-
-impl LoadShedLayer {
-    /// Shed above `limit`.
-    pub fn new(limit: InFlightLimit) -> Self {
-        Self { limit }
-    }
-}
-
-impl<S> Layer<S> for LoadShedLayer {
-    type Service = LoadShed<S>;
-    fn layer(&self, inner: S) -> LoadShed<S> {
-        LoadShed {
-            inner,
-            limit: self.limit.clone(),
-        }
-    }
-}
+use crate::stack::shell::{BoxedWrap, Inner, ShellFuture, ShellLayer};
 
 /// Refuses requests over the in-flight cap.
 #[derive(Debug, Clone)]
-pub struct LoadShed<S> {
-    inner: S,
+pub struct LoadShed {
     limit: InFlightLimit,
 }
 
-impl<S, B> Service<Request<B>> for LoadShed<S>
-where
-    S: Service<Request<B>, Response = Response<BoxBody>, Error = BoxError> + Clone + Send + 'static,
-    S::Future: Send,
-    B: Send + 'static,
-{
-    type Response = Response<BoxBody>;
-    type Error = BoxError;
-    type Future = BoxFuture<'static, Result<Response<BoxBody>, BoxError>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        Poll::Ready(Ok(()))
+impl LoadShed {
+    /// Shed above `limit`.
+    pub fn layer(limit: InFlightLimit) -> ShellLayer<Self> {
+        ShellLayer::new(Self { limit })
     }
+}
 
-    fn call(&mut self, request: Request<B>) -> Self::Future {
+// === impl LoadShed ===
+
+impl BoxedWrap for LoadShed {
+    type Error = BoxError;
+
+    fn call<S: Inner<B>, B: Send + 'static>(&self, inner: &S, request: Request<B>) -> ShellFuture {
         let Some(slot) = self.limit.try_acquire() else {
             ::metrics::counter!(crate::metrics::LOAD_SHED_TOTAL, "ceiling" => "in_flight")
                 .increment(1);
@@ -66,7 +39,7 @@ where
                 .into())
             });
         };
-        let inner = self.inner.clone();
+        let inner = inner.clone();
         Box::pin(async move {
             let response = inner.oneshot(request).await?;
             let (parts, body) = response.into_parts();

@@ -1,7 +1,9 @@
 //! The request path, one module per stage of [`crate::build_stack`], in stack order.
 //! Each stage's module holds what only it uses; [`stage`] is the shared Layer/Service
-//! plumbing of the async stages.
+//! plumbing of the async stages below `read_body`, [`shell`] that of the stages above it
+//! (generic over the request body).
 
+pub mod shell;
 pub mod stage;
 
 pub mod admission;

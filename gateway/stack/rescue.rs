@@ -3,27 +3,24 @@
 //! bodies) and counts each request's single outcome (I6), in the metrics and in the
 //! status page's recent [`Activity`]. The stack above it is infallible.
 
-use futures_util::future::BoxFuture;
-use http::{Request, Response};
+use http::Request;
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Instant;
-use tower::{Layer, Service};
 
 use crate::activity::Activity;
 use crate::audit::AuditLog;
-use crate::body::{BoxBody, BoxError};
 use crate::error::GatewayError;
 use crate::metrics;
 use crate::stack::api::Endpoint;
 use crate::stack::guard::OutcomeAtStreamEnd;
+use crate::stack::shell::{BoxedWrap, Inner, ShellFuture, ShellLayer};
 use crate::stack::trace_context::ErrorCode;
 use crate::telemetry::RequestTrace;
 
-/// Layer constructor for [`Rescue`].
+/// Errors → responses, plus outcome metrics.
 #[derive(Debug, Clone)]
-pub struct RescueLayer {
+pub struct Rescue {
     sinks: Arc<Sinks>,
 }
 
@@ -35,51 +32,26 @@ struct Sinks {
     activity: Arc<Activity>,
 }
 
-impl RescueLayer {
+impl Rescue {
     /// Rescue, writing request outcomes to `audit` and counting them in `activity`.
-    pub fn new(audit: AuditLog, activity: Arc<Activity>) -> Self {
-        Self {
+    pub fn layer(audit: AuditLog, activity: Arc<Activity>) -> ShellLayer<Self> {
+        ShellLayer::new(Self {
             sinks: Arc::new(Sinks { audit, activity }),
-        }
+        })
     }
-}
-
-impl<S> Layer<S> for RescueLayer {
-    type Service = Rescue<S>;
-    fn layer(&self, inner: S) -> Rescue<S> {
-        Rescue {
-            inner,
-            sinks: self.sinks.clone(),
-        }
-    }
-}
-
-/// Errors → responses, plus outcome metrics.
-#[derive(Debug, Clone)]
-pub struct Rescue<S> {
-    inner: S,
-    sinks: Arc<Sinks>,
 }
 
 // === impl Rescue ===
 
-impl<S, B> Service<Request<B>> for Rescue<S>
-where
-    S: Service<Request<B>, Response = Response<BoxBody>, Error = BoxError> + Clone + Send + 'static,
-    S::Future: Send,
-    B: Send + 'static,
-{
-    type Response = Response<BoxBody>;
+impl BoxedWrap for Rescue {
     type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Response<BoxBody>, Infallible>>;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        // The stages below are always ready; readiness is driven per call in `oneshot`.
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<B>) -> Self::Future {
-        let inner = self.inner.clone();
+    fn call<S: Inner<B>, B: Send + 'static>(
+        &self,
+        inner: &S,
+        request: Request<B>,
+    ) -> ShellFuture<Infallible> {
+        let inner = inner.clone();
         let endpoint = Endpoint::classify(request.method(), request.uri().path())
             .map(Endpoint::label)
             .unwrap_or("other");

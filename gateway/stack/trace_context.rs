@@ -18,8 +18,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use tower::{Layer, Service};
+use tower::Service;
 
+use crate::stack::shell::{ShellLayer, Wrap};
 use crate::telemetry::{AttrValue, RequestTrace, Span, Telemetry};
 
 /// The error code of a refused or failed request (a response extension, set by rescue
@@ -27,39 +28,22 @@ use crate::telemetry::{AttrValue, RequestTrace, Span, Telemetry};
 #[derive(Debug, Clone, Copy)]
 pub struct ErrorCode(pub &'static str);
 
-/// Layer constructor for [`TraceContext`].
-#[derive(Debug, Clone)]
-pub struct TraceContextLayer {
-    telemetry: Telemetry,
-}
-
-impl TraceContextLayer {
-    /// Trace requests as `telemetry` says.
-    pub fn new(telemetry: Telemetry) -> Self {
-        Self { telemetry }
-    }
-}
-
-impl<S> Layer<S> for TraceContextLayer {
-    type Service = TraceContext<S>;
-    fn layer(&self, inner: S) -> TraceContext<S> {
-        TraceContext {
-            inner,
-            telemetry: self.telemetry.clone(),
-        }
-    }
-}
-
 /// Starts a request's trace and its server span.
 #[derive(Debug, Clone)]
-pub struct TraceContext<S> {
-    inner: S,
+pub struct TraceContext {
     telemetry: Telemetry,
+}
+
+impl TraceContext {
+    /// Trace requests as `telemetry` says.
+    pub fn layer(telemetry: Telemetry) -> ShellLayer<Self> {
+        ShellLayer::new(Self { telemetry })
+    }
 }
 
 // === impl TraceContext ===
 
-impl<S, B, RB> Service<Request<B>> for TraceContext<S>
+impl<S, B, RB> Wrap<S, B> for TraceContext
 where
     S: Service<Request<B>, Response = Response<RB>>,
 {
@@ -67,14 +51,14 @@ where
     type Error = S::Error;
     type Future = ResponseFuture<S::Future>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
+    fn poll_ready(&self, inner: &mut S, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut request: Request<B>) -> Self::Future {
+    fn call(&self, inner: &mut S, mut request: Request<B>) -> Self::Future {
         let Some(trace) = self.telemetry.trace_for(request.headers()) else {
             return ResponseFuture {
-                inner: self.inner.call(request),
+                inner: inner.call(request),
                 traced: None,
             };
         };
@@ -92,7 +76,7 @@ where
         });
         request.extensions_mut().insert(trace.clone());
         ResponseFuture {
-            inner: self.inner.call(request),
+            inner: inner.call(request),
             traced: span.map(|span| (trace, span)),
         }
     }

@@ -19,10 +19,10 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::otlp_json;
-use super::span::SpanData;
+use super::span_data::SpanData;
 use crate::config::TracingConfig;
+use crate::error::error_chain;
 use crate::metrics;
-use crate::upstream::error_chain;
 
 /// The request path's handle: hands finished spans to the export task.
 #[derive(Debug, Clone)]

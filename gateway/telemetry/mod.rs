@@ -4,7 +4,8 @@
 //! was sampled. What each part does:
 //!
 //! - `context`: trace and span ids, parsing and writing `traceparent` / `tracestate`;
-//! - `span`: a request's trace (a request extension) and its spans, plain data;
+//! - `span`: a request's trace (a request extension) and its spans;
+//! - `span_data`: a span as plain data (kind, attributes, the finished span);
 //! - `export`: the bounded queue and the background task that batches and POSTs spans;
 //! - `otlp_json`: the OTLP/JSON encoding of a batch.
 //!
@@ -21,6 +22,7 @@ pub mod context;
 pub mod export;
 pub mod otlp_json;
 pub mod span;
+pub mod span_data;
 
 use http::HeaderMap;
 use std::sync::Arc;
@@ -28,7 +30,8 @@ use std::sync::Arc;
 use crate::config::TracingConfig;
 use context::{TraceId, TraceParent, SAMPLED};
 use export::{ExportTask, Exporter};
-pub use span::{AttrValue, Propagation, RequestTrace, Span, SpanKind};
+pub use span::{Propagation, RequestTrace, Span};
+pub use span_data::{AttrValue, SpanKind};
 
 /// A gateway's tracing: whether spans are exported, and how new traces are sampled.
 #[derive(Debug, Clone, Default)]

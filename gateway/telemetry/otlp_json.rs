@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::span::{AttrValue, SpanData, SpanKind};
+use super::span_data::{AttrValue, SpanData, SpanKind};
 
 /// The instrumentation scope kvgate's spans are reported under.
 const SCOPE: &str = "kvgate";

@@ -1,7 +1,7 @@
 //! A request's trace and the spans recorded in it.
 //!
 //! [`RequestTrace`] rides in the request's extensions (an `Arc`), put there by
-//! [`super::ServerSpanLayer`] only when the request has a trace: the client sent a valid
+//! `stack::trace_context` only when the request has a trace: the client sent a valid
 //! `traceparent`, or export is on and the request was sampled. Requests without one carry
 //! nothing and pay nothing. A trace that is not recorded (export off, or not sampled) still
 //! gives each engine exchange a fresh span id, so the `traceparent` sent to engines names
@@ -17,45 +17,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::context::{self, SpanId, TraceId};
 use super::export::Exporter;
-
-/// What a span stands for, as OTLP's `SpanKind`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpanKind {
-    /// Work inside the gateway (a stage).
-    Internal,
-    /// The request as kvgate served it.
-    Server,
-    /// One exchange with an engine.
-    Client,
-}
-
-/// An attribute value.
-#[derive(Debug, Clone, PartialEq)]
-pub enum AttrValue {
-    Str(String),
-    Static(&'static str),
-    Int(i64),
-}
-
-/// One attribute.
-pub type Attr = (&'static str, AttrValue);
-
-/// A finished span, as the exporter encodes it.
-#[derive(Debug, Clone)]
-pub struct SpanData {
-    pub trace_id: TraceId,
-    pub span_id: SpanId,
-    pub parent_id: Option<SpanId>,
-    pub trace_state: Option<HeaderValue>,
-    pub name: &'static str,
-    pub kind: SpanKind,
-    /// Unix time, nanoseconds.
-    pub start: u64,
-    pub end: u64,
-    pub attributes: Vec<Attr>,
-    /// `Some(message)` marks the span's status as an error.
-    pub error: Option<String>,
-}
+use super::span_data::{Attr, AttrValue, SpanData, SpanKind};
 
 /// The headers an engine exchange carries to continue the trace.
 #[derive(Debug, Clone)]

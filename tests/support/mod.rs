@@ -98,18 +98,28 @@ discovery_interval = "1h"
 [audit]
 sink = "none"
 
-[[models]]
-name = "qwen3"
-tokenizer = "tokenizers/qwen3/tokenizer.json"
-chat_template = "tokenizers/qwen3/tokenizer_config.json"
-context_window = {context_window}
-
+{}
 {pools}
 
-[[tenants]]
-name = "t1"
-api_key_sha256 = ["{KEY_SHA256}"]
-"#
+{}"#,
+        model_table("qwen3", context_window),
+        tenant_table("t1", KEY)
+    )
+}
+
+/// The `[[models]]` table of `name` (the Qwen3 tokenizer and chat template), with
+/// `context_window`.
+pub fn model_table(name: &str, context_window: u64) -> String {
+    format!(
+        "[[models]]\nname = \"{name}\"\ntokenizer = \"tokenizers/qwen3/tokenizer.json\"\nchat_template = \"tokenizers/qwen3/tokenizer_config.json\"\ncontext_window = {context_window}\n"
+    )
+}
+
+/// A `[[tenants]]` table: tenant `name`, whose one API key is `key`.
+pub fn tenant_table(name: &str, key: &str) -> String {
+    format!(
+        "[[tenants]]\nname = \"{name}\"\napi_key_sha256 = [\"{}\"]\n",
+        kvgate::stack::auth::hash_key(key)
     )
 }
 

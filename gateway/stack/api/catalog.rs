@@ -2,65 +2,35 @@
 //! config, listing only the models the caller's tenant may use; inference routes continue down the pipeline; anything else is 404/405 before a
 //! body byte is read.
 
-use futures_util::future::BoxFuture;
 use http::{header, HeaderValue, Request, Response};
 use serde_json::json;
-use std::task::{Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
-use tower::{Layer, Service};
 
 use crate::body::{self, BoxBody, BoxError};
 use crate::stack::api::{Endpoint, ModelCatalog};
 use crate::stack::auth::AuthContext;
+use crate::stack::shell::{BoxedWrap, Inner, ShellFuture, ShellLayer};
 use crate::tenant::TenantPolicy;
-
-/// Layer constructor for [`Catalog`].
-#[derive(Debug, Clone)]
-pub struct CatalogLayer {
-    models: ModelCatalog,
-}
-
-impl CatalogLayer {
-    /// Serve `models` on `/v1/models`.
-    pub fn new(models: ModelCatalog) -> Self {
-        Self { models }
-    }
-}
-
-impl<S> Layer<S> for CatalogLayer {
-    type Service = Catalog<S>;
-    fn layer(&self, inner: S) -> Catalog<S> {
-        Catalog {
-            inner,
-            models: self.models.clone(),
-        }
-    }
-}
 
 /// Answers `/v1/models`, rejects unknown routes, passes inference routes on.
 #[derive(Debug, Clone)]
-pub struct Catalog<S> {
-    inner: S,
+pub struct Catalog {
     models: ModelCatalog,
+}
+
+impl Catalog {
+    /// Serve `models` on `/v1/models`.
+    pub fn layer(models: ModelCatalog) -> ShellLayer<Self> {
+        ShellLayer::new(Self { models })
+    }
 }
 
 // === impl Catalog ===
 
-impl<S, B> Service<Request<B>> for Catalog<S>
-where
-    S: Service<Request<B>, Response = Response<BoxBody>, Error = BoxError> + Clone + Send + 'static,
-    S::Future: Send,
-    B: Send + 'static,
-{
-    type Response = Response<BoxBody>;
+impl BoxedWrap for Catalog {
     type Error = BoxError;
-    type Future = BoxFuture<'static, Result<Response<BoxBody>, BoxError>>;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<B>) -> Self::Future {
+    fn call<S: Inner<B>, B: Send + 'static>(&self, inner: &S, request: Request<B>) -> ShellFuture {
         match Endpoint::classify(request.method(), request.uri().path()) {
             Err(e) => Box::pin(async move { Err(e.into()) }),
             Ok(Endpoint::ListModels) => {
@@ -69,7 +39,7 @@ where
                 Box::pin(async move { Ok(response) })
             }
             Ok(_) => {
-                let inner = self.inner.clone();
+                let inner = inner.clone();
                 Box::pin(async move {
                     use tower::ServiceExt;
                     inner.oneshot(request).await

@@ -26,9 +26,11 @@ pub use engine_body::build as build_engine_body;
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use http::{HeaderValue, Request, Response};
+use hyper::body::Incoming;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use tokio::time::Instant;
 use tower::retry::budget::{Budget, TpsBudget};
 use tower::Service;
 
@@ -40,8 +42,8 @@ use crate::stack::api::InferenceRequest;
 use crate::stack::auth::AuthContext;
 use crate::stack::guard::PrefillAnswer;
 use crate::stack::routing::{pick_other_unified, RoutePlan, ServedBy, Target};
-use crate::telemetry::RequestTrace;
-use crate::upstream::{Replay, Upstream};
+use crate::telemetry::{Propagation, RequestTrace};
+use crate::upstream::{Peer, Replay, Upstream};
 use leg::Leg;
 
 /// Limits on what dispatch reads into memory, and its retries.
@@ -153,7 +155,12 @@ impl Dispatch {
             pool: plan.pool.clone(),
             request_id: request_id.clone(),
         };
-        let id = request_id.as_ref();
+        let post = Post {
+            upstream,
+            path,
+            request_id: request_id.as_ref(),
+            deadline: deadlines.headers,
+        };
         let RoutePlan { pool, target, slot } = plan;
         match target.as_ref() {
             Target::Unified(load) => {
@@ -163,14 +170,11 @@ impl Dispatch {
                 let mut worker = load.worker().clone();
                 let mut target = target.clone();
                 let mut leg = Leg::start(&worker, tenant, trace);
-                let mut response = upstream
-                    .post_json(
+                let mut response = post
+                    .send(
                         &worker,
-                        path,
                         bytes.clone(),
-                        id,
                         leg.propagation().as_ref(),
-                        deadlines.headers,
                         Replay::StaleConnection,
                     )
                     .await;
@@ -193,14 +197,11 @@ impl Dispatch {
                         // The failed worker's load ends now, not with the answer.
                         target = Arc::new(other);
                         leg = Leg::start(&worker, tenant, trace);
-                        response = upstream
-                            .post_json(
+                        response = post
+                            .send(
                                 &worker,
-                                path,
                                 bytes,
-                                id,
                                 leg.propagation().as_ref(),
-                                deadlines.headers,
                                 Replay::StaleConnection,
                             )
                             .await;
@@ -223,28 +224,22 @@ impl Dispatch {
                 let decode_trace = decode_count.propagation();
                 let prefill_leg = async {
                     let leg = Leg::start(prefill.worker(), tenant, trace);
-                    let response = upstream
-                        .post_json(
+                    let response = post
+                        .send(
                             prefill.worker(),
-                            path,
                             bytes.clone(),
-                            id,
                             leg.propagation().as_ref(),
-                            deadlines.headers,
                             Replay::Never,
                         )
                         .await;
                     relay.drain_prefill(prefill.worker(), leg, response).await
                 };
                 let decode_leg = async {
-                    let response = upstream
-                        .post_json(
+                    let response = post
+                        .send(
                             decode.worker(),
-                            path,
                             bytes.clone(),
-                            id,
                             decode_trace.as_ref(),
-                            deadlines.headers,
                             Replay::Never,
                         )
                         .await;
@@ -269,6 +264,39 @@ impl Dispatch {
                 Ok(answer)
             }
         }
+    }
+}
+
+/// What every engine POST of one request shares: the engine path, the request id and the
+/// deadline for the response headers. Each leg (and the unified retry) sends through it.
+struct Post<'a> {
+    upstream: &'a Upstream,
+    path: &'a str,
+    request_id: Option<&'a HeaderValue>,
+    deadline: Instant,
+}
+
+impl Post<'_> {
+    /// POST `body` to `worker`; `trace` continues the leg's span, `replay` says whether a
+    /// stale pooled connection may be retried.
+    async fn send(
+        &self,
+        worker: &dyn Peer,
+        body: Bytes,
+        trace: Option<&Propagation>,
+        replay: Replay,
+    ) -> Result<Response<Incoming>, GatewayError> {
+        self.upstream
+            .post_json(
+                worker,
+                self.path,
+                body,
+                self.request_id,
+                trace,
+                self.deadline,
+                replay,
+            )
+            .await
     }
 }
 

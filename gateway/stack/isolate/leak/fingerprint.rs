@@ -25,15 +25,15 @@ use std::time::{Duration, Instant};
 
 use super::filter::PresenceFilter;
 use super::hash::{ngram_hashes, prompt_hash};
-use super::shard::{Bucket, Limits, Shard, Slot};
+/// Owners as the scanner sees them (defined beside the shards that compute them).
+pub(super) use super::shard::Owner;
+use super::shard::{Bucket, Limits, Shard, Slot, COMMON};
 
 /// Number of lock shards (a power of two; the shard is hash bits 40..44).
 pub(crate) const SHARDS: usize = 16;
 const SHARD_SHIFT: u32 = 40;
 /// Time buckets per window: the granularity of whole-bucket eviction.
 const GENERATIONS: u32 = 10;
-/// Owner value of an n-gram that two or more tenants recorded.
-pub(crate) const COMMON: u32 = u32::MAX;
 /// Bytes one stored entry takes in a bucket's table: key, slot and hashbrown's control byte.
 pub const ENTRY_BYTES: usize = std::mem::size_of::<(u64, Slot)>() + 1;
 
@@ -88,27 +88,6 @@ const TEXT_KEY_TAG: u64 = 0x7465_7874_6b65_7921;
 
 /// Prompts remembered in [`Inner::recent`]; past it the memo starts over.
 const RECENT_PROMPTS: usize = 65_536;
-
-/// Who owns an n-gram among the live entries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Owner {
-    /// Not looked up yet (only inside [`Inner::owners`]).
-    Unknown,
-    Nobody,
-    Only(u32),
-    Common,
-}
-
-impl Owner {
-    pub(super) fn with(self, owner: u32) -> Self {
-        match self {
-            _ if owner == COMMON => Owner::Common,
-            Owner::Nobody | Owner::Unknown => Owner::Only(owner),
-            Owner::Only(t) if t == owner => self,
-            _ => Owner::Common,
-        }
-    }
-}
 
 // === impl FingerprintStore ===
 

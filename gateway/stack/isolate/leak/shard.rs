@@ -4,8 +4,31 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use super::fingerprint::{Owner, COMMON};
 use super::hash::BuildPassThrough;
+
+/// Owner value of an n-gram that two or more tenants recorded.
+pub(crate) const COMMON: u32 = u32::MAX;
+
+/// Who owns an n-gram among the live entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Owner {
+    /// Not looked up yet (only inside `fingerprint::Inner::owners`).
+    Unknown,
+    Nobody,
+    Only(u32),
+    Common,
+}
+
+impl Owner {
+    pub(super) fn with(self, owner: u32) -> Self {
+        match self {
+            _ if owner == COMMON => Owner::Common,
+            Owner::Nobody | Owner::Unknown => Owner::Only(owner),
+            Owner::Only(t) if t == owner => self,
+            _ => Owner::Common,
+        }
+    }
+}
 
 #[derive(Clone, Copy)]
 pub(super) struct Limits {
