@@ -9,6 +9,10 @@ pub mod per_request;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::sync::OnceLock;
 
+/// Limit-store failures, by backend (counter).
+pub const STORE_ERRORS_TOTAL: &str = "kvgate_limit_store_errors_total";
+/// 1 while the limit store answers, 0 after a failure until it answers again (gauge).
+pub const STORE_HEALTHY: &str = "kvgate_limit_store_healthy";
 /// Requests answered by the data port, by endpoint and status code.
 pub const REQUESTS_TOTAL: &str = "kvgate_requests_total";
 /// Time from request to response headers, by endpoint.
@@ -149,5 +153,6 @@ fn describe_all() {
         ROLLOUT_SHARED_OK,
         "1 while shared rollout decisions in Redis are reachable"
     );
-    crate::stack::rate_limit::limiter::describe_metrics();
+    describe_counter!(STORE_ERRORS_TOTAL, "Limit store failures by backend");
+    describe_gauge!(STORE_HEALTHY, "1 if the limit store answers");
 }

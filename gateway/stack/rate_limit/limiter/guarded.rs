@@ -11,17 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::{Decision, Denied, LimitStore, StoreError, StoreFuture, TenantLimits};
-
-/// Limit-store failures, by backend (counter).
-pub const STORE_ERRORS_TOTAL: &str = "kvgate_limit_store_errors_total";
-/// 1 while the limit store answers, 0 after a failure until it answers again (gauge).
-pub const STORE_HEALTHY: &str = "kvgate_limit_store_healthy";
-
-/// Describe this module's metrics once at startup (next to `metrics::describe_all`).
-pub fn describe_metrics() {
-    metrics::describe_counter!(STORE_ERRORS_TOTAL, "Limit store failures by backend");
-    metrics::describe_gauge!(STORE_HEALTHY, "1 if the limit store answers");
-}
+use crate::metrics::{STORE_ERRORS_TOTAL, STORE_HEALTHY};
 
 /// How long a fail-closed refusal tells the client to wait: long enough not to hammer a
 /// failing store, short enough to notice its recovery.

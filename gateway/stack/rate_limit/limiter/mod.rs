@@ -34,9 +34,7 @@ use futures_util::future::BoxFuture;
 pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, StoreError>>;
 use std::time::Duration;
 
-pub use guarded::{
-    describe_metrics, FailurePolicy, GuardedStore, STORE_ERRORS_TOTAL, STORE_HEALTHY,
-};
+pub use guarded::{FailurePolicy, GuardedStore};
 pub use memory::MemoryStore;
 pub use permit::{Admission, Limiter, TenantPermit};
 pub use redis::{RedisOptions, RedisStore};
