@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
+use crate::stack::request_id::RequestId;
 use crate::telemetry::{AttrValue, RequestTrace, Span, Telemetry};
 
 /// The error code of a refused or failed request (a response extension, set by rescue
@@ -72,7 +73,8 @@ where
     }
 
     fn call(&mut self, mut request: Request<B>) -> Self::Future {
-        let Some(trace) = self.telemetry.trace_for(request.headers()) else {
+        let request_id = RequestId::of(&request).map(RequestId::header_value);
+        let Some(trace) = self.telemetry.trace_for(request.headers(), request_id) else {
             return ResponseFuture {
                 inner: self.inner.call(request),
                 traced: None,
