@@ -110,6 +110,7 @@ impl Stage for Guard {
         let state = self.state.clone();
         Box::pin(async move {
             let Some((mut plan, facts)) = GuardPlan::read(&mut request, &state.pools)? else {
+                // Neither checks nor a leak scan for this pool: nothing to read.
                 return next.oneshot(request).await;
             };
             let mut response = next.oneshot(request).await?;

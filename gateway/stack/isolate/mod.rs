@@ -268,6 +268,8 @@ impl Predicate<Request<Bytes>> for Isolate {
             Some(tenant) => self.isolate(&mut request, tenant, &pool, leak),
             None => None,
         };
+        // Handed over whenever the mode is on: the guard then reads the answer, and scans it
+        // when the request has a tenant.
         if leak.is_on() {
             let source = tenant.map(|t| (self.state.store.clone(), t));
             request
