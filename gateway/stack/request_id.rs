@@ -7,6 +7,9 @@
 //! lines, error bodies, the engine's `rid` and `x-request-id` — uses the gateway's id, so
 //! no tenant can make an engine confuse its request with another's. The response carries
 //! both headers.
+//!
+//! Writes: the [`RequestId`] extension (stages below read the id from it, never from the
+//! header) and the two headers.
 
 use http::{HeaderName, HeaderValue, Request, Response};
 use pin_project_lite::pin_project;
@@ -25,6 +28,37 @@ pub const CLIENT_REQUEST_ID: HeaderName = HeaderName::from_static("x-client-requ
 /// Longest client id kept.
 const MAX_CLIENT_ID_BYTES: usize = 128;
 
+/// The gateway's id of a request (a request extension): the value of its `x-request-id`.
+/// Cheap to clone (the header value's bytes are shared).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestId(HeaderValue);
+
+impl RequestId {
+    /// A fresh id from the CSPRNG (lowercase hex: always a valid header value and `str`).
+    fn generate() -> Option<Self> {
+        HeaderValue::try_from(secure_random::hex_id())
+            .ok()
+            .filter(|v| v.to_str().is_ok())
+            .map(Self)
+    }
+
+    /// The request's id, if the request id stage gave it one.
+    pub fn of<B>(request: &Request<B>) -> Option<&Self> {
+        request.extensions().get::<Self>()
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        // Never the fallback: `generate` keeps only values that are text.
+        self.0.to_str().unwrap_or_default()
+    }
+
+    /// The id as the header value engines and clients get.
+    pub fn header_value(&self) -> &HeaderValue {
+        &self.0
+    }
+}
+
 /// Layer constructor for [`RequestIds`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RequestIdLayer;
@@ -42,11 +76,14 @@ pub struct RequestIds<S> {
     inner: S,
 }
 
+/// The client's id, if it is one worth keeping (short, printable ASCII).
 fn client_id(value: &HeaderValue) -> Option<HeaderValue> {
     let bytes = value.as_bytes();
     let printable = bytes.iter().all(|b| b.is_ascii_graphic());
     (printable && !bytes.is_empty() && bytes.len() <= MAX_CLIENT_ID_BYTES).then(|| value.clone())
 }
+
+// === impl RequestIds ===
 
 impl<S, B, RB> Service<Request<B>> for RequestIds<S>
 where
@@ -61,19 +98,23 @@ where
     }
 
     fn call(&mut self, mut request: Request<B>) -> Self::Future {
+        let id = RequestId::generate();
         let headers = request.headers_mut();
         let client = headers.remove(REQUEST_ID).as_ref().and_then(client_id);
         headers.remove(CLIENT_REQUEST_ID);
-        let id = HeaderValue::try_from(secure_random::hex_id()).ok();
         if let Some(id) = &id {
-            headers.insert(REQUEST_ID, id.clone());
+            headers.insert(REQUEST_ID, id.0.clone());
         }
         if let Some(client) = &client {
             headers.insert(CLIENT_REQUEST_ID, client.clone());
         }
+        let echo = (id.as_ref().map(|id| id.0.clone()), client);
+        if let Some(id) = id {
+            request.extensions_mut().insert(id);
+        }
         ResponseFuture {
             inner: self.inner.call(request),
-            ids: Some((id, client)),
+            echo: Some(echo),
         }
     }
 }
@@ -83,7 +124,7 @@ pin_project! {
     pub struct ResponseFuture<F> {
         #[pin]
         inner: F,
-        ids: Option<(Option<HeaderValue>, Option<HeaderValue>)>,
+        echo: Option<(Option<HeaderValue>, Option<HeaderValue>)>,
     }
 }
 
@@ -96,14 +137,13 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let mut response = std::task::ready!(this.inner.poll(cx))?;
-        if let Some((id, client)) = this.ids.take() {
-            let headers = response.headers_mut();
-            if let Some(id) = id {
-                headers.insert(REQUEST_ID, id);
-            }
-            if let Some(client) = client {
-                headers.insert(CLIENT_REQUEST_ID, client);
-            }
+        let (id, client) = this.echo.take().unwrap_or_default();
+        let headers = response.headers_mut();
+        if let Some(id) = id {
+            headers.insert(REQUEST_ID, id);
+        }
+        if let Some(client) = client {
+            headers.insert(CLIENT_REQUEST_ID, client);
         }
         Poll::Ready(Ok(response))
     }
@@ -143,5 +183,21 @@ mod tests {
             .unwrap();
         let response = service.oneshot(request).await.unwrap();
         assert!(response.body().1.is_none(), "over-long ids are dropped");
+    }
+
+    #[tokio::test]
+    async fn stages_below_read_the_id_from_the_extension() {
+        let seen = tower::service_fn(|r: Request<()>| async move {
+            let header = r.headers().get(REQUEST_ID).cloned();
+            let id = RequestId::of(&r).map(|id| id.as_str().to_owned());
+            Ok::<_, Infallible>(Response::new((header, id)))
+        });
+        let response = RequestIdLayer
+            .layer(seen)
+            .oneshot(Request::new(()))
+            .await
+            .unwrap();
+        let (header, id) = response.into_body();
+        assert_eq!(header.unwrap(), id.unwrap().as_str());
     }
 }

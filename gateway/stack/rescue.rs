@@ -14,6 +14,7 @@ use crate::error::GatewayError;
 use crate::metrics;
 use crate::stack::api::Endpoint;
 use crate::stack::guard::OutcomeAtStreamEnd;
+use crate::stack::request_id::RequestId;
 use crate::stack::shell::{BoxedWrap, Inner, ShellFuture, ShellLayer};
 use crate::stack::trace_context::ErrorCode;
 use crate::telemetry::RequestTrace;
@@ -57,11 +58,7 @@ impl BoxedWrap for Rescue {
             .unwrap_or("other");
         let started = Instant::now();
         let sinks = self.sinks.clone();
-        let request_id = request
-            .headers()
-            .get("x-request-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let request_id = RequestId::of(&request).cloned();
         // The client's own id (stack::request_id moved it here): logged, never forwarded.
         let client_request_id = request
             .headers()
@@ -82,7 +79,7 @@ impl BoxedWrap for Rescue {
                     ::metrics::counter!(metrics::ERRORS_TOTAL, "code" => error.code()).increment(1);
                     // The full story (workers, causes) is logged; the client gets the
                     // short message and the id to quote.
-                    let id = request_id.as_deref().unwrap_or("-");
+                    let id = request_id.as_ref().map_or("-", RequestId::as_str);
                     let client = client_request_id.as_deref().unwrap_or("-");
                     let trace_id = trace.as_ref().map(|t| t.trace_id_hex());
                     let trace_id = trace_id.as_deref().unwrap_or("-");
@@ -92,7 +89,8 @@ impl BoxedWrap for Rescue {
                         tracing::debug!(%error, code = error.code(), request_id = id, client_request_id = client, trace_id, "request refused");
                     }
                     let code = error.code();
-                    let mut response = error.into_response(request_id.as_deref());
+                    let mut response =
+                        error.into_response(request_id.as_ref().map(RequestId::as_str));
                     if trace.is_some() {
                         response.extensions_mut().insert(ErrorCode(code));
                     }
@@ -115,7 +113,10 @@ impl BoxedWrap for Rescue {
                 fields.push(("status", response.status().as_u16().into()));
                 fields.push(("outcome", outcome.into()));
                 fields.push(("code", code.into()));
-                fields.push(("request_id", request_id.into()));
+                fields.push((
+                    "request_id",
+                    request_id.as_ref().map(RequestId::as_str).into(),
+                ));
                 if let Some(client) = client_request_id {
                     fields.push(("client_request_id", client.into()));
                 }

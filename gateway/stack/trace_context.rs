@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower::Service;
 
+use crate::stack::request_id::RequestId;
 use crate::stack::shell::{ShellLayer, Wrap};
 use crate::telemetry::{AttrValue, RequestTrace, Span, Telemetry};
 
@@ -56,7 +57,8 @@ where
     }
 
     fn call(&self, inner: &mut S, mut request: Request<B>) -> Self::Future {
-        let Some(trace) = self.telemetry.trace_for(request.headers()) else {
+        let request_id = RequestId::of(&request).map(RequestId::header_value);
+        let Some(trace) = self.telemetry.trace_for(request.headers(), request_id) else {
             return ResponseFuture {
                 inner: inner.call(request),
                 traced: None,

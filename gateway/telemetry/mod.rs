@@ -24,7 +24,7 @@ pub mod otlp_json;
 pub mod span;
 pub mod span_data;
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderValue};
 use std::sync::Arc;
 
 use crate::config::TracingConfig;
@@ -62,12 +62,16 @@ impl Telemetry {
     /// The trace of a request with these headers, if it has one: the client's (recorded
     /// when export is on and the client sampled it, else only propagated), or a new one
     /// when export is on and the ratio samples it. `None` costs nothing further.
-    pub fn trace_for(&self, headers: &HeaderMap) -> Option<Arc<RequestTrace>> {
+    pub fn trace_for(
+        &self,
+        headers: &HeaderMap,
+        request_id: Option<&HeaderValue>,
+    ) -> Option<Arc<RequestTrace>> {
         let client = TraceParent::from_headers(headers);
         if client.is_none() && self.exporter.is_none() {
             return None;
         }
-        let request_id = headers.get(crate::stack::request_id::REQUEST_ID).cloned();
+        let request_id = request_id.cloned();
         let trace = match client {
             Some(parent) => {
                 // Parent-based sampling: the client's sampled flag decides for its trace.
@@ -116,14 +120,18 @@ mod tests {
     #[test]
     fn off_traces_nothing_without_a_client_traceparent() {
         let telemetry = Telemetry::default();
-        assert!(telemetry.trace_for(&HeaderMap::new()).is_none());
-        assert!(telemetry.trace_for(&with_traceparent("junk")).is_none());
+        assert!(telemetry.trace_for(&HeaderMap::new(), None).is_none());
+        assert!(telemetry
+            .trace_for(&with_traceparent("junk"), None)
+            .is_none());
     }
 
     #[test]
     fn off_propagates_a_child_of_the_clients_span() {
         let telemetry = Telemetry::default();
-        let trace = telemetry.trace_for(&with_traceparent(CLIENT)).unwrap();
+        let trace = telemetry
+            .trace_for(&with_traceparent(CLIENT), None)
+            .unwrap();
         assert!(!trace.recording());
         let leg = trace.child("upstream", SpanKind::Client);
         let sent = leg.propagation().unwrap().traceparent;
@@ -142,9 +150,11 @@ mod tests {
         };
         // The export task is not spawned: nothing is exported in this test.
         let (telemetry, _task) = Telemetry::from_config(&config);
-        assert!(telemetry.trace_for(&HeaderMap::new()).is_none());
+        assert!(telemetry.trace_for(&HeaderMap::new(), None).is_none());
         // A client's sampled trace is still recorded (parent-based).
-        let trace = telemetry.trace_for(&with_traceparent(CLIENT)).unwrap();
+        let trace = telemetry
+            .trace_for(&with_traceparent(CLIENT), None)
+            .unwrap();
         assert!(trace.recording());
     }
 }

@@ -62,7 +62,6 @@ pub(crate) fn build(
     let guard = Arc::new(GuardState::from_config(
         &config,
         shared.audit.clone(),
-        isolation.clone(),
         shared.activity.clone(),
     ));
     let rollouts = Arc::new(Rollouts::reusing(

@@ -41,6 +41,7 @@ use crate::metrics;
 use crate::stack::api::InferenceRequest;
 use crate::stack::auth::AuthContext;
 use crate::stack::guard::PrefillAnswer;
+use crate::stack::request_id::RequestId;
 use crate::stack::routing::{pick_other_unified, RoutePlan, ServedBy, Target};
 use crate::telemetry::{Propagation, RequestTrace};
 use crate::upstream::{Peer, Replay, Upstream};
@@ -109,7 +110,7 @@ impl Service<Request<Bytes>> for Dispatch {
         let plan = request.extensions_mut().remove::<RoutePlan>();
         // The request body's reservation is held until the engine has its bytes.
         let held = request.extensions_mut().remove::<Arc<BufferPermit>>();
-        let request_id = request.headers().get("x-request-id").cloned();
+        let request_id = RequestId::of(&request).map(|id| id.header_value().clone());
         let trace = request.extensions_mut().remove::<Arc<RequestTrace>>();
         let tenant = request
             .extensions()

@@ -4,7 +4,8 @@
 //! - `[DONE]` before every sample has a final `finish_reason` trips;
 //! - prompt counts in `meta_info` / `usage` are cross-checked as soon as they appear;
 //! - generated text is scanned for placeholder markers, incrementally (with overlap);
-//! - usage the gateway asked for on the client's behalf is stripped again.
+//! - usage the gateway asked for on the client's behalf is stripped again (`usage.rs`);
+//! - output waits for the leak scan where its mode holds it (`hold.rs`).
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -12,22 +13,20 @@ use std::collections::BTreeSet;
 
 use super::inspect::typed::OpenAiChunk;
 use super::inspect::{self, Expectation, Markers, Shape, Trip};
-use super::leak::{HoldPolicy, LeakScan};
+use super::leak::LeakScan;
 use super::sse::SseEvent;
+use hold::HoldBack;
+use usage::{EngineUsage, UsageStrip};
+
+mod hold;
+mod usage;
+
+pub use usage::UsageRewrite;
 
 #[cfg(test)]
 mod hold_tests;
 #[cfg(test)]
 mod proptests;
-
-/// What the client asked for that the gateway changed to be able to check the stream.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct UsageRewrite {
-    /// The client did not ask for the final usage chunk: drop it.
-    pub strip_final_usage: bool,
-    /// The client did not ask for usage in every chunk: remove it from chunks.
-    pub strip_chunk_usage: bool,
-}
 
 /// The trip for a first data event that is no completion chunk of the pool's protocol.
 const NOT_A_CHUNK: Trip = Trip::Unparsable {
@@ -56,7 +55,6 @@ pub struct StreamCheck {
     markers: Markers,
     expect: Expectation,
     batch: usize,
-    rewrite: UsageRewrite,
     seen: BTreeSet<usize>,
     finished: BTreeSet<usize>,
     done: bool,
@@ -67,15 +65,12 @@ pub struct StreamCheck {
     /// Whether the I1 checks run (off: only the leak scan).
     checks: bool,
     leak: Option<LeakScan>,
-    /// Output held back for the leak scan (block and strict modes): bytes and the scanned
-    /// unit count when they arrived.
-    held: std::collections::VecDeque<(Bytes, usize)>,
-    /// The engine's usage as last reported: per sample, and a final total.
-    usage: std::collections::BTreeMap<usize, u64>,
-    final_usage: Option<u64>,
-    /// A chunk with choices carried usage before (the engine honours `continuous_usage_stats`
-    /// and sends its final usage in a chunk of its own).
-    chunk_usage_seen: bool,
+    /// Output held back for the leak scan (block and strict modes).
+    held: HoldBack,
+    /// The engine's usage as last reported.
+    usage: EngineUsage,
+    /// The usage the client did not ask for, taken out of its events.
+    strip: UsageStrip,
     /// Read usual OpenAI chunks through the typed view (off only in the tests that compare
     /// it with the tree path).
     typed_view: bool,
@@ -95,7 +90,6 @@ impl StreamCheck {
             markers,
             expect,
             batch: batch.max(1),
-            rewrite,
             seen: BTreeSet::new(),
             finished: BTreeSet::new(),
             done: false,
@@ -103,10 +97,9 @@ impl StreamCheck {
             scanned: Vec::new(),
             checks: true,
             leak: None,
-            held: std::collections::VecDeque::new(),
-            usage: std::collections::BTreeMap::new(),
-            final_usage: None,
-            chunk_usage_seen: false,
+            held: HoldBack::default(),
+            usage: EngineUsage::default(),
+            strip: UsageStrip::new(rewrite),
             typed_view: true,
         }
     }
@@ -116,45 +109,18 @@ impl StreamCheck {
     /// another tenant's text, in strict mode until enough later units were scanned — or
     /// the stream is done (see `guard/leak.rs` for what each guarantees).
     pub fn release(&mut self, bytes: Bytes) -> Vec<Bytes> {
-        let (policy, fed, in_run) = match &self.leak {
-            Some(l) if !self.done => (l.hold_policy(), l.fed(), l.in_foreign_run()),
-            _ => (HoldPolicy::None, 0, false),
-        };
-        let hold_this = match policy {
-            HoldPolicy::None => false,
-            HoldPolicy::WhileForeignRun => in_run,
-            HoldPolicy::Units(_) => true,
-        };
-        if !hold_this && self.held.is_empty() {
-            return vec![bytes];
-        }
-        self.held.push_back((bytes, fed));
-        if hold_this && policy == HoldPolicy::WhileForeignRun {
-            return Vec::new();
-        }
-        let mut ready = Vec::new();
-        while let Some((_, at)) = self.held.front() {
-            if let HoldPolicy::Units(holdback) = policy {
-                if fed.saturating_sub(*at) < holdback {
-                    break;
-                }
-            }
-            if let Some((b, _)) = self.held.pop_front() {
-                ready.push(b);
-            }
-        }
-        ready
+        let leak = self.leak.as_ref().filter(|_| !self.done);
+        self.held.release(bytes, leak)
     }
 
     /// The engine's reported usage (prompt + completion tokens), for rate-limit settlement.
     pub fn usage_total(&self) -> Option<u64> {
-        self.final_usage
-            .or_else(|| (!self.usage.is_empty()).then(|| self.usage.values().sum()))
+        self.usage.total()
     }
 
     /// Everything still held (the stream ended and passed).
     pub fn release_all(&mut self) -> Vec<Bytes> {
-        self.held.drain(..).map(|(b, _)| b).collect()
+        self.held.release_all()
     }
 
     /// Also scan the generated text for other tenants' prompt fragments.
@@ -280,7 +246,7 @@ impl StreamCheck {
                 .iter()
                 .filter_map(|k| meta.get(*k).and_then(Value::as_u64))
                 .sum::<u64>();
-            self.usage.insert(index, used);
+            self.usage.sample(index, used);
             if inspect::native_finish(meta.get("finish_reason").unwrap_or(&Value::Null))? {
                 self.finished.insert(index);
             }
@@ -343,10 +309,8 @@ impl StreamCheck {
         }
         if let Some(total) = usage.total_tokens {
             match choices.as_ref().and_then(|c| c.first()) {
-                Some(c) => {
-                    self.usage.insert(c.index, total);
-                }
-                None => self.final_usage = Some(total),
+                Some(c) => self.usage.sample(c.index, total),
+                None => self.usage.final_total(total),
             }
         }
         if choices.is_none_or(|c| c.is_empty()) {
@@ -458,13 +422,8 @@ impl StreamCheck {
         Ok(())
     }
 
-    /// What goes out for an OpenAI event: as received, without the usage the client did not
-    /// ask for, or nothing. `tree` is the event's parsed JSON when the checks built it (the
-    /// typed view does not; it is parsed here in the rare case the text cut declines).
-    ///
-    /// An engine that ignores `continuous_usage_stats` and puts its only usage on the chunk
-    /// that finishes the stream (llama.cpp's `/v1/completions`) sends there the final usage a
-    /// client asked for with `include_usage`: that usage is kept.
+    /// What goes out for an OpenAI event: as received, or without the usage the client did
+    /// not ask for (`usage.rs`), or nothing.
     fn rewrite_usage(
         &mut self,
         event: &SseEvent,
@@ -475,37 +434,7 @@ impl StreamCheck {
         if !has_usage {
             return Some(event.raw.clone());
         }
-        if no_choices && self.rewrite.strip_final_usage {
-            return None;
-        }
-        if !no_choices && self.rewrite.strip_chunk_usage {
-            let only_usage_at_the_end = !self.chunk_usage_seen && self.all_finished();
-            self.chunk_usage_seen = true;
-            if only_usage_at_the_end && !self.rewrite.strip_final_usage {
-                return Some(event.raw.clone());
-            }
-            // Cut from the engine's text; re-serialise only what the scanner declines.
-            let stripped = event
-                .data
-                .as_deref()
-                .and_then(|d| super::strip_key::without_top_level_key(d, "usage"));
-            if let Some(stripped) = stripped {
-                return Some(SseEvent::data_event(&stripped));
-            }
-            let mut parsed = None;
-            let value = match tree {
-                Some(value) => value,
-                None => match event.json() {
-                    Some(value) => parsed.insert(value),
-                    // Not reached: the typed view only reads JSON objects.
-                    None => return Some(event.raw.clone()),
-                },
-            };
-            if let Some(map) = value.as_object_mut() {
-                map.remove("usage");
-            }
-            return Some(SseEvent::data_event(&value.to_string()));
-        }
-        Some(event.raw.clone())
+        let all_finished = self.all_finished();
+        self.strip.apply(event, no_choices, all_finished, tree)
     }
 }

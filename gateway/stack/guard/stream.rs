@@ -1,18 +1,50 @@
-//! A guarded SSE body: re-frames the engine's stream, checks every event, and ends it with
-//! an error event (never `[DONE]`) when a check trips. Dropping it (client gone) drops the
-//! upstream body, which cancels the engine's work.
+//! The stream path: a guarded SSE body re-frames the engine's stream, checks every event,
+//! and ends it with an error event (never `[DONE]`) when a check trips. The status line is
+//! held until the first event has been checked ([`guard_stream`]). Dropping the body
+//! (client gone) drops the upstream body, which cancels the engine's work.
 
 use bytes::Bytes;
+use http::response::Parts;
+use http::Response;
 use http_body_util::BodyExt;
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::check_stream::StreamCheck;
-use super::inspect::Trip;
+use super::extensions::OutcomeAtStreamEnd;
+use super::inspect::{Expectation, Trip};
+use super::leak::LeakScan;
+use super::plan::GuardPlan;
+use super::report::TripReport;
 use super::sse::{SseEvent, SseReframer};
-use super::TripReport;
 use crate::body::{self, BoxBody, BoxError};
+use crate::error::GatewayError;
 use crate::stack::rate_limit::UsageCell;
+
+/// Guard the streamed answer (`parts` and `body`): the response with the guarded body once
+/// its first event has passed, or the trip's error (a proper status instead of a 200).
+pub(super) async fn guard_stream(
+    mut parts: Parts,
+    body: BoxBody,
+    plan: &GuardPlan<'_>,
+    expect: Expectation,
+    leak: Option<LeakScan>,
+    report: TripReport,
+) -> Result<Response<BoxBody>, GatewayError> {
+    let markers = plan.rules.markers.clone();
+    let mut check = StreamCheck::new(plan.shape, markers, expect, plan.batch, plan.rewrite)
+        .with_leak_scan(leak);
+    if !plan.checks {
+        check = check.without_checks();
+    }
+    let mut guarded =
+        GuardedStream::new(body, check, report.clone()).with_usage(plan.usage.clone());
+    if let Err(trip) = guarded.prime(plan.rules.config.first_event_timeout).await {
+        return Err(report.record(&trip));
+    }
+    parts.extensions.insert(OutcomeAtStreamEnd);
+    Ok(Response::from_parts(parts, guarded.into_body()))
+}
 
 /// How a guarded stream ended, for the outcome count (I6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -334,15 +366,13 @@ mod tests {
             ..Default::default()
         })
         .unwrap();
-        let report = TripReport {
-            sinks: std::sync::Arc::new(super::super::Sinks {
-                audit,
-                activity: Default::default(),
-            }),
-            facts: Default::default(),
-            pool: "p".into(),
-            signals: None,
-        };
+        let sinks = super::super::report::Sinks::new(audit, Default::default());
+        let report = TripReport::new(
+            std::sync::Arc::new(sinks),
+            "p".into(),
+            Default::default(),
+            None,
+        );
         GuardedStream::new(inner, check, report)
     }
 

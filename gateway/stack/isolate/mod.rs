@@ -8,13 +8,19 @@
 //! token-id prompts need the tokenizer (to decode them to text): that runs on the blocking
 //! pool, and the guard waits for it before scanning.
 //!
-//! Reads: `AuthContext`, `InferenceRequest`, `RoutePlan`. Writes: [`FingerprintJob`].
+//! The guard gets the answer's leak scan from here ready-made ([`LeakWatch`]): it never
+//! reads the store or the pools' switches itself.
+//!
+//! Reads: `AuthContext`, `InferenceRequest`, `RoutePlan`. Writes: [`LeakWatch`] (when the
+//! request's leak mode is on).
 
 pub mod leak;
 mod salt;
+mod watch;
 
 pub use leak::FingerprintStore;
 pub use salt::CacheSalter;
+pub use watch::LeakWatch;
 
 use bytes::Bytes;
 use futures_util::future::{BoxFuture, FutureExt, Shared};
@@ -33,15 +39,8 @@ use crate::stack::routing::RoutePlan;
 use kvgate_tokenize::ModelTokenizer;
 use leak::LeakDetectorConfig;
 
-/// The fingerprinting of this request's prompt, done or under way.
-#[derive(Clone)]
-pub struct FingerprintJob(pub Shared<BoxFuture<'static, ()>>);
-
-impl std::fmt::Debug for FingerprintJob {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("FingerprintJob")
-    }
-}
+/// The fingerprinting of a prompt under way on the blocking pool.
+type FingerprintJob = Shared<BoxFuture<'static, ()>>;
 
 #[derive(Debug, Clone, Copy)]
 struct PoolIsolation {
@@ -257,38 +256,62 @@ impl Predicate<Request<Bytes>> for Isolate {
     fn check(&mut self, mut request: Request<Bytes>) -> Result<Request<Bytes>, BoxError> {
         let auth = request.extensions().get::<AuthContext>();
         let tenant = auth.map(|a| a.tenant.clone());
-        let pool = request
+        let Some(pool) = request
             .extensions()
             .get::<RoutePlan>()
-            .map(|p| p.pool.name.to_string());
-        let (Some(tenant), Some(pool)) = (tenant, pool) else {
+            .map(|p| p.pool.name.to_string())
+        else {
             return Ok(request);
         };
         let leak = self.state.request_leak_mode(&pool, auth);
+        let job = match &tenant {
+            Some(tenant) => self.isolate(&mut request, tenant, &pool, leak),
+            None => None,
+        };
+        // Handed over whenever the mode is on: the guard then reads the answer, and scans it
+        // when the request has a tenant.
+        if leak.is_on() {
+            let source = tenant.map(|t| (self.state.store.clone(), t));
+            request
+                .extensions_mut()
+                .insert(LeakWatch::new(leak, source, job));
+        }
+        Ok(request)
+    }
+}
+
+impl Isolate {
+    /// The tenant's cache salt, and its prompt on record for the leak detector: now for
+    /// text, or by the returned job (token ids are decoded on the blocking pool first).
+    fn isolate(
+        &self,
+        request: &mut Request<Bytes>,
+        tenant: &Arc<str>,
+        pool: &str,
+        leak: LeakMode,
+    ) -> Option<FingerprintJob> {
         let switches = self
             .state
             .pools
-            .get(&pool)
+            .get(pool)
             .copied()
             .unwrap_or(PoolIsolation {
                 cache_salt: false,
                 leak: LeakMode::Off,
             });
-        let Some(parsed) = request.extensions_mut().get_mut::<InferenceRequest>() else {
-            return Ok(request);
-        };
+        let parsed = request.extensions_mut().get_mut::<InferenceRequest>()?;
         // A client may never choose its cache namespace: dispatch drops every client cache
         // key (`api::fields`) and sends this tenant's salt where the pool takes one.
         if switches.cache_salt {
-            parsed.directives.cache_salt = Some(self.state.salter.salt(&tenant));
+            parsed.directives.cache_salt = Some(self.state.salter.salt(tenant));
         }
         if !leak.is_on() {
-            return Ok(request);
+            return None;
         }
         // Read again from the client's bytes (checked by the parse stage): borrowed text,
         // no tree.
         let Ok(Some(view)) = parsed.prompt_view() else {
-            return Ok(request);
+            return None;
         };
         let material = material(&view);
         let store = self.state.store.clone();
@@ -298,20 +321,19 @@ impl Predicate<Request<Bytes>> for Isolate {
             PromptMaterial::Texts(texts) => {
                 // One record per sample: each is its own sequence of KV pages.
                 for t in texts {
-                    record_text(&store, &tenant, &[t], limit, now);
+                    record_text(&store, tenant, &[t], limit, now);
                 }
-                return Ok(request);
+                return None;
             }
             PromptMaterial::Chat(texts) => {
-                record_text(&store, &tenant, &texts, limit, now);
-                return Ok(request);
+                record_text(&store, tenant, &texts, limit, now);
+                return None;
             }
             PromptMaterial::Ids(all) => all,
         };
         // Token ids become text first: the tokenizer's decode, off the async threads.
-        let Some(tokenizer) = self.state.tokenizer(&parsed.model).cloned() else {
-            return Ok(request);
-        };
+        let tokenizer = self.state.tokenizer(&parsed.model).cloned()?;
+        let tenant = tenant.clone();
         let task = tokio::task::spawn_blocking(move || {
             for ids in &all_ids {
                 let tail_ids = &ids[ids.len().saturating_sub(limit / 4)..];
@@ -329,7 +351,6 @@ impl Predicate<Request<Bytes>> for Isolate {
         }
         .boxed()
         .shared();
-        request.extensions_mut().insert(FingerprintJob(job));
-        Ok(request)
+        Some(job)
     }
 }

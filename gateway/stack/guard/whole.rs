@@ -1,0 +1,57 @@
+//! The whole-answer path: a non-streamed answer is read once and checked whole (the I1
+//! checks, then the leak scan) before its status line goes out; the engine's usage is
+//! passed on for rate-limit settlement.
+
+use http::response::Parts;
+use http::Response;
+use http_body_util::BodyExt;
+
+use super::extensions::BufferedAnswer;
+use super::inspect::{Answer, Expectation};
+use super::leak::LeakScan;
+use super::plan::GuardPlan;
+use super::report::TripReport;
+use crate::body::{self, BoxBody};
+use crate::error::GatewayError;
+
+/// Check the whole answer (`parts` and `body`): the response to send, or the trip's error.
+pub(super) async fn check_whole_answer(
+    mut parts: Parts,
+    body: BoxBody,
+    plan: &GuardPlan<'_>,
+    expect: &Expectation,
+    leak: Option<LeakScan>,
+    report: &TripReport,
+) -> Result<Response<BoxBody>, GatewayError> {
+    // Dispatch hands the bytes over beside the body, which keeps what it holds (worker
+    // loads, the buffer budget's reservation) until the client has it.
+    let (bytes, body) = match parts.extensions.remove::<BufferedAnswer>() {
+        Some(BufferedAnswer(bytes)) => (bytes, body),
+        None => {
+            let bytes = body
+                .collect()
+                .await
+                .map_err(|e| GatewayError::Internal(format!("reading a buffered answer: {e}")))?
+                .to_bytes();
+            (bytes.clone(), body::full(bytes))
+        }
+    };
+    // Parsed once: the checks, the leak scan and the usage all read this.
+    let answer = Answer::parse(&bytes, plan.shape);
+    if plan.checks {
+        if let Err(trip) = answer.check(plan.shape, &plan.rules.markers, expect) {
+            return Err(report.record(&trip));
+        }
+    }
+    if let Some(mut leak) = leak {
+        for text in answer.texts(plan.shape) {
+            if let Err(trip) = leak.push(text, true) {
+                return Err(report.record(&trip));
+            }
+        }
+    }
+    if let (Some(cell), Some(total)) = (&plan.usage, answer.usage(plan.shape)) {
+        cell.set(total);
+    }
+    Ok(Response::from_parts(parts, body))
+}
