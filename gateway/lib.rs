@@ -27,14 +27,33 @@
 //! stack::dispatch     builds the engine body once; unified or prefill/decode legs, deadlines
 //! ```
 //!
-//! Shared building blocks sit beside the stack: `config` (typed, validated TOML), `error`
-//! (the one error type and its HTTP mapping), `body`, `metrics`, `audit`, `activity` (recent
-//! counts for the status page), `tenant` (a
-//! tenant's policy and limits), `load` (in-flight caps and the buffer budget),
-//! `secure_random`, `telemetry` (trace context, spans, OTLP export) and `upstream` (the one
-//! engine client). The runtime around it is `runtime/` (app, server, live (the reloadable
-//! config), admin, reload, check, demo); `tls` holds the certificates that reload. The tokenizer and the
-//! simulated engine are crates of their own (`crates/tokenize`, `crates/sim`).
+//! The stack is built from two inputs ([`build_stack`]`(&shared, &generation)`):
+//! [`shared::Shared`], what the process keeps for its whole life (limits and their store,
+//! the audit log, the engine client, ceilings, trace export, isolation's memory), and
+//! [`generation::Generation`], what one config builds and a reload replaces whole (keys,
+//! catalog, fleet, rollouts, admission, guard and isolation settings).
+//!
+//! Around the stack, each room with one job; arrows point one way (checked by
+//! `.ci/layout_check.py`: no import cycle between files, no stage imports `rollout` or
+//! `runtime`):
+//!
+//! ```text
+//! fleet/      pools and workers between requests: discovery, health probes, outlier
+//!             ejection, versions, drains, each pool's signal window (the stack reads it)
+//! rollout/    canary rollouts over the fleet's windows (decide, controller, Redis sharing)
+//! runtime/    process/ (assembly, generations, reload, background loops), listener/
+//!             (accept, TLS, data threads, deadlines), admin/ (routes, API, status page),
+//!             error (why a start or reload failed)
+//! commands/   `kvgate check`, `preflight`, `demo`
+//! config/     typed, validated TOML: one file per section with its own rules
+//! ```
+//!
+//! Shared building blocks: `error` (the one error type and its HTTP mapping), `body`,
+//! `metrics`, `audit`, `activity` (recent counts for the status page), `tenant` (a tenant's
+//! policy and limits), `load` (in-flight caps and the buffer budget), `secure_random`,
+//! `telemetry` (trace context, spans, OTLP export), `upstream` (the one engine client) and
+//! `tls` (the certificates that reload). The tokenizer and the simulated engine are crates
+//! of their own (`crates/tokenize`, `crates/sim`).
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
