@@ -7,6 +7,7 @@
 //!
 //! The reference for every key is `config/example.toml` and `config/README.md`.
 
+mod engine_version;
 mod health;
 mod preflight;
 mod rollout;
@@ -19,6 +20,7 @@ use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use engine_version::{EngineVersion, VersionError};
 pub use health::{HealthConfig, OutlierConfig};
 pub use preflight::PreflightConfig;
 pub use rollout::{PromotionConfig, RollbackMargins, RolloutConfig};

@@ -110,7 +110,7 @@ pub fn validate(mut config: Config) -> Result<Config, ConfigError> {
             ));
         }
         if let Some(v) = &model.min_engine_version {
-            crate::stack::routing::EngineVersion::parse(v)
+            super::EngineVersion::parse(v)
                 .map_err(|e| invalid(key("min_engine_version"), e.to_string()))?;
         }
         model.tokenizer =

@@ -17,9 +17,9 @@ mod health;
 mod health_check;
 mod pick;
 mod pool;
-mod version;
 mod worker;
 
+pub use crate::config::{EngineVersion, VersionError};
 pub use discovery::{discover_all, discover_worker, parse_server_info};
 pub use health::{
     Ejection, EjectionGroup, HealthPolicy, HealthSnapshot, ProbeSnapshot, ProbeVerdict, Serving,
@@ -27,7 +27,6 @@ pub use health::{
 };
 pub use health_check::{check_all, report_ejection};
 pub use pool::{Pool, PoolWorkers, Target};
-pub use version::{EngineVersion, VersionError};
 pub use worker::{Discovery, Role, ServerInfo, Worker, WorkerLoad};
 
 use bytes::Bytes;
