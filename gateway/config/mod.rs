@@ -7,6 +7,7 @@
 //!
 //! The reference for every key is `config/example.toml` and `config/README.md`.
 
+mod adapter_name;
 mod engine_version;
 mod health;
 mod preflight;
@@ -20,6 +21,7 @@ use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use adapter_name::{AdapterName, AdapterNameError};
 pub use engine_version::{EngineVersion, VersionError};
 pub use health::{HealthConfig, OutlierConfig};
 pub use preflight::PreflightConfig;

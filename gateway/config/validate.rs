@@ -475,12 +475,8 @@ fn check_limits(config: &Config) -> Result<(), (String, String)> {
     }
     for (i, tenant) in config.tenants.iter().enumerate() {
         for name in &tenant.lora_adapters {
-            if !crate::stack::api::fields::is_adapter_name(name) {
-                return Err((
-                    format!("tenants[{i}].lora_adapters"),
-                    format!("`{name}` is not an adapter name: use letters, digits, `.`, `_` and `-` (the name the engine registered, never a path)"),
-                ));
-            }
+            super::AdapterName::parse(name)
+                .map_err(|e| (format!("tenants[{i}].lora_adapters"), e.to_string()))?;
         }
     }
     Ok(())
