@@ -3,6 +3,8 @@
 use serde::Deserialize;
 use std::time::Duration;
 
+use super::invalid::Invalid;
+
 /// `[health]`
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -66,61 +68,46 @@ impl Default for OutlierConfig {
     }
 }
 
-/// Validation of `[health]` and the pools' `health_path`: `(key, reason)` for the first
-/// problem.
-pub(super) fn check(config: &super::Config) -> Result<(), (String, String)> {
-    for (i, pool) in config.pools.iter().enumerate() {
-        if let Some(path) = &pool.health_path {
-            if !path.starts_with('/') || path.contains(char::is_whitespace) {
-                return Err((
-                    format!("pools[{i}].health_path"),
-                    format!(
-                        "`{path}` is not a path: write it as \"/health\" or \"/health_generate\""
-                    ),
-                ));
-            }
+impl HealthConfig {
+    /// The rules of `[health]` and `[health.outlier]`.
+    pub(super) fn check(&self) -> Result<(), Invalid> {
+        let fail = |key: &str, reason: &str| Err(Invalid::new(format!("health.{key}"), reason));
+        if self.interval.is_zero() {
+            return fail(
+                "interval",
+                "must be above 0, e.g. \"5s\" (set health.active = false to stop probing)",
+            );
         }
+        if self.timeout.is_zero() || self.timeout > self.interval {
+            return fail(
+                "timeout",
+                "must be above 0 and at most health.interval, so probes never overlap",
+            );
+        }
+        if self.unhealthy_threshold == 0 {
+            return fail("unhealthy_threshold", "must be at least 1");
+        }
+        if self.healthy_threshold == 0 {
+            return fail("healthy_threshold", "must be at least 1");
+        }
+        let outlier = &self.outlier;
+        if outlier.base_ejection.is_zero() {
+            return fail("outlier.base_ejection", "must be above 0, e.g. \"10s\"");
+        }
+        if outlier.max_ejection < outlier.base_ejection {
+            return fail(
+                "outlier.max_ejection",
+                "must be at least health.outlier.base_ejection",
+            );
+        }
+        if !(0.0..=1.0).contains(&outlier.max_ejected_share) {
+            return fail(
+                "outlier.max_ejected_share",
+                "must be between 0.0 and 1.0 (a share of a pool's workers)",
+            );
+        }
+        Ok(())
     }
-    check_health(&config.health)
-}
-
-fn check_health(config: &HealthConfig) -> Result<(), (String, String)> {
-    let fail = |key: &str, reason: &str| Err((format!("health.{key}"), reason.to_owned()));
-    if config.interval.is_zero() {
-        return fail(
-            "interval",
-            "must be above 0, e.g. \"5s\" (set health.active = false to stop probing)",
-        );
-    }
-    if config.timeout.is_zero() || config.timeout > config.interval {
-        return fail(
-            "timeout",
-            "must be above 0 and at most health.interval, so probes never overlap",
-        );
-    }
-    if config.unhealthy_threshold == 0 {
-        return fail("unhealthy_threshold", "must be at least 1");
-    }
-    if config.healthy_threshold == 0 {
-        return fail("healthy_threshold", "must be at least 1");
-    }
-    let outlier = &config.outlier;
-    if outlier.base_ejection.is_zero() {
-        return fail("outlier.base_ejection", "must be above 0, e.g. \"10s\"");
-    }
-    if outlier.max_ejection < outlier.base_ejection {
-        return fail(
-            "outlier.max_ejection",
-            "must be at least health.outlier.base_ejection",
-        );
-    }
-    if !(0.0..=1.0).contains(&outlier.max_ejected_share) {
-        return fail(
-            "outlier.max_ejected_share",
-            "must be between 0.0 and 1.0 (a share of a pool's workers)",
-        );
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -129,23 +116,20 @@ mod tests {
 
     #[test]
     fn defaults_are_valid_and_bad_values_name_their_key() {
-        assert!(check_health(&HealthConfig::default()).is_ok());
+        assert!(HealthConfig::default().check().is_ok());
         let mut c = HealthConfig {
             timeout: Duration::from_secs(10),
             ..HealthConfig::default()
         };
-        assert_eq!(check_health(&c).unwrap_err().0, "health.timeout");
+        assert_eq!(c.check().unwrap_err().key, "health.timeout");
         c.timeout = Duration::from_secs(1);
         c.outlier.max_ejected_share = 1.5;
         assert_eq!(
-            check_health(&c).unwrap_err().0,
+            c.check().unwrap_err().key,
             "health.outlier.max_ejected_share"
         );
         c.outlier.max_ejected_share = 0.5;
         c.outlier.max_ejection = Duration::from_secs(1);
-        assert_eq!(
-            check_health(&c).unwrap_err().0,
-            "health.outlier.max_ejection"
-        );
+        assert_eq!(c.check().unwrap_err().key, "health.outlier.max_ejection");
     }
 }

@@ -3,6 +3,8 @@
 use serde::Deserialize;
 use std::time::Duration;
 
+use super::invalid::Invalid;
+
 /// `[preflight]`
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -28,25 +30,27 @@ impl Default for PreflightConfig {
     }
 }
 
-/// Validation: `(key, reason)` for the first problem.
-pub(super) fn check(config: &PreflightConfig) -> Result<(), (String, String)> {
-    if config.token_budget == 0 {
-        return Err((
-            "preflight.token_budget".into(),
-            "must be above 0 (a budget of nothing skips every probe)".into(),
-        ));
+impl PreflightConfig {
+    /// The rules of `[preflight]`.
+    pub(super) fn check(&self) -> Result<(), Invalid> {
+        if self.token_budget == 0 {
+            return Err(Invalid::new(
+                "preflight.token_budget",
+                "must be above 0 (a budget of nothing skips every probe)",
+            ));
+        }
+        if self.probe_timeout.is_zero() {
+            return Err(Invalid::new(
+                "preflight.probe_timeout",
+                "must be above 0, e.g. \"120s\"",
+            ));
+        }
+        if !(1..=64).contains(&self.max_new_tokens) {
+            return Err(Invalid::new(
+                "preflight.max_new_tokens",
+                "must be 1 to 64: the probe at limit − 1 must still fit the KV pool with it",
+            ));
+        }
+        Ok(())
     }
-    if config.probe_timeout.is_zero() {
-        return Err((
-            "preflight.probe_timeout".into(),
-            "must be above 0, e.g. \"120s\"".into(),
-        ));
-    }
-    if !(1..=64).contains(&config.max_new_tokens) {
-        return Err((
-            "preflight.max_new_tokens".into(),
-            "must be 1 to 64: the probe at limit − 1 must still fit the KV pool with it".into(),
-        ));
-    }
-    Ok(())
 }

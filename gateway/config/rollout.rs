@@ -4,6 +4,8 @@
 use serde::Deserialize;
 use std::time::Duration;
 
+use super::invalid::Invalid;
+
 /// `[[rollouts]]`
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -80,52 +82,24 @@ fn default_min_requests() -> u64 {
     200
 }
 
-/// Cross-field rules of `[[rollouts]]`; errors are (key, reason).
-pub(super) fn check(config: &super::Config) -> Result<(), (String, String)> {
-    let mut models = std::collections::HashSet::new();
-    for (i, r) in config.rollouts.iter().enumerate() {
-        let key = |field: &str| format!("rollouts[{i}].{field}");
-        let fail = |field: &str, reason: String| Err((key(field), reason));
-        if config.model(&r.model).is_none() {
-            return fail("model", format!("`{}` is not a [[models]] name", r.model));
-        }
-        if !models.insert(r.model.as_str()) {
-            return fail(
-                "model",
-                format!(
-                    "`{}` has two rollouts; one model rolls out one canary at a time",
-                    r.model
-                ),
-            );
-        }
-        for (field, name) in [("stable", &r.stable), ("canary", &r.canary)] {
-            match config.pools.iter().find(|p| &p.name == name) {
-                None => return fail(field, format!("`{name}` is not a [[pools]] name")),
-                Some(p) if p.model != r.model => {
-                    return fail(
-                        field,
-                        format!(
-                            "pool `{name}` serves model `{}`, not `{}`",
-                            p.model, r.model
-                        ),
-                    )
-                }
-                Some(_) => {}
-            }
-        }
-        if r.stable == r.canary {
+impl RolloutConfig {
+    /// The rules of one rollout that need no other section; keys are relative to it
+    /// (`margins.guard_trips`). Which models and pools it names is checked across sections.
+    pub(super) fn check(&self) -> Result<(), Invalid> {
+        let fail = |field: &str, reason: String| Err(Invalid::new(field, reason));
+        if self.stable == self.canary {
             return fail("canary", "must be another pool than `stable`".into());
         }
-        if r.window.is_zero() {
+        if self.window.is_zero() {
             return fail("window", "must be positive, e.g. \"5m\"".into());
         }
-        if r.min_requests == 0 {
+        if self.min_requests == 0 {
             return fail(
                 "min_requests",
                 "must be at least 1 (e.g. 200): a handful of requests must not decide".into(),
             );
         }
-        let m = &r.margins;
+        let m = &self.margins;
         for (field, v) in [
             ("margins.guard_trips", m.guard_trips),
             ("margins.engine_errors", m.engine_errors),
@@ -144,7 +118,7 @@ pub(super) fn check(config: &super::Config) -> Result<(), (String, String)> {
                 "must be at least 1, e.g. 2.0".into(),
             );
         }
-        if let Some(p) = &r.promotion {
+        if let Some(p) = &self.promotion {
             let rising = p.steps.windows(2).all(|w| w[0] < w[1]);
             if p.steps.is_empty() || !rising || p.steps.last() != Some(&100) || p.steps[0] == 0 {
                 return fail(
@@ -160,6 +134,6 @@ pub(super) fn check(config: &super::Config) -> Result<(), (String, String)> {
                 );
             }
         }
+        Ok(())
     }
-    Ok(())
 }

@@ -2,8 +2,14 @@
 
 use serde::Deserialize;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use super::files::resolve;
+use super::invalid::{deadline, Invalid};
+
+/// The default of `server.tls_watch_interval`: how often certificate files are checked.
+pub const CERT_WATCH_INTERVAL: Duration = Duration::from_secs(5);
 
 /// `[server]`
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -81,7 +87,7 @@ impl Default for ServerConfig {
             admin_token_file: None,
             max_body_bytes: bytesize::ByteSize::mib(64),
             drain_timeout: Duration::from_secs(30),
-            tls_watch_interval: crate::tls::CERT_WATCH_INTERVAL,
+            tls_watch_interval: CERT_WATCH_INTERVAL,
             allow_anonymous: false,
             tls: None,
             header_read_timeout: Duration::from_secs(10),
@@ -107,4 +113,80 @@ impl Default for ServerConfig {
 pub struct TlsConfig {
     pub cert: PathBuf,
     pub key: PathBuf,
+}
+
+impl ServerConfig {
+    /// The rules of `[server]`: zero would turn a guard off or refuse everything, and its
+    /// files exist (resolved against `base`, the config file's folder).
+    pub(super) fn check(&mut self, base: &Path) -> Result<(), Invalid> {
+        if self.max_body_bytes.as_u64() == 0 {
+            return Err(Invalid::new(
+                "server.max_body_bytes",
+                "must be positive, e.g. \"64MiB\"",
+            ));
+        }
+        for (key, value) in [
+            ("server.header_read_timeout", self.header_read_timeout),
+            ("server.body_idle_timeout", self.body_idle_timeout),
+            ("server.body_timeout", self.body_timeout),
+            ("server.send_timeout", self.send_timeout),
+            (
+                "server.http2_keep_alive_interval",
+                self.http2_keep_alive_interval,
+            ),
+            (
+                "server.http2_keep_alive_timeout",
+                self.http2_keep_alive_timeout,
+            ),
+        ] {
+            deadline(key, value)?;
+        }
+        for (key, value) in [
+            ("server.max_connections", self.max_connections),
+            ("server.data_threads", self.data_threads),
+            ("server.max_in_flight", self.max_in_flight),
+            (
+                "server.http2_max_concurrent_streams",
+                self.http2_max_concurrent_streams as usize,
+            ),
+        ] {
+            if value == 0 {
+                return Err(Invalid::new(key, "must be at least 1"));
+            }
+        }
+        if self.max_header_bytes.as_u64() < 1024 {
+            return Err(Invalid::new(
+                "server.max_header_bytes",
+                "must be at least \"1KiB\"",
+            ));
+        }
+        if self.max_header_value_bytes.as_u64() == 0
+            || self.max_header_value_bytes > self.max_header_bytes
+        {
+            return Err(Invalid::new(
+                "server.max_header_value_bytes",
+                "must be positive and at most server.max_header_bytes",
+            ));
+        }
+        if self.admin_token_env.is_some() && self.admin_token_file.is_some() {
+            return Err(Invalid::new(
+                "server.admin_token_file",
+                "set admin_token_env or admin_token_file, not both",
+            ));
+        }
+        if let Some(f) = self.admin_token_file.as_mut() {
+            resolve(base, f, "server.admin_token_file")?;
+        }
+        if let Some(tls) = self.tls.as_mut() {
+            resolve(base, &mut tls.cert, "server.tls.cert")?;
+            resolve(base, &mut tls.key, "server.tls.key")?;
+        }
+        if self.tls_watch_interval.is_zero() {
+            return Err(Invalid::new(
+                "server.tls_watch_interval",
+                "must be above 0, e.g. \"5s\"",
+            ));
+        }
+        Ok(())
+    }
 }

@@ -1,4 +1,5 @@
 use super::*;
+use std::time::Duration;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -4,6 +4,8 @@
 use serde::Deserialize;
 use std::time::Duration;
 
+use super::invalid::Invalid;
+
 /// `[tracing]`
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -55,48 +57,50 @@ impl TracingConfig {
     }
 }
 
-/// Validation of `[tracing]`: `(key, reason)` for the first problem.
-pub(super) fn check(config: &TracingConfig) -> Result<(), (String, String)> {
-    let fail = |key: &str, reason: String| Err((format!("tracing.{key}"), reason));
-    if let Some(endpoint) = &config.otlp_endpoint {
-        let uri = endpoint.parse::<http::Uri>();
-        let ok = uri
-            .as_ref()
-            .map(|u| u.scheme_str() == Some("http") && u.authority().is_some())
-            .unwrap_or(false);
-        if !ok {
-            return fail(
+impl TracingConfig {
+    /// The rules of `[tracing]`.
+    pub(super) fn check(&self) -> Result<(), Invalid> {
+        let fail = |key: &str, reason: String| Err(Invalid::new(format!("tracing.{key}"), reason));
+        if let Some(endpoint) = &self.otlp_endpoint {
+            let uri = endpoint.parse::<http::Uri>();
+            let ok = uri
+                .as_ref()
+                .map(|u| u.scheme_str() == Some("http") && u.authority().is_some())
+                .unwrap_or(false);
+            if !ok {
+                return fail(
                 "otlp_endpoint",
                 format!(
                     "`{endpoint}` is not an http:// URL with a host, e.g. \"http://127.0.0.1:4318\" \
                      (https is not supported: run an OpenTelemetry Collector beside kvgate)"
                 ),
             );
+            }
         }
+        if self.service_name.trim().is_empty() {
+            return fail("service_name", "must not be empty, e.g. \"kvgate\"".into());
+        }
+        if !(0.0..=1.0).contains(&self.sample_ratio) {
+            return fail(
+                "sample_ratio",
+                "must be between 0.0 and 1.0 (a share of new traces)".into(),
+            );
+        }
+        if self.export_interval.is_zero() {
+            return fail("export_interval", "must be above 0, e.g. \"1s\"".into());
+        }
+        if self.max_batch_spans == 0 {
+            return fail("max_batch_spans", "must be at least 1, e.g. 512".into());
+        }
+        if self.max_queue_spans < self.max_batch_spans {
+            return fail(
+                "max_queue_spans",
+                "must be at least tracing.max_batch_spans".into(),
+            );
+        }
+        if self.export_timeout.is_zero() {
+            return fail("export_timeout", "must be above 0, e.g. \"5s\"".into());
+        }
+        Ok(())
     }
-    if config.service_name.trim().is_empty() {
-        return fail("service_name", "must not be empty, e.g. \"kvgate\"".into());
-    }
-    if !(0.0..=1.0).contains(&config.sample_ratio) {
-        return fail(
-            "sample_ratio",
-            "must be between 0.0 and 1.0 (a share of new traces)".into(),
-        );
-    }
-    if config.export_interval.is_zero() {
-        return fail("export_interval", "must be above 0, e.g. \"1s\"".into());
-    }
-    if config.max_batch_spans == 0 {
-        return fail("max_batch_spans", "must be at least 1, e.g. 512".into());
-    }
-    if config.max_queue_spans < config.max_batch_spans {
-        return fail(
-            "max_queue_spans",
-            "must be at least tracing.max_batch_spans".into(),
-        );
-    }
-    if config.export_timeout.is_zero() {
-        return fail("export_timeout", "must be above 0, e.g. \"5s\"".into());
-    }
-    Ok(())
 }

@@ -4,6 +4,9 @@ use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::files::resolve;
+use super::invalid::{deadline, Invalid};
+
 /// `[upstream]`
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -75,61 +78,78 @@ impl Default for UpstreamConfig {
     }
 }
 
-/// `[upstream.tls]`: files exist (resolved against the config's folder), a client
-/// certificate comes with its key, server names are names.
-pub(super) fn check_tls(config: &mut super::Config, base: &Path) -> Result<(), (String, String)> {
-    let tls = &mut config.upstream.tls;
-    for (key, file) in [
-        ("ca_file", &mut tls.ca_file),
-        ("cert_file", &mut tls.cert_file),
-        ("key_file", &mut tls.key_file),
-    ] {
-        if let Some(f) = file.as_mut() {
-            *f = super::validate::existing_file(base, f)
-                .map_err(|r| (format!("upstream.tls.{key}"), r))?;
-        }
-    }
-    match (&tls.cert_file, &tls.key_file) {
-        (Some(_), None) => {
-            return Err((
-                "upstream.tls.key_file".into(),
-                "a client certificate (cert_file) needs its private key: key_file = \"...\"".into(),
-            ))
-        }
-        (None, Some(_)) => {
-            return Err((
-                "upstream.tls.cert_file".into(),
-                "a client key (key_file) needs its certificate chain: cert_file = \"...\"".into(),
-            ))
-        }
-        _ => {}
-    }
-    let server_name_error =
-        |name: &str| format!("`{name}` is not a DNS name or IP address, e.g. \"engine.internal\"");
-    if let Some(name) = &tls.server_name {
-        if rustls_pki_types::ServerName::try_from(name.as_str()).is_err() {
-            return Err(("upstream.tls.server_name".into(), server_name_error(name)));
-        }
-    }
-    for (i, pool) in config.pools.iter().enumerate() {
-        for (list, workers) in [
-            ("workers", &pool.workers),
-            ("prefill", &pool.prefill),
-            ("decode", &pool.decode),
+impl UpstreamConfig {
+    /// The rules of `[upstream]`: deadlines and ceilings are positive, and `[upstream.tls]`
+    /// names files that exist (resolved against `base`), a client certificate with its key,
+    /// and a server name that is a name.
+    pub(super) fn check(&mut self, base: &Path) -> Result<(), Invalid> {
+        for (key, value) in [
+            ("upstream.connect_timeout", self.connect_timeout),
+            (
+                "upstream.response_header_timeout",
+                self.response_header_timeout,
+            ),
+            ("upstream.stream_idle_timeout", self.stream_idle_timeout),
+            ("upstream.request_timeout", self.request_timeout),
         ] {
-            for (j, w) in workers.iter().enumerate() {
-                let Some(name) = &w.tls_server_name else {
-                    continue;
-                };
-                let key = format!("pools[{i}].{list}[{j}].tls_server_name");
-                if w.url.scheme_str() != Some("https") {
-                    return Err((key, "only https:// workers use a TLS server name".into()));
-                }
-                if rustls_pki_types::ServerName::try_from(name.as_str()).is_err() {
-                    return Err((key, server_name_error(name)));
-                }
+            deadline(key, value)?;
+        }
+        if self.max_response_bytes.as_u64() == 0 {
+            return Err(Invalid::new(
+                "upstream.max_response_bytes",
+                "must be positive, e.g. \"64MiB\"",
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.retry_budget_ratio) {
+            return Err(Invalid::new(
+                "upstream.retry_budget_ratio",
+                "must be between 0 and 1 (0.1: one retry per ten requests)",
+            ));
+        }
+        self.tls.check(base)
+    }
+}
+
+impl UpstreamTlsConfig {
+    fn check(&mut self, base: &Path) -> Result<(), Invalid> {
+        for (key, file) in [
+            ("upstream.tls.ca_file", &mut self.ca_file),
+            ("upstream.tls.cert_file", &mut self.cert_file),
+            ("upstream.tls.key_file", &mut self.key_file),
+        ] {
+            if let Some(f) = file.as_mut() {
+                resolve(base, f, key)?;
             }
         }
+        match (&self.cert_file, &self.key_file) {
+            (Some(_), None) => {
+                return Err(Invalid::new(
+                    "upstream.tls.key_file",
+                    "a client certificate (cert_file) needs its private key: key_file = \"...\"",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(Invalid::new(
+                    "upstream.tls.cert_file",
+                    "a client key (key_file) needs its certificate chain: cert_file = \"...\"",
+                ))
+            }
+            _ => {}
+        }
+        if let Some(name) = &self.server_name {
+            check_server_name(name).map_err(|r| Invalid::new("upstream.tls.server_name", r))?;
+        }
+        Ok(())
+    }
+}
+
+/// A TLS server name (`upstream.tls.server_name`, a worker's `tls_server_name`) must be
+/// one rustls can send as SNI and check in a certificate.
+pub(super) fn check_server_name(name: &str) -> Result<(), String> {
+    if rustls_pki_types::ServerName::try_from(name).is_err() {
+        return Err(format!(
+            "`{name}` is not a DNS name or IP address, e.g. \"engine.internal\""
+        ));
     }
     Ok(())
 }

@@ -21,7 +21,6 @@ mod pool;
 mod window;
 mod worker;
 
-pub use crate::stack::routing::{EngineVersion, VersionError};
 pub use discovery::{discover_all, discover_worker, parse_server_info};
 pub use health::{
     Ejection, EjectionGroup, HealthPolicy, HealthSnapshot, ProbeSnapshot, ProbeVerdict, Serving,
@@ -36,7 +35,7 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use crate::config::Config;
+use crate::config::{Config, EngineVersion};
 
 /// A pool's signal window when no rollout names it (the admin port still shows its rates).
 const DEFAULT_WINDOW: std::time::Duration = std::time::Duration::from_secs(300);

@@ -4,8 +4,8 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{EjectionGroup, EngineVersion, HealthPolicy, Role, SignalWindow, Worker};
-use crate::config::{EngineKind, PoolConfig, PoolMode};
+use super::{EjectionGroup, HealthPolicy, Role, SignalWindow, Worker};
+use crate::config::{EngineKind, EngineVersion, PoolConfig, PoolMode};
 use crate::load::InFlightLimit;
 
 /// Looks at a pool's signal window after a request of the pool was counted in it: the

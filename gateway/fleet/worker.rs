@@ -8,8 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use super::health::{EjectionGroup, HealthPolicy, Serving, WorkerHealth};
-use super::EngineVersion;
-use crate::config::WorkerConfig;
+use crate::config::{EngineVersion, WorkerConfig};
 use crate::metrics;
 
 /// What a worker does for a request.

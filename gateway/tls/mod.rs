@@ -15,7 +15,7 @@ mod watch;
 
 pub use engines::EngineTls;
 pub use server::ServerCert;
-pub use watch::{CertWatch, ReadCertificates, Reloaded, CERT_WATCH_INTERVAL};
+pub use watch::{CertWatch, ReadCertificates, Reloaded};
 
 use std::sync::Arc;
 

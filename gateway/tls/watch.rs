@@ -4,14 +4,10 @@
 use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use super::files::FileStamp;
 use super::{EngineTls, ServerCert, TlsError};
 use crate::metrics;
-
-/// The default of `server.tls_watch_interval`.
-pub const CERT_WATCH_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Every certificate of the process and what its files looked like when last read.
 #[derive(Debug)]

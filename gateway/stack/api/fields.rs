@@ -26,6 +26,7 @@
 use serde_json::{Map, Value};
 
 use super::Endpoint;
+use crate::config::AdapterName;
 use crate::error::GatewayError;
 
 /// Fields that select a prefix-cache partition (vLLM `cache_salt`, SGLang `extra_key`,
@@ -237,18 +238,6 @@ pub fn check(endpoint: Endpoint, fields: &Map<String, Value>) -> Result<(), Gate
     Ok(())
 }
 
-/// An adapter name as engines register them: letters, digits, `.`, `_`, `-`; never a
-/// path (no `/`), never empty or `..`.
-pub fn is_adapter_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 128
-        && name != "."
-        && name != ".."
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-}
-
 /// The LoRA adapter names the request asks for (`lora_path`: a name, or one per sample;
 /// `null` entries use the base model). 400 for anything that is not a name.
 pub fn lora_adapters(fields: &Map<String, Value>) -> Result<Vec<&str>, GatewayError> {
@@ -268,7 +257,7 @@ pub fn lora_adapters(fields: &Map<String, Value>) -> Result<Vec<&str>, GatewayEr
             .collect::<Result<_, _>>()?,
         Some(_) => return Err(bad()),
     };
-    if names.iter().any(|n| !is_adapter_name(n)) {
+    if names.iter().any(|n| !AdapterName::is_valid(n)) {
         return Err(bad());
     }
     Ok(names)
@@ -413,8 +402,8 @@ mod tests {
         ] {
             assert!(names(bad.clone()).is_err(), "{bad}");
         }
-        assert!(is_adapter_name("chat.v1_2-x"));
-        assert!(!is_adapter_name(".."));
+        assert!(AdapterName::is_valid("chat.v1_2-x"));
+        assert!(!AdapterName::is_valid(".."));
     }
 
     #[test]

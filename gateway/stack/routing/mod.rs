@@ -16,10 +16,8 @@
 //! [`RoutePlan`] extension, whose worker loads live until the response body ends.
 
 mod pick;
-mod version;
 
 pub use pick::{pick_other_unified, pick_workers};
-pub use version::{EngineVersion, VersionError};
 
 use bytes::Bytes;
 use http::Request;

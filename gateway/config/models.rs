@@ -1,0 +1,89 @@
+//! `[[models]]`: the models the gateway serves, by the name clients send.
+
+use serde::Deserialize;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use super::engine_version::EngineVersion;
+use super::files::resolve;
+use super::invalid::Invalid;
+
+/// `[[models]]`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// What clients send as `model`.
+    pub name: String,
+    /// `tokenizer.json`, relative to the config file.
+    pub tokenizer: PathBuf,
+    /// `tokenizer_config.json` holding `chat_template`; relative to the config file.
+    pub chat_template: Option<PathBuf>,
+    /// The model's context window in tokens.
+    pub context_window: u64,
+    /// New tokens assumed (and sent to the engine) when a request names none; unset: the
+    /// engines' defaults (`/generate` 128, completions 16, chat the rest of the window).
+    #[serde(default)]
+    pub default_max_new_tokens: Option<u64>,
+    /// Workers whose engine reports an older version (or none) may not serve this model,
+    /// e.g. "0.5.22" (the first SGLang release that refuses over-long prompts up front).
+    #[serde(default)]
+    pub min_engine_version: Option<String>,
+}
+
+impl ModelConfig {
+    /// The rules of one model; keys are relative to it (`context_window`). Its files are
+    /// resolved against `base`.
+    pub(super) fn check(&mut self, base: &Path) -> Result<(), Invalid> {
+        if self.name.trim().is_empty() {
+            return Err(Invalid::new("name", "must not be empty"));
+        }
+        if self.context_window == 0 {
+            return Err(Invalid::new(
+                "context_window",
+                "must be the model's context window in tokens, e.g. 131072",
+            ));
+        }
+        if self.default_max_new_tokens == Some(0) {
+            return Err(Invalid::new(
+                "default_max_new_tokens",
+                "must be at least 1, or left out to use the engines' defaults",
+            ));
+        }
+        if let Some(v) = &self.min_engine_version {
+            EngineVersion::parse(v)
+                .map_err(|e| Invalid::new("min_engine_version", e.to_string()))?;
+        }
+        resolve(base, &mut self.tokenizer, "tokenizer")?;
+        if let Some(t) = self.chat_template.as_mut() {
+            resolve(base, t, "chat_template")?;
+        }
+        Ok(())
+    }
+}
+
+/// The rules of the `[[models]]` list: at least one model, names unique, each model valid.
+pub(super) fn check_models(models: &mut [ModelConfig], base: &Path) -> Result<(), Invalid> {
+    if models.is_empty() {
+        return Err(Invalid::new(
+            "models",
+            "no model is configured; add a [[models]] table with name, tokenizer and context_window",
+        ));
+    }
+    let mut names = HashSet::new();
+    for (i, model) in models.iter_mut().enumerate() {
+        // A repeated name was valid where it was first seen, so this comes first.
+        if !names.insert(model.name.clone()) {
+            return Err(Invalid::new(
+                format!("models[{i}].name"),
+                format!(
+                    "`{}` is defined twice; model names must be unique",
+                    model.name
+                ),
+            ));
+        }
+        model
+            .check(base)
+            .map_err(|e| e.under(&format!("models[{i}]")))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,192 @@
+//! `[[pools]]`: engine pools; several pools of one model share its traffic by weight
+//! (canaries).
+
+use serde::Deserialize;
+use std::collections::HashSet;
+
+use super::guard::GuardConfig;
+use super::invalid::Invalid;
+use super::isolation::LeakMode;
+use super::workers::WorkerConfig;
+
+/// Which HTTP API the engines of a pool speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EngineKind {
+    /// SGLang: native `/generate` plus the OpenAI routes; supports PD disaggregation.
+    Sglang,
+    /// An OpenAI-compatible server (vLLM and others): chat and completions only.
+    Openai,
+}
+
+/// How requests are served inside a pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PoolMode {
+    /// Every request goes to one prefill and one decode worker (SGLang PD).
+    Disaggregated,
+    /// Every request goes to one worker that does both.
+    Unified,
+}
+
+/// `[[pools]]`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PoolConfig {
+    pub name: String,
+    /// A `[[models]].name`.
+    pub model: String,
+    pub engine: EngineKind,
+    pub mode: PoolMode,
+    /// Share of the model's traffic (canary rollouts); 0 takes the pool out of rotation.
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+    /// The engine version the pool runs; what the engines report (`/get_server_info`,
+    /// `/version`) takes precedence, and a disagreement is a warning in `kvgate check`.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// The `model` value the engines expect on OpenAI routes (default: the model's name).
+    #[serde(default)]
+    pub served_model: Option<String>,
+    /// Unified pools: the workers.
+    #[serde(default)]
+    pub workers: Vec<WorkerConfig>,
+    /// Disaggregated pools: prefill workers.
+    #[serde(default)]
+    pub prefill: Vec<WorkerConfig>,
+    /// Disaggregated pools: decode workers.
+    #[serde(default)]
+    pub decode: Vec<WorkerConfig>,
+    /// Only these tenants may use the pool (empty: every tenant).
+    #[serde(default)]
+    pub tenants: Vec<String>,
+    /// Requests in flight at once on this pool (503 + Retry-After above it; unset: none).
+    #[serde(default)]
+    pub max_in_flight: Option<usize>,
+    /// The active health check's path (default: `/health` on SGLang, `/v1/models` on
+    /// OpenAI-style engines; `/health_generate` runs a one-token generation).
+    #[serde(default)]
+    pub health_path: Option<String>,
+    /// Send each tenant's `cache_salt` (SGLang and vLLM keep prefix-cache entries of
+    /// different salts apart). Client-sent cache keys are stripped either way.
+    #[serde(default = "default_true")]
+    pub cache_salt: bool,
+    /// Scan answers for fragments of other tenants' recent prompts: off | detect | block
+    /// (default) | strict.
+    #[serde(default)]
+    pub leak_detection: LeakMode,
+    /// The response guard of this pool (`[pools.guard]`).
+    #[serde(default)]
+    pub guard: GuardConfig,
+}
+
+fn default_weight() -> u32 {
+    100
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl PoolConfig {
+    /// The rules of one pool; keys are relative to it (`prefill[0].url`).
+    pub(super) fn check(&self) -> Result<(), Invalid> {
+        if self.name.trim().is_empty() {
+            return Err(Invalid::new("name", "must not be empty"));
+        }
+        if self.max_in_flight == Some(0) {
+            return Err(Invalid::new(
+                "max_in_flight",
+                "must be at least 1, or left out for no pool cap",
+            ));
+        }
+        self.check_mode()?;
+        self.guard.check().map_err(|e| e.under("guard"))?;
+        for (list, workers) in [
+            ("workers", &self.workers),
+            ("prefill", &self.prefill),
+            ("decode", &self.decode),
+        ] {
+            for (j, worker) in workers.iter().enumerate() {
+                worker
+                    .check(list == "prefill")
+                    .map_err(|e| e.under(&format!("{list}[{j}]")))?;
+            }
+        }
+        if let Some(path) = &self.health_path {
+            if !path.starts_with('/') || path.contains(char::is_whitespace) {
+                return Err(Invalid::new(
+                    "health_path",
+                    format!(
+                        "`{path}` is not a path: write it as \"/health\" or \"/health_generate\""
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The worker lists a pool's mode needs, and the engines that can serve it.
+    fn check_mode(&self) -> Result<(), Invalid> {
+        match self.mode {
+            PoolMode::Unified => {
+                if self.workers.is_empty() {
+                    return Err(Invalid::new(
+                        "workers",
+                        "a unified pool needs at least one worker: workers = [{ url = \"http://...\" }]",
+                    ));
+                }
+                if !self.prefill.is_empty() || !self.decode.is_empty() {
+                    return Err(Invalid::new(
+                        "prefill",
+                        "prefill/decode lists belong to mode = \"disaggregated\"; a unified pool lists `workers`",
+                    ));
+                }
+            }
+            PoolMode::Disaggregated => {
+                if self.engine == EngineKind::Openai {
+                    return Err(Invalid::new(
+                        "mode",
+                        "engine = \"openai\" pools are unified; prefill/decode disaggregation needs engine = \"sglang\"",
+                    ));
+                }
+                if self.prefill.is_empty() || self.decode.is_empty() {
+                    return Err(Invalid::new(
+                        if self.prefill.is_empty() {
+                            "prefill"
+                        } else {
+                            "decode"
+                        },
+                        "a disaggregated pool needs at least one prefill and one decode worker",
+                    ));
+                }
+                if !self.workers.is_empty() {
+                    return Err(Invalid::new(
+                        "workers",
+                        "`workers` belongs to mode = \"unified\"; list prefill and decode instead",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The rules of the `[[pools]]` list: names unique, each pool valid.
+pub(super) fn check_pools(pools: &[PoolConfig]) -> Result<(), Invalid> {
+    let mut names = HashSet::new();
+    for (i, pool) in pools.iter().enumerate() {
+        // A repeated name was valid where it was first seen, so this comes first.
+        if !names.insert(pool.name.as_str()) {
+            return Err(Invalid::new(
+                format!("pools[{i}].name"),
+                format!(
+                    "`{}` is defined twice; pool names must be unique",
+                    pool.name
+                ),
+            ));
+        }
+        pool.check().map_err(|e| e.under(&format!("pools[{i}]")))?;
+    }
+    Ok(())
+}
