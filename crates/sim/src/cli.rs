@@ -1,6 +1,7 @@
 //! `kvgate sim-engine ...`: run one simulated engine until Ctrl-C or SIGTERM.
 
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,6 +79,14 @@ pub struct SimArgs {
     /// 0: one --token-latency-ms.
     #[arg(long, default_value_t = 0)]
     pub first_token_ms: u64,
+    /// Microseconds of prefill per prompt token, spent before the first token (added to
+    /// --first-token-ms), so a longer prompt has a longer time to first token; 0: none.
+    #[arg(long, default_value_t = 0, value_name = "MICROS")]
+    pub prefill_token_latency_us: u64,
+    /// The most requests in the running batch at once (SGLang's --max-running-requests);
+    /// more wait in the first-come-first-served queue. Unset: only the KV pool bounds it.
+    #[arg(long, value_name = "N")]
+    pub max_running_requests: Option<NonZeroUsize>,
 }
 
 /// Why the simulated engine could not start.
@@ -126,6 +135,8 @@ pub async fn run_cli(args: SimArgs) -> Result<(), SimError> {
         token_latency: Duration::from_millis(args.token_latency_ms),
         reported_kv_tokens: args.reported_kv_tokens,
         first_token_latency: Duration::from_millis(args.first_token_ms),
+        prefill_token_latency: Duration::from_micros(args.prefill_token_latency_us),
+        max_running_requests: args.max_running_requests,
         ..SimConfig::default()
     };
     let running = super::spawn(config, Arc::new(tokenizer), http, bootstrap)
@@ -196,8 +207,14 @@ mod tests {
             "5",
             "--first-token-ms",
             "40",
+            "--prefill-token-latency-us",
+            "250",
+            "--max-running-requests",
+            "8",
         ])
         .unwrap();
+        assert_eq!(cli.args.prefill_token_latency_us, 250);
+        assert_eq!(cli.args.max_running_requests, NonZeroUsize::new(8));
         assert_eq!(cli.args.token_latency_ms, 5);
         assert_eq!(cli.args.first_token_ms, 40);
         assert_eq!(cli.args.role, SimRole::Prefill);
@@ -208,5 +225,16 @@ mod tests {
         assert_eq!(defaults.args.fault, SimFault::None);
         assert_eq!(defaults.args.role, SimRole::Unified);
         assert_eq!(defaults.args.first_token_ms, 0);
+        assert_eq!(defaults.args.prefill_token_latency_us, 0);
+        assert_eq!(defaults.args.max_running_requests, None);
+        // Zero running requests would admit nothing: refused at parse time.
+        assert!(Cli::try_parse_from([
+            "sim-engine",
+            "--tokenizer",
+            "t.json",
+            "--max-running-requests",
+            "0"
+        ])
+        .is_err());
     }
 }

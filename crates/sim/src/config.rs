@@ -1,5 +1,6 @@
 //! Configuration of one simulated engine: its role, pool, limits and injected fault.
 
+use std::num::NonZeroUsize;
 use std::time::Duration;
 
 /// SGLang's default `--disaggregation-bootstrap-port`, reported when no bootstrap listener runs.
@@ -25,8 +26,17 @@ pub struct SimConfig {
     /// Sleep before the first generated token event of a stream (time to first token),
     /// instead of one `token_latency`. Zero (the default): one `token_latency`, as before.
     pub first_token_latency: Duration,
+    /// Prefill time per prompt token, spent before the first token (after admission, with
+    /// the pages held), so a longer prompt has a longer time to first token. It adds to
+    /// `first_token_latency` (or its one `token_latency`). A prefill worker spends it before
+    /// publishing the KV; a decode, which receives the KV, does not. Zero (the default): no
+    /// prefill time, as before.
+    pub prefill_token_latency: Duration,
+    /// SGLang's `--max-running-requests`: the most requests in the running batch at once;
+    /// more wait in the queue. `None` (the default): only the KV pool bounds the batch.
+    pub max_running_requests: Option<NonZeroUsize>,
     /// How long a decode waits for its room on the prefill's bootstrap server; also bounds
-    /// how long any request waits for free KV pages.
+    /// how long any request waits in the scheduler's queue for admission.
     pub bootstrap_timeout: Duration,
     /// Reported engine version.
     pub version: String,
@@ -51,6 +61,8 @@ impl Default for SimConfig {
             fault: SimFault::None,
             token_latency: Duration::ZERO,
             first_token_latency: Duration::ZERO,
+            prefill_token_latency: Duration::ZERO,
+            max_running_requests: None,
             bootstrap_timeout: Duration::from_secs(5),
             version: "0.5.22-sim".to_string(),
             server_info: true,
@@ -70,6 +82,12 @@ impl SimConfig {
     /// SGLang's `max_req_input_len = max_req_len - 5`: longer inputs are aborted by the scheduler.
     pub fn max_req_input_len(&self) -> usize {
         self.max_req_len().saturating_sub(5)
+    }
+
+    /// Prefill time of a prompt of `prompt_tokens` tokens.
+    pub fn prefill_time(&self, prompt_tokens: usize) -> Duration {
+        let tokens = u32::try_from(prompt_tokens).unwrap_or(u32::MAX);
+        self.prefill_token_latency.saturating_mul(tokens)
     }
 
     /// The KV pool the engine reports: `reported_kv_tokens`, or the real `kv_tokens`.

@@ -7,16 +7,17 @@ use tokio::sync::{watch, Notify};
 
 use super::bootstrap::BootstrapClient;
 use super::config::SimConfig;
-use super::kv_pool::KvPool;
 use super::rooms::Rooms;
+use super::scheduler::Scheduler;
 use super::stats::{ReceivedRequest, SimStats, SimStatsSnapshot};
 use kvgate_tokenize::ModelTokenizer;
 
-/// One engine: its KV pool, rooms, counters and received-request log.
+/// One engine: its scheduler (running batch, waiting queue, KV pool), rooms, counters and
+/// received-request log.
 pub struct SimEngine {
     pub(crate) config: SimConfig,
     pub(crate) tokenizer: Arc<ModelTokenizer>,
-    pub(crate) pool: Arc<KvPool>,
+    pub(crate) scheduler: Arc<Scheduler>,
     pub(crate) rooms: Arc<Rooms>,
     pub(crate) stats: Arc<SimStats>,
     pub(crate) client: BootstrapClient,
@@ -32,20 +33,30 @@ impl std::fmt::Debug for SimEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SimEngine")
             .field("config", &self.config)
-            .field("stats", &self.stats.snapshot())
+            .field("stats", &self.stats())
             .finish()
     }
 }
 
 impl SimEngine {
-    /// Counters so far.
+    /// Counters so far, with the running batch and waiting queue as they are now.
     pub fn stats(&self) -> SimStatsSnapshot {
-        self.stats.snapshot()
+        let mut snapshot = self.stats.snapshot();
+        let load = self.scheduler.load();
+        snapshot.running_reqs = load.running as u64;
+        snapshot.waiting_reqs = load.waiting as u64;
+        snapshot
     }
 
     /// Every request received so far, in arrival order.
     pub fn received(&self) -> Vec<ReceivedRequest> {
         self.stats.received()
+    }
+
+    /// The `rid`s of the requests the scheduler admitted into the running batch, in the
+    /// order it admitted them (health checks appear as `health_generate`).
+    pub fn admissions(&self) -> Vec<String> {
+        self.stats.admissions()
     }
 
     /// The engine's configuration.
@@ -55,11 +66,11 @@ impl SimEngine {
 
     /// Tokens currently held in the KV pool.
     pub fn used_kv_tokens(&self) -> usize {
-        self.pool.used_tokens()
+        self.scheduler.pool().used_tokens()
     }
 
     /// Waits up to `timeout` until `done(stats)` holds (re-checked whenever a stream ends or
-    /// sends a token event); returns the last snapshot either way, `Ok` when it held.
+    /// sends a token event, or the scheduler's queue or batch changes); returns the last snapshot either way, `Ok` when it held.
     pub async fn wait_for_stats(
         &self,
         timeout: Duration,

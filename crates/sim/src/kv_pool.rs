@@ -5,6 +5,10 @@
 //! **without being cleared**, most recently freed first and in the order they were freed, so
 //! the next request lands on the previous request's pages. That is what lets the incident's
 //! bug show: a request that writes less than it allocated reads someone else's tokens.
+//!
+//! The pool never waits: taking pages either succeeds now or not at all. Who gets pages when
+//! they are short (the waiting queue, its order and its bounded wait) is the scheduler's
+//! business (`scheduler.rs`); the pool only wakes it whenever pages come back.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -12,13 +16,13 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-/// Why pages could not be allocated.
+/// Why a request got no pages.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum PoolError {
     /// The request needs more tokens than the whole pool holds; waiting cannot help.
     #[error("the request needs {need} KV tokens but the pool holds only {capacity}")]
     TooLarge { need: usize, capacity: usize },
-    /// Not enough pages were freed within the bounded wait.
+    /// The request waited in the queue for the whole bounded wait without being admitted.
     #[error("no room for {need} KV tokens within {waited:?}: the KV pool is exhausted")]
     Exhausted { need: usize, waited: Duration },
 }
@@ -36,10 +40,10 @@ struct PoolState {
 /// The shared pool; allocations borrow pages from it and give them back on drop.
 pub(crate) struct KvPool {
     state: Mutex<PoolState>,
-    freed: Notify,
+    /// Woken after every free, so a scheduler waiting for pages re-checks.
+    freed: Arc<Notify>,
     page_size: usize,
     capacity: usize,
-    wait: Duration,
 }
 
 /// Pages owned by one request; dropping it frees them (also when a client disconnects).
@@ -49,8 +53,8 @@ pub(crate) struct Allocation {
 }
 
 impl KvPool {
-    /// A pool of `capacity` tokens in pages of `page_size`; allocations wait at most `wait`.
-    pub(crate) fn new(capacity: usize, page_size: usize, wait: Duration) -> Arc<Self> {
+    /// A pool of `capacity` tokens in pages of `page_size`; `freed` is woken after each free.
+    pub(crate) fn new(capacity: usize, page_size: usize, freed: Arc<Notify>) -> Arc<Self> {
         let page_size = page_size.max(1);
         let num_pages = capacity.div_ceil(page_size);
         let pages = (0..num_pages)
@@ -64,10 +68,9 @@ impl KvPool {
                 pages,
                 free: (0..num_pages).collect(),
             }),
-            freed: Notify::new(),
+            freed,
             page_size,
             capacity,
-            wait,
         })
     }
 
@@ -82,59 +85,33 @@ impl KvPool {
         (state.pages.len() - state.free.len()) * self.page_size
     }
 
-    /// Allocates pages for `tokens` tokens, waiting (bounded) for other requests to free some.
-    pub(crate) async fn allocate(self: &Arc<Self>, tokens: usize) -> Result<Allocation, PoolError> {
-        if tokens > self.capacity {
-            return Err(PoolError::TooLarge {
-                need: tokens,
-                capacity: self.capacity,
-            });
-        }
-        let pages = tokens.div_ceil(self.page_size).max(1);
-        self.allocate_pages(pages, pages, tokens).await
+    /// The pool's size in tokens (`max_total_num_tokens`).
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
     }
 
-    /// Allocates pages for up to `tokens` tokens, taking what is free now (at least one page,
-    /// waiting for it if need be). This is what the incident's engine did for an over-long
-    /// prompt: it allocated for the original length, capped at what the pool could give.
-    pub(crate) async fn allocate_capped(
-        self: &Arc<Self>,
-        tokens: usize,
-    ) -> Result<Allocation, PoolError> {
-        let wanted = tokens.div_ceil(self.page_size).max(1);
-        self.allocate_pages(1, wanted, tokens).await
+    /// Pages that hold `tokens` tokens (at least one: even an empty prompt gets a page).
+    pub(crate) fn pages_for(&self, tokens: usize) -> usize {
+        tokens.div_ceil(self.page_size).max(1)
     }
 
-    async fn allocate_pages(
+    /// Takes `max_pages` pages, or as many as are free if that is at least `min_pages`; `None`
+    /// (and nothing taken) when fewer than `min_pages` are free. Never waits.
+    pub(crate) fn try_allocate(
         self: &Arc<Self>,
         min_pages: usize,
         max_pages: usize,
-        tokens: usize,
-    ) -> Result<Allocation, PoolError> {
-        let deadline = tokio::time::Instant::now() + self.wait;
-        loop {
-            // Register for a wake-up before checking, so a free between check and wait is seen.
-            let notified = self.freed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let mut state = self.lock();
-                if state.free.len() >= min_pages {
-                    let take = max_pages.min(state.free.len());
-                    let pages: Vec<usize> = state.free.drain(..take).collect();
-                    return Ok(Allocation {
-                        pool: Arc::clone(self),
-                        pages,
-                    });
-                }
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return Err(PoolError::Exhausted {
-                    need: tokens,
-                    waited: self.wait,
-                });
-            }
+    ) -> Option<Allocation> {
+        let mut state = self.lock();
+        if state.free.len() < min_pages {
+            return None;
         }
+        let take = max_pages.min(state.free.len());
+        let pages: Vec<usize> = state.free.drain(..take).collect();
+        Some(Allocation {
+            pool: Arc::clone(self),
+            pages,
+        })
     }
 
     fn free(&self, pages: &[usize]) {
@@ -240,32 +217,37 @@ mod tests {
     use super::*;
 
     fn pool(capacity: usize) -> Arc<KvPool> {
-        KvPool::new(capacity, 4, Duration::from_secs(1))
+        KvPool::new(capacity, 4, Arc::new(Notify::new()))
     }
 
-    #[tokio::test]
-    async fn freed_pages_are_reused_most_recent_first_in_free_order() {
+    fn take(pool: &Arc<KvPool>, tokens: usize) -> Allocation {
+        let pages = pool.pages_for(tokens);
+        pool.try_allocate(pages, pages).unwrap()
+    }
+
+    #[test]
+    fn freed_pages_are_reused_most_recent_first_in_free_order() {
         let pool = pool(32);
-        let a = pool.allocate(8).await.unwrap();
-        let b = pool.allocate(8).await.unwrap();
+        let a = take(&pool, 8);
+        let b = take(&pool, 8);
         assert_eq!(a.page_ids(), &[0, 1]);
         assert_eq!(b.page_ids(), &[2, 3]);
         drop(a);
         drop(b);
         // b was freed last, so its pages come first, in their order, then a's.
-        let c = pool.allocate(16).await.unwrap();
+        let c = take(&pool, 16);
         assert_eq!(c.page_ids(), &[2, 3, 0, 1]);
         assert_eq!(pool.used_tokens(), 16);
     }
 
-    #[tokio::test]
-    async fn freeing_does_not_clear_contents() {
+    #[test]
+    fn freeing_does_not_clear_contents() {
         let pool = pool(16);
-        let a = pool.allocate(6).await.unwrap();
+        let a = take(&pool, 6);
         a.write(&[1, 2, 3, 4, 5, 6]);
         assert_eq!(a.content(), vec![1, 2, 3, 4, 5, 6]);
         drop(a);
-        let b = pool.allocate(16).await.unwrap();
+        let b = take(&pool, 16);
         // Nothing written yet: b sees a's stale tokens.
         assert_eq!(b.content(), vec![1, 2, 3, 4, 5, 6]);
         b.write_placeholder(99);
@@ -277,46 +259,29 @@ mod tests {
         assert_eq!(b.content(), vec![7, 8, 9, 10, 11]);
     }
 
-    #[tokio::test]
-    async fn capped_allocation_takes_what_is_free() {
+    #[test]
+    fn a_ranged_take_gets_what_is_free_and_a_short_pool_gives_nothing() {
         let pool = pool(16);
-        let held = pool.allocate(8).await.unwrap();
-        let capped = pool.allocate_capped(1000).await.unwrap();
+        let held = take(&pool, 8);
+        let capped = pool.try_allocate(1, 250).unwrap();
         assert_eq!(capped.capacity(), 8);
+        assert!(pool.try_allocate(1, 1).is_none());
+        drop(capped);
+        assert!(pool.try_allocate(3, 3).is_none());
+        assert_eq!(pool.used_tokens(), 8);
         drop(held);
+        assert_eq!(pool.used_tokens(), 0);
     }
 
     #[tokio::test]
-    async fn too_large_fails_at_once() {
-        let pool = pool(16);
-        let err = pool.allocate(17).await.err().unwrap();
-        assert_eq!(
-            err,
-            PoolError::TooLarge {
-                need: 17,
-                capacity: 16
-            }
-        );
-    }
-
-    #[tokio::test]
-    async fn allocation_waits_for_freed_pages_but_only_for_a_bounded_time() {
-        let pool = KvPool::new(8, 4, Duration::from_millis(50));
-        let held = pool.allocate(8).await.unwrap();
-        // Nothing frees: the wait ends with Exhausted after the bound.
-        let err = pool.allocate(4).await.err().unwrap();
-        assert!(matches!(err, PoolError::Exhausted { need: 4, .. }));
-        // A free during the wait wakes the waiter (this pool waits long enough).
-        let pool = KvPool::new(8, 4, Duration::from_secs(30));
-        let held2 = pool.allocate(8).await.unwrap();
-        let waiter = tokio::spawn({
-            let pool = Arc::clone(&pool);
-            async move { pool.allocate(8).await.map(|a| a.page_ids().to_vec()) }
-        });
-        // Let the waiter register before freeing; the result does not depend on timing.
-        tokio::task::yield_now().await;
+    async fn a_free_wakes_whoever_waits_for_pages() {
+        let freed = Arc::new(Notify::new());
+        let pool = KvPool::new(8, 4, Arc::clone(&freed));
+        let held = take(&pool, 8);
+        let notified = freed.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
         drop(held);
-        drop(held2);
-        assert_eq!(waiter.await.unwrap().unwrap(), vec![0, 1]);
+        notified.await;
     }
 }

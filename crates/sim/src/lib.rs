@@ -15,12 +15,18 @@
 //! bootstrap listener (protocol in `bootstrap.rs`), and the decode named by the same request
 //! collects it from `bootstrap_host:bootstrap_port`.
 //!
-//! Files: `config` (settings, roles, faults), `kv_pool`, `rooms` + `bootstrap` (the KV
-//! hand-off), `request` (parsing), `schedule` (checks, roles, faults), `native` / `openai` /
-//! `reply` (response shapes), `stream` (SSE body), `server` (routes), `listen` (accept loop),
-//! `cli` (`kvgate sim-engine` and the `kvgate-sim` binary), `mock` (`kvgate mock-engine`: no
-//! pool, no faults, answers prepared once per body, optionally paced; `mock_answer`: its answer
-//! kinds — the load harness's engine), `loadgen`
+//! Saturation shows as it does on a real engine: a request enters the running batch only
+//! when its KV fits the pool (and the batch is under `max_running_requests`); the others wait
+//! in a first-come-first-served queue, which `/v1/loads`, `/get_load` and `/metrics` report.
+//! A prompt's prefill takes time in proportion to its length (`prefill_token_latency`).
+//!
+//! Files: `config` (settings, roles, faults), `kv_pool` (pages), `scheduler` (running batch
+//! and waiting queue), `rooms` + `bootstrap` (the KV hand-off), `request` (parsing),
+//! `schedule` (checks, roles, faults), `native` / `openai` / `reply` (response shapes),
+//! `stream` (SSE body), `server` (routes), `load` (`/v1/loads`, `/get_load`), `metrics`
+//! (`/metrics`), `listen` (accept loop), `cli` (`kvgate sim-engine` and the `kvgate-sim`
+//! binary), `mock` (`kvgate mock-engine`: no pool, no faults, answers prepared once per body,
+//! optionally paced; `mock_answer`: its answer kinds — the load harness's engine), `loadgen`
 //! (`kvgate load-gen`: fixed-rate arrivals, latency percentiles, for the harness).
 
 mod bare_proxy;
@@ -30,7 +36,9 @@ mod config;
 mod engine;
 mod kv_pool;
 mod listen;
+mod load;
 mod loadgen;
+mod metrics;
 mod mock;
 mod mock_answer;
 mod native;
@@ -39,6 +47,7 @@ mod reply;
 mod request;
 mod rooms;
 mod schedule;
+mod scheduler;
 mod server;
 mod stats;
 mod stream;
@@ -61,6 +70,7 @@ pub use stats::{ReceivedRequest, SimStatsSnapshot};
 use kv_pool::KvPool;
 use kvgate_tokenize::ModelTokenizer;
 use rooms::Rooms;
+use scheduler::Scheduler;
 use stats::SimStats;
 
 /// A running engine: its addresses and shared state.
@@ -96,17 +106,29 @@ pub async fn spawn(
         .map(TcpListener::local_addr)
         .transpose()?;
     let (shutdown, stop) = watch::channel(false);
-    let pool = KvPool::new(config.kv_tokens, config.page_size, config.bootstrap_timeout);
+    // One wake-up for the scheduler's waiters: pages freed, seats released, queue changes.
+    let wake = Arc::new(Notify::new());
+    let changed = Arc::new(Notify::new());
+    let stats = Arc::new(SimStats::default());
+    let pool = KvPool::new(config.kv_tokens, config.page_size, Arc::clone(&wake));
+    let scheduler = Scheduler::new(
+        pool,
+        wake,
+        Arc::clone(&changed),
+        Arc::clone(&stats),
+        config.max_running_requests,
+        config.bootstrap_timeout,
+    );
     let engine = Arc::new(SimEngine {
         config,
         tokenizer,
-        pool,
+        scheduler,
         rooms: Arc::new(Rooms::default()),
-        stats: Arc::new(SimStats::default()),
+        stats,
         client: bootstrap::client(),
         shutdown: stop.clone(),
         bootstrap_port: bootstrap_addr.map(|a| a.port()),
-        changed: Arc::new(Notify::new()),
+        changed,
     });
     let mut tasks = Vec::new();
     if let Some(listener) = bootstrap {

@@ -1,5 +1,8 @@
 //! What happens to one prompt inside the engine: length checks, KV pages, roles and faults.
 //!
+//! Every path that takes KV pages goes through the scheduler (`scheduler.rs`), so it waits
+//! its turn in the FIFO queue and counts in the running batch while it holds them.
+//!
 //! Output derivation is deterministic so that stale pages show: the generated ids are the
 //! last `min(max_new_tokens, content_len)` ids of the request's KV content.
 
@@ -9,6 +12,7 @@ use super::engine::SimEngine;
 use super::kv_pool::{Allocation, PoolError};
 use super::request::{self, Sample};
 use super::rooms::{AbortInfo, RoomState};
+use super::scheduler::{Demand, Running};
 use super::stats::bump;
 
 /// Token id the scheduler swaps in for an aborted prompt (SGLang uses `[0]`).
@@ -83,12 +87,13 @@ fn pool_abort(err: &PoolError) -> Finish {
     }
 }
 
-/// Runs one sample; the returned allocation (if any) must live as long as its response.
+/// Runs one sample; the returned running request (if any) must live as long as its
+/// response: it holds the pages and the seat in the running batch.
 pub(crate) async fn run_sample(
     engine: &SimEngine,
     max_new_tokens: usize,
     sample: &Sample,
-) -> (SampleResult, Option<Allocation>) {
+) -> (SampleResult, Option<Running>) {
     let mut result = SampleResult {
         rid: sample.rid.clone(),
         prompt_tokens: sample.input_ids.len(),
@@ -177,13 +182,32 @@ fn llama_cpp_n_ctx(engine: &SimEngine) -> usize {
     engine.config.context_length.min(engine.config.kv_tokens)
 }
 
+/// What `sample` asks of the scheduler: `kv_tokens` reserved, its prompt's length.
+fn demand(sample: &Sample, kv_tokens: usize, prompt_tokens: usize) -> Demand<'_> {
+    Demand {
+        rid: &sample.rid,
+        kv_tokens,
+        prompt_tokens,
+    }
+}
+
 /// [`SimFault::StaleKv`]'s path for a request of `tokens` KV tokens that does not fit the
 /// real pool: the pages that are free (capped), not rewritten. `None`: the normal path.
-async fn stale_pages(engine: &SimEngine, tokens: usize) -> Option<Result<Allocation, PoolError>> {
+async fn stale_pages(
+    engine: &SimEngine,
+    sample: &Sample,
+    tokens: usize,
+) -> Option<Result<Running, PoolError>> {
     if engine.config.fault != SimFault::StaleKv || tokens <= engine.config.kv_tokens {
         return None;
     }
-    Some(engine.pool.allocate_capped(tokens).await)
+    let input = sample.input_ids.len();
+    Some(
+        engine
+            .scheduler
+            .admit_capped(demand(sample, tokens, input))
+            .await,
+    )
 }
 
 /// Derives the generated ids from KV content and writes them after `written` slots.
@@ -213,8 +237,12 @@ fn generate(
 /// The incident's path for an over-long prompt: abort "marked", a one-token placeholder
 /// written, and pages allocated for the original length (capped at what is free) kept with
 /// whatever an earlier request left in them.
-async fn placeholder_pages(engine: &SimEngine, input: usize) -> Result<Allocation, PoolError> {
-    let pages = engine.pool.allocate_capped(input).await?;
+async fn placeholder_pages(engine: &SimEngine, sample: &Sample) -> Result<Running, PoolError> {
+    let input = sample.input_ids.len();
+    let pages = engine
+        .scheduler
+        .admit_capped(demand(sample, input, input))
+        .await?;
     pages.write_placeholder(PLACEHOLDER_TOKEN);
     Ok(pages)
 }
@@ -224,7 +252,7 @@ async fn unified(
     max_new: usize,
     sample: &Sample,
     result: &mut SampleResult,
-) -> Option<Allocation> {
+) -> Option<Running> {
     let input = sample.input_ids.len();
     let limit = input_limit(engine);
     if input >= limit {
@@ -232,7 +260,7 @@ async fn unified(
             result.finish = abort(input_too_long(input, limit), Some(400));
             return None;
         }
-        let pages = match placeholder_pages(engine, input).await {
+        let pages = match placeholder_pages(engine, sample).await {
             Ok(pages) => pages,
             Err(err) => {
                 result.finish = pool_abort(&err);
@@ -244,7 +272,7 @@ async fn unified(
         return Some(pages);
     }
     let max_new = clip_max_new(engine, input, max_new);
-    if let Some(stale) = stale_pages(engine, input + max_new).await {
+    if let Some(stale) = stale_pages(engine, sample, input + max_new).await {
         // The v3 shape: answered from what the pages hold, counted exactly, no marker.
         return match stale {
             Ok(pages) => {
@@ -257,7 +285,11 @@ async fn unified(
             }
         };
     }
-    let pages = match engine.pool.allocate(input + max_new).await {
+    let admitted = engine
+        .scheduler
+        .admit(demand(sample, input + max_new, input))
+        .await;
+    let pages = match admitted {
         Ok(pages) => pages,
         Err(err) => {
             result.finish = pool_abort(&err);
@@ -314,12 +346,12 @@ async fn prefill(engine: &SimEngine, sample: &Sample, result: &mut SampleResult)
             return;
         }
         result.prompt_tokens = 1;
-        placeholder_pages(engine, input).await
-    } else if let Some(stale) = stale_pages(engine, input).await {
+        placeholder_pages(engine, sample).await
+    } else if let Some(stale) = stale_pages(engine, sample, input).await {
         // The v3 shape: stale pages published as this prompt's KV, with its exact count.
         stale
     } else {
-        match engine.pool.allocate(input).await {
+        match engine.scheduler.admit(demand(sample, input, input)).await {
             Ok(pages) => {
                 pages.write(&sample.input_ids);
                 Ok(pages)
@@ -329,11 +361,18 @@ async fn prefill(engine: &SimEngine, sample: &Sample, result: &mut SampleResult)
     };
     match pages {
         Ok(pages) => {
+            // Computing the KV takes the prefill time, in the running batch; the decode
+            // waiting on the room sees it as a later publish.
+            let prefill = engine.config.prefill_time(result.prompt_tokens);
+            if !prefill.is_zero() {
+                tokio::time::sleep(prefill).await;
+            }
             let state = RoomState::Ready {
                 tokens: std::sync::Arc::new(pages.content()),
                 prompt_tokens: result.prompt_tokens,
             };
-            publish(state, Some(pages));
+            // Done with the batch; the pages wait in the room for the decode's transfer.
+            publish(state, Some(pages.leave_batch()));
         }
         Err(err) => {
             let finish = pool_abort(&err);
@@ -350,7 +389,7 @@ async fn decode(
     max_new: usize,
     sample: &Sample,
     result: &mut SampleResult,
-) -> Option<Allocation> {
+) -> Option<Running> {
     let fetched = match &sample.bootstrap {
         Some(request::Target {
             host: Some(host),
@@ -387,7 +426,11 @@ async fn decode(
     bump(&engine.stats.kv_received);
     result.prompt_tokens = prompt_tokens;
     let max_new = clip_max_new(engine, tokens.len(), max_new);
-    let pages = match engine.pool.allocate(tokens.len() + max_new).await {
+    let admitted = engine
+        .scheduler
+        .admit(demand(sample, tokens.len() + max_new, tokens.len()))
+        .await;
+    let pages = match admitted {
         Ok(pages) => pages,
         Err(err) => {
             result.finish = pool_abort(&err);

@@ -1,4 +1,6 @@
 //! The engine's HTTP API: routing, request recording, info endpoints and generation.
+//!
+//! Load and metrics bodies are built in `load.rs` and `metrics.rs`; this file only routes.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,8 +18,10 @@ use super::openai;
 use super::reply::{unix_now, Reply};
 use super::request::{self, Api, ParseError};
 use super::schedule;
+use super::scheduler::Demand;
 use super::stats::ReceivedRequest;
 use super::stream::{Pace, SseBody};
+use super::{load, metrics};
 
 /// Largest request body accepted (a 1M-token prompt is a few MB of text).
 const MAX_BODY_BYTES: usize = 64 << 20;
@@ -36,6 +40,8 @@ const KNOWN_PATHS: &[&str] = &[
     "/health",
     "/health_generate",
     "/v1/loads",
+    "/get_load",
+    "/metrics",
 ];
 
 /// Handles one HTTP request.
@@ -91,7 +97,16 @@ pub(crate) async fn handle(
         }
         (&Method::GET, "/health") => Response::new(full("")),
         (&Method::GET, "/health_generate") => health_generate(&engine).await,
-        (&Method::GET, "/v1/loads") => json_response(StatusCode::OK, &loads(&engine)),
+        (&Method::GET, "/v1/loads") => json_response(StatusCode::OK, &load::loads(&engine)),
+        (&Method::GET, "/get_load") => json_response(StatusCode::OK, &load::get_load(&engine)),
+        (&Method::GET, "/metrics") => {
+            let mut response = Response::new(full(metrics::render(&engine)));
+            response.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            response
+        }
         (_, p) if KNOWN_PATHS.contains(&p) => json_response(
             StatusCode::METHOD_NOT_ALLOWED,
             &json!({"detail": "Method Not Allowed"}),
@@ -153,6 +168,16 @@ async fn generation(
         pages.extend(hold);
     }
     let e2e = started.elapsed().as_secs_f64();
+    // A unified engine computes the prompts' KV before the first token; a prefill worker
+    // spent that time before publishing, and a decode received the KV ready-made.
+    let prefill = match engine.config.role {
+        SimRole::Unified => {
+            let prompt_tokens = results.iter().map(|r| r.prompt_tokens).sum();
+            engine.config.prefill_time(prompt_tokens)
+        }
+        SimRole::Prefill | SimRole::Decode => std::time::Duration::ZERO,
+    };
+    let pace = Pace::of(&engine.config).after_prefill(prefill);
     let tokenizer = &engine.tokenizer;
     let reply = match api {
         Api::Generate => native::reply(&req, &results, tokenizer, e2e),
@@ -164,7 +189,6 @@ async fn generation(
         Reply::Full { status, body } => {
             // A non-streaming answer still takes as long as generating its tokens.
             let tokens: usize = results.iter().map(|r| r.output_ids.len()).sum();
-            let pace = Pace::of(&engine.config);
             if !pace.is_zero() && tokens > 0 {
                 let later = u32::try_from(tokens - 1).unwrap_or(u32::MAX);
                 tokio::time::sleep(pace.first + pace.every.saturating_mul(later)).await;
@@ -199,7 +223,7 @@ async fn generation(
             }
             let body = SseBody::new(
                 events,
-                Pace::of(&engine.config),
+                pace,
                 pages,
                 Arc::clone(&engine.stats),
                 Arc::clone(&engine.changed),
@@ -219,11 +243,21 @@ async fn generation(
     }
 }
 
-/// `/health_generate`: a one-token generation through the pool (PD roles use a local fake
-/// room, as SGLang uses a fake bootstrap host).
-async fn health_generate(engine: &SimEngine) -> Response<Body> {
+/// `/health_generate`: a one-token generation through the scheduler (PD roles use a local
+/// fake room, as SGLang uses a fake bootstrap host). Like SGLang, which answers 200 as soon
+/// as any output arrived during the check, a busy engine (requests running) is healthy at
+/// once instead of queueing its probe behind them.
+async fn health_generate(engine: &Arc<SimEngine>) -> Response<Body> {
+    if engine.scheduler.load().running > 0 {
+        return Response::new(full(""));
+    }
     let token = engine.tokenizer.eos_token_id().unwrap_or(0);
-    match engine.pool.allocate(2).await {
+    let demand = Demand {
+        rid: "health_generate",
+        kv_tokens: 2,
+        prompt_tokens: 1,
+    };
+    match engine.scheduler.admit(demand).await {
         Ok(pages) => {
             pages.write(&[token]);
             let ok = pages.content() == [token];
@@ -290,37 +324,6 @@ fn model_info(engine: &SimEngine) -> Value {
         "model_type": "sim",
         "architectures": ["SimForCausalLM"],
     })
-}
-
-fn loads(engine: &SimEngine) -> Value {
-    let c = &engine.config;
-    let used = engine.pool.used_tokens().min(c.kv_tokens);
-    let running = engine
-        .stats
-        .running
-        .load(std::sync::atomic::Ordering::Relaxed);
-    let load = json!({
-        "dp_rank": 0,
-        "num_running_reqs": running,
-        "num_waiting_reqs": 0,
-        "num_used_tokens": used,
-        "max_total_num_tokens": c.kv_tokens,
-        "token_usage": if c.kv_tokens == 0 { 0.0 } else { used as f64 / c.kv_tokens as f64 },
-    });
-    let mut top = load.clone();
-    if let Some(map) = top.as_object_mut() {
-        map.insert("timestamp".into(), json!(unix_now()));
-        map.insert(
-            "role".into(),
-            json!(match c.role {
-                SimRole::Unified => "unified",
-                SimRole::Prefill => "prefill",
-                SimRole::Decode => "decode",
-            }),
-        );
-        map.insert("loads".into(), json!([load]));
-    }
-    top
 }
 
 /// The index of the event after the first `n` token events, if there are more.

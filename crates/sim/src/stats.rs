@@ -42,6 +42,22 @@ pub struct SimStatsSnapshot {
     pub kv_received: u64,
     /// Samples that ended with an abort finish reason or error.
     pub aborted: u64,
+    /// Requests that entered the scheduler's waiting queue (admitted at once or later).
+    pub scheduled: u64,
+    /// Requests admitted into the running batch.
+    pub admitted: u64,
+    /// Requests that could not be admitted at once and had to wait in the queue.
+    pub queued: u64,
+    /// Requests in the running batch now.
+    pub running_reqs: u64,
+    /// Requests in the waiting queue now.
+    pub waiting_reqs: u64,
+    /// The most requests the running batch ever held at once.
+    pub peak_running: u64,
+    /// The longest the waiting queue ever was.
+    pub peak_waiting: u64,
+    /// The most KV tokens (allocated pages times page size) ever held, read at each admission.
+    pub peak_kv_tokens: u64,
 }
 
 /// Live counters behind [`SimStatsSnapshot`].
@@ -58,8 +74,15 @@ pub(crate) struct SimStats {
     pub(crate) kv_transfers: AtomicU64,
     pub(crate) kv_received: AtomicU64,
     pub(crate) aborted: AtomicU64,
-    pub(crate) running: AtomicU64,
+    pub(crate) scheduled: AtomicU64,
+    pub(crate) admitted: AtomicU64,
+    pub(crate) queued: AtomicU64,
+    peak_running: AtomicU64,
+    peak_waiting: AtomicU64,
+    peak_kv_tokens: AtomicU64,
     received: Mutex<Vec<ReceivedRequest>>,
+    /// Request ids in the order the scheduler admitted them.
+    admissions: Mutex<Vec<String>>,
 }
 
 /// Adds one to a counter.
@@ -76,6 +99,31 @@ impl SimStats {
         // A poisoned log only means another request panicked mid-push; keep recording.
         let mut log = self.received.lock().unwrap_or_else(|p| p.into_inner());
         log.push(request);
+    }
+
+    /// Records one admission into the running batch: its id, the batch size and the KV
+    /// tokens in use right after it.
+    pub(crate) fn record_admission(&self, rid: &str, running: usize, used_tokens: usize) {
+        bump(&self.admitted);
+        self.peak_running
+            .fetch_max(running as u64, Ordering::Relaxed);
+        self.peak_kv_tokens
+            .fetch_max(used_tokens as u64, Ordering::Relaxed);
+        let mut log = self.admissions.lock().unwrap_or_else(|p| p.into_inner());
+        log.push(rid.to_string());
+    }
+
+    /// Records the waiting queue's length after a request joined it.
+    pub(crate) fn raise_peak_waiting(&self, waiting: usize) {
+        self.peak_waiting
+            .fetch_max(waiting as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn admissions(&self) -> Vec<String> {
+        self.admissions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     pub(crate) fn received(&self) -> Vec<ReceivedRequest> {
@@ -99,6 +147,15 @@ impl SimStats {
             kv_transfers: get(&self.kv_transfers),
             kv_received: get(&self.kv_received),
             aborted: get(&self.aborted),
+            scheduled: get(&self.scheduled),
+            admitted: get(&self.admitted),
+            queued: get(&self.queued),
+            // Live gauges belong to the scheduler; the engine fills them in.
+            running_reqs: 0,
+            waiting_reqs: 0,
+            peak_running: get(&self.peak_running),
+            peak_waiting: get(&self.peak_waiting),
+            peak_kv_tokens: get(&self.peak_kv_tokens),
         }
     }
 }

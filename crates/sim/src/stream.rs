@@ -5,8 +5,9 @@
 //! leaves the body is counted (`token_events_sent`), so tests can order what a client saw
 //! against what the engine had sent without reading clocks.
 //!
-//! The body owns the request's KV pages, so they are freed exactly when the stream ends or
-//! the client goes away (hyper drops the body), which is when a real engine stops generating.
+//! The body owns the request's place in the running batch (its KV pages and seat), so both
+//! are freed exactly when the stream ends or the client goes away (hyper drops the body),
+//! which is when a real engine stops generating.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -22,8 +23,8 @@ use tokio::sync::Notify;
 use tokio::time::Sleep;
 
 use super::config::SimConfig;
-use super::kv_pool::Allocation;
 use super::reply::Event;
+use super::scheduler::Running;
 use super::stats::{bump, SimStats};
 
 /// Waits before token events: the time to first token, then the time between tokens.
@@ -47,6 +48,15 @@ impl Pace {
         Self { first, every }
     }
 
+    /// The pace of a request whose prompt takes `prefill` to compute: the first token comes
+    /// that much later.
+    pub(crate) fn after_prefill(self, prefill: Duration) -> Self {
+        Self {
+            first: self.first.saturating_add(prefill),
+            every: self.every,
+        }
+    }
+
     /// No wait at all: the whole stream can be written at once.
     pub(crate) fn is_zero(self) -> bool {
         self.first.is_zero() && self.every.is_zero()
@@ -62,7 +72,7 @@ pub(crate) struct SseBody {
     sleep: Option<Pin<Box<Sleep>>>,
     slept: bool,
     done: bool,
-    pages: Vec<Allocation>,
+    pages: Vec<Running>,
     stats: Arc<SimStats>,
     changed: Arc<Notify>,
     /// After the last event, stay silent with the connection open instead of ending.
@@ -79,12 +89,11 @@ impl SseBody {
     pub(crate) fn new(
         events: impl Into<VecDeque<Event>>,
         pace: Pace,
-        pages: Vec<Allocation>,
+        pages: Vec<Running>,
         stats: Arc<SimStats>,
         changed: Arc<Notify>,
     ) -> Self {
         bump(&stats.streams_started);
-        bump(&stats.running);
         Self {
             events: events.into(),
             pace,
@@ -126,9 +135,6 @@ impl Body for SseBody {
                     this.done = true;
                     this.pages.clear();
                     bump(&this.stats.streams_completed);
-                    this.stats
-                        .running
-                        .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                     this.changed.notify_waiters();
                 }
                 return Poll::Ready(None);
@@ -166,9 +172,6 @@ impl Drop for SseBody {
             // Dropped before its end: hyper gave up on the client (disconnect).
             self.pages.clear();
             bump(&self.stats.streams_cancelled);
-            self.stats
-                .running
-                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             self.changed.notify_waiters();
         }
     }
@@ -255,6 +258,12 @@ mod tests {
         config.first_token_latency = Duration::from_millis(300);
         assert_eq!(Pace::of(&config).first, Duration::from_millis(300));
         assert!(Pace::of(&SimConfig::default()).is_zero());
+        // The prefill time of a prompt adds to the first token's wait only.
+        config.prefill_token_latency = Duration::from_micros(500);
+        let paced = Pace::of(&config).after_prefill(config.prefill_time(2000));
+        assert_eq!(paced.first, Duration::from_millis(1300));
+        assert_eq!(paced.every, Duration::from_millis(20));
+        assert_eq!(SimConfig::default().prefill_time(1_000_000), Duration::ZERO);
 
         // Unpaced, everything leaves at once; each token event is still counted.
         let stats = Arc::new(SimStats::default());
