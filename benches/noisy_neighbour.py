@@ -376,8 +376,9 @@ def variant_table(v, b50, b99):
         count = lambda k: sum(1 for r in rs if r["kind"] == k)
         queued = sum(1 for r in served if "queued_ms" in r)
         for r in rs:
-            if r["kind"] == "other":
-                whys[r.get("why", "?")[:90]] = whys.get(r.get("why", "?")[:90], 0) + 1
+            if r["kind"] not in ("served", "hung"):
+                why = r.get("why", "?")[:100]
+                whys[why] = whys.get(why, 0) + 1
         p50 = f"{statistics.median(ttft):.0f}" if ttft else "-"
         p99 = f"{pct(ttft, 99):.0f}" if ttft else "-"
         print(f"{t:<7}{weights[t]:>7g}{tokens[t] / dur:>8.0f}{tokens[t] / total:>7.1%}{fair[t]:>7.1%}"
@@ -389,8 +390,8 @@ def variant_table(v, b50, b99):
     print(f"tokens = token events (one per token) received within the {dur:.0f} s window; "
           f"usage.completion_tokens ≠ the count in {mismatch} served streams; fair = max-min "
           f"weighted share (light capped at what it offers); served {served_all / dur:.1f} req/s")
-    if whys:
-        print("other errors: " + "; ".join(f"{n}× {w}" for w, n in sorted(whys.items(), key=lambda x: -x[1])[:4]))
+    for why, n in sorted(whys.items(), key=lambda x: -x[1])[:3]:
+        print(f"  refused or failed, {n}×: {why}")
     # Targets.
     light = [(r["first"] - r["sent"]) * 1e3 for r in by.get("light", []) if r["kind"] == "served"]
     rows = []

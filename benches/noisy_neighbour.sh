@@ -82,6 +82,7 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_up() { # url pid log
   for _ in $(seq 1200); do
@@ -226,7 +227,10 @@ run_phase() { # name mode tenants
     --engines "$ENGINES" --gateway-pid "$(cat "$WORK/$1.pid")" --tenants "$3" --weights "$weights" \
     --duration "$DURATION" --flood-rate "$FLOOD_RATE" --light-rate "$LIGHT_RATE" \
     --capacity-rps "$CAPACITY" --closed-k "$CLOSED_K" --prompt-words "$PROMPT_WORDS" \
-    --max-tokens "$MAX_TOKENS" --client-timeout "$CLIENT_TIMEOUT" --out "$WORK/$1.json"
+    --max-tokens "$MAX_TOKENS" --client-timeout "$CLIENT_TIMEOUT" --out "$WORK/$1.json" &
+  echo $! >"$WORK/clients.pid"
+  wait "$(cat "$WORK/clients.pid")" || { echo "the clients of $1 failed"; exit 1; }
+  rm -f "$WORK/clients.pid"
   stop "$1"
   wait_idle
 }
