@@ -27,7 +27,7 @@ pub const BUCKETS: usize = 120;
 
 /// The error codes counted one by one ([`crate::error::GatewayError::code`]), then the two
 /// stream outcomes that are not an error response, then `other` for anything unlisted.
-pub const CODES: [&str; 30] = [
+pub const CODES: [&str; 31] = [
     "invalid_request",
     "not_found",
     "method_not_allowed",
@@ -39,6 +39,7 @@ pub const CODES: [&str; 30] = [
     "unsupported_parameter",
     "lora_not_allowed",
     "pool_choice_not_allowed",
+    "priority_not_allowed",
     "unknown_pool",
     "request_timeout",
     "request_header_too_large",

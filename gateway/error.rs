@@ -68,6 +68,13 @@ pub enum GatewayError {
     /// `x-kvgate-pool` from a tenant without `choose_pool`.
     #[error("Tenant `{tenant}` may not choose a pool (x-kvgate-pool).")]
     PoolChoiceNotAllowed { tenant: String },
+    /// `x-kvgate-priority` above the tenant's `max_priority`.
+    #[error("Tenant `{tenant}` may not ask for priority `{asked}` (x-kvgate-priority); its maximum is `{max}`.")]
+    PriorityNotAllowed {
+        tenant: String,
+        asked: &'static str,
+        max: &'static str,
+    },
     /// `x-kvgate-pool` naming no pool of the request's model.
     #[error("x-kvgate-pool: `{pool}` is not a pool of model `{model}`.")]
     UnknownPool { pool: String, model: String },
@@ -221,6 +228,9 @@ impl GatewayError {
             LoraNotAllowed { .. } => class(S::FORBIDDEN, "permission_error", "lora_not_allowed"),
             PoolChoiceNotAllowed { .. } => {
                 class(S::FORBIDDEN, "permission_error", "pool_choice_not_allowed")
+            }
+            PriorityNotAllowed { .. } => {
+                class(S::FORBIDDEN, "permission_error", "priority_not_allowed")
             }
             UnknownPool { .. } => class(S::BAD_REQUEST, INVALID, "unknown_pool"),
             RequestTimeout { .. } => class(S::REQUEST_TIMEOUT, INVALID, "request_timeout"),

@@ -15,7 +15,8 @@
 //! stack::auth         API key → tenant and its policy; 401 before the body is read
 //! stack::api          catalog (/v1/models, 404/405), read_body (413, 408, budget), parse →
 //!                     InferenceRequest (the field allowlist: 400 unsupported_parameter)
-//! stack::tenant_rules models and LoRA adapters the tenant may use (403)
+//! stack::tenant_rules models and LoRA adapters the tenant may use (403); its priority class
+//!                     (x-kvgate-priority within its max_priority: 403, else 400)
 //! stack::admission    exact token count vs. every pool's smallest KV bound: 400 before dispatch (I2)
 //! stack::rate_limit   tenant RPM/TPM/concurrency; the permit lives in the response body (429)
 //! stack::routing      pool by weight (sticky per tenant) or by x-kvgate-pool among the

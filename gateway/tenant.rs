@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::config::{LeakMode, TenantConfig};
+use crate::config::{LeakMode, Priority, TenantConfig};
 
 /// The tenant name used when `server.allow_anonymous` admits key-less requests.
 pub const ANONYMOUS_TENANT: &str = "anonymous";
@@ -49,6 +49,12 @@ pub struct TenantPolicy {
     pub choose_pool: bool,
     /// Leak detection of its answers where stricter than the pool's (None: the pool's).
     pub leak_detection: Option<LeakMode>,
+    /// Its share of served tokens in a full pool's queue, against its class (at least 1).
+    pub weight: u32,
+    /// The class of its requests without an `x-kvgate-priority` header.
+    pub priority: Priority,
+    /// The highest class it may ask for with `x-kvgate-priority` (at least `priority`).
+    pub max_priority: Priority,
 }
 
 impl TenantPolicy {
@@ -68,6 +74,9 @@ impl TenantPolicy {
             lora_adapters: t.lora_adapters.iter().cloned().collect(),
             choose_pool: t.choose_pool,
             leak_detection: t.leak_detection,
+            weight: t.weight.max(1),
+            priority: t.priority,
+            max_priority: t.max_priority().max(t.priority),
         }
     }
 
@@ -82,6 +91,9 @@ impl TenantPolicy {
             lora_adapters: HashSet::new(),
             choose_pool: false,
             leak_detection: None,
+            weight: 1,
+            priority: Priority::Standard,
+            max_priority: Priority::Standard,
         }
     }
 

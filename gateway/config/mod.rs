@@ -21,7 +21,9 @@ mod limits;
 mod models;
 mod pools;
 mod preflight;
+mod priority;
 mod rollout;
+mod scheduling;
 mod server;
 mod tenants;
 mod tracing;
@@ -45,7 +47,9 @@ pub use limits::{LimitsBackend, LimitsConfig, LimitsFailurePolicy};
 pub use models::ModelConfig;
 pub use pools::{EngineKind, PoolConfig, PoolMode};
 pub use preflight::PreflightConfig;
+pub use priority::{Priority, PriorityError};
 pub use rollout::{PromotionConfig, RollbackMargins, RolloutConfig};
+pub use scheduling::SchedulingConfig;
 pub use server::{ServerConfig, TlsConfig};
 pub use tenants::{hash_key, TenantConfig};
 pub use tracing::TracingConfig;
@@ -108,6 +112,9 @@ pub struct Config {
     /// Tenant rate and concurrency counters.
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// The per-pool gateway queue used while a pool is full (applies on reload).
+    #[serde(default)]
+    pub scheduling: SchedulingConfig,
     /// Canary rollouts: a canary pool beside a stable one, with automatic rollback.
     #[serde(default)]
     pub rollouts: Vec<RolloutConfig>,
@@ -187,6 +194,7 @@ impl Config {
         self.isolation.check()?;
         self.limits.check()?;
         self.admission.check()?;
+        self.scheduling.check()?;
         models::check_models(&mut self.models, base)?;
         pools::check_pools(&self.pools)?;
         validate::pools_name_models(&self.models, &self.pools)?;

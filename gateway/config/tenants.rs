@@ -9,6 +9,7 @@ use super::adapter_name::AdapterName;
 use super::files::resolve;
 use super::invalid::Invalid;
 use super::isolation::LeakMode;
+use super::priority::Priority;
 
 /// `[[tenants]]`
 #[derive(Debug, Clone, Deserialize)]
@@ -59,6 +60,21 @@ pub struct TenantConfig {
     /// cannot lower a pool's mode, as the pool's mode protects the other tenants' prompts).
     #[serde(default)]
     pub leak_detection: Option<LeakMode>,
+    /// Its share of served tokens against other tenants of the same class while a pool's
+    /// queue is in use (weighted fair queuing): 2 gets twice the tokens of 1.
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+    /// The class of its requests that send no `x-kvgate-priority` header.
+    #[serde(default)]
+    pub priority: Priority,
+    /// The highest class its requests may ask for with `x-kvgate-priority` (default:
+    /// `priority`); asking above it is 403 `priority_not_allowed`.
+    #[serde(default)]
+    pub max_priority: Option<Priority>,
+}
+
+fn default_weight() -> u32 {
+    1
 }
 
 impl TenantConfig {
@@ -80,6 +96,23 @@ impl TenantConfig {
                 ));
             }
         }
+        if self.weight == 0 {
+            return Err(Invalid::new(
+                "weight",
+                "must be at least 1 (its share of served tokens: 1 is the default, 2 gets twice as much)",
+            ));
+        }
+        if self.max_priority() < self.priority {
+            return Err(Invalid::new(
+                "max_priority",
+                format!(
+                    "`{}` is below `priority = \"{}\"`; raise `max_priority` to at least `{}` or lower `priority`",
+                    self.max_priority(),
+                    self.priority,
+                    self.priority
+                ),
+            ));
+        }
         for name in &self.lora_adapters {
             AdapterName::parse(name).map_err(|e| Invalid::new("lora_adapters", e.to_string()))?;
         }
@@ -98,6 +131,11 @@ impl TenantConfig {
             }
         }
         Ok(())
+    }
+
+    /// The highest class its requests may ask for: `max_priority`, else `priority`.
+    pub fn max_priority(&self) -> Priority {
+        self.max_priority.unwrap_or(self.priority)
     }
 
     /// Keys named by `api_keys_env` / `api_keys_file`, hashed (the keys themselves are

@@ -79,3 +79,60 @@ fn defaults_fill_the_server_section() {
     assert_eq!(cfg.pools[0].weight, 100);
     assert!(cfg.models[0].tokenizer.is_absolute());
 }
+
+const ONE_TENANT: &str = r#"
+    [[models]]
+    name = "m"
+    tokenizer = "tokenizers/qwen3/tokenizer.json"
+    context_window = 4096
+    [[pools]]
+    name = "p"
+    model = "m"
+    engine = "sglang"
+    mode = "unified"
+    workers = [{ url = "http://127.0.0.1:1", kv_tokens = 4096 }]
+    [[tenants]]
+    name = "t"
+    api_key_sha256 = ["2dfed5a298869fa9315da696048c1321c7fd5a8eb0098a2a7dcfbd7793660871"]
+"#;
+
+#[test]
+fn scheduling_and_tenant_priorities_default() {
+    let cfg = Config::from_toml(ONE_TENANT, &repo().join("config/inline.toml")).unwrap();
+    assert_eq!(cfg.scheduling, SchedulingConfig::default());
+    assert!(cfg.scheduling.enabled);
+    assert_eq!(cfg.scheduling.max_queued, 256);
+    assert_eq!(cfg.scheduling.queue_timeout, Duration::from_secs(30));
+    assert_eq!(cfg.scheduling.kv_overcommit, 1.0);
+    let t = &cfg.tenants[0];
+    assert_eq!((t.weight, t.priority), (1, Priority::Standard));
+    assert_eq!(
+        t.max_priority(),
+        Priority::Standard,
+        "max_priority defaults to priority"
+    );
+}
+
+#[test]
+fn tenant_priorities_parse_and_a_low_maximum_names_the_fix() {
+    let text = format!(
+        "[scheduling]\nmax_queued = 8\nqueue_timeout = \"2s\"\nkv_overcommit = 1.25\n{ONE_TENANT}weight = 3\npriority = \"sheddable\"\nmax_priority = \"critical\"\n"
+    );
+    let cfg = Config::from_toml(&text, &repo().join("config/inline.toml")).unwrap();
+    assert_eq!(cfg.scheduling.max_queued, 8);
+    assert_eq!(cfg.scheduling.queue_timeout, Duration::from_secs(2));
+    let t = &cfg.tenants[0];
+    assert_eq!(
+        (t.weight, t.priority, t.max_priority()),
+        (3, Priority::Sheddable, Priority::Critical)
+    );
+
+    let text = format!("{ONE_TENANT}priority = \"critical\"\nmax_priority = \"sheddable\"\n");
+    let err = Config::from_toml(&text, &repo().join("config/inline.toml")).unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("tenants[0].max_priority"), "{message}");
+    assert!(
+        message.contains("raise `max_priority` to at least `critical`"),
+        "{message}"
+    );
+}

@@ -13,11 +13,14 @@
 //! - `discovery`: what each engine reports about itself (capacity, limits, version).
 //! - `health`, `health_check`: active probes and outlier ejection, per worker.
 //! - `window`: each pool's sliding window of outcomes (canary rollouts compare them).
+//! - `queue`: a full pool's bounded gateway queue: priority classes, weighted fair
+//!   queuing across tenants (`[scheduling]`; issue 30).
 
 mod discovery;
 mod health;
 mod health_check;
 mod pool;
+mod queue;
 mod window;
 mod worker;
 
@@ -28,6 +31,7 @@ pub use health::{
 };
 pub use health_check::{check_all, report_ejection};
 pub use pool::{OutcomeWatch, Pool, PoolWorkers};
+pub use queue::{FairQueue, QueueEntry, QueueRefusal, QueueSnapshot, Ticket};
 pub use window::{Outcome, Rates, SignalWindow};
 pub use worker::{Discovery, Role, ServerInfo, Worker, WorkerLoad};
 

@@ -15,6 +15,7 @@ pub mod header_limits;
 pub mod isolate;
 pub mod load_shed;
 pub mod observe;
+pub mod priority;
 pub mod rate_limit;
 pub mod request_id;
 pub mod rescue;

@@ -1,10 +1,13 @@
 //! Tenant rules that need only the parsed request: the models a tenant may use (403
-//! `model_not_allowed`), the LoRA adapters it may name (403 `lora_not_allowed`) and whether
-//! it may choose a pool with `x-kvgate-pool` (403 `pool_choice_not_allowed`). Caps on prompt
+//! `model_not_allowed`), the LoRA adapters it may name (403 `lora_not_allowed`), whether
+//! it may choose a pool with `x-kvgate-pool` (403 `pool_choice_not_allowed`) and the
+//! priority class it may ask for with `x-kvgate-priority` (`priority`; 403
+//! `priority_not_allowed`, 400 for a value that names no class). Caps on prompt
 //! and new tokens and pool pinning are admission's (they shape which pools fit); rate limits
 //! follow admission (they reserve its count).
 //!
-//! Reads: `AuthContext`, `InferenceRequest`, the `x-kvgate-pool` header. Writes: `PoolChoice`.
+//! Reads: `AuthContext`, `InferenceRequest`, the `x-kvgate-pool` and `x-kvgate-priority`
+//! headers. Writes: `PoolChoice`, `RequestPriority` (always).
 
 use bytes::Bytes;
 use http::Request;
@@ -14,6 +17,7 @@ use crate::body::BoxError;
 use crate::error::GatewayError;
 use crate::stack::api::{fields, InferenceRequest};
 use crate::stack::auth::AuthContext;
+use crate::stack::priority::{self, RequestPriority};
 use crate::stack::routing::{PoolChoice, POOL_CHOICE_HEADER};
 
 /// The tower predicate of the tenant-rules stage.
@@ -61,6 +65,7 @@ impl Predicate<Request<Bytes>> for TenantRules {
             }
             .into());
         }
+        let class = priority::resolve(request.headers(), &auth.policy)?;
         if let Some(value) = request.headers().get(POOL_CHOICE_HEADER) {
             if !auth.policy.choose_pool {
                 return Err(GatewayError::PoolChoiceNotAllowed {
@@ -77,6 +82,58 @@ impl Predicate<Request<Bytes>> for TenantRules {
             let choice = PoolChoice(std::sync::Arc::from(pool.trim()));
             request.extensions_mut().insert(choice);
         }
+        request.extensions_mut().insert(RequestPriority(class));
         Ok(request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Priority;
+    use crate::stack::api::{Endpoint, EngineDirectives};
+    use crate::tenant::TenantPolicy;
+    use std::sync::Arc;
+
+    fn checked(header: Option<&str>) -> Result<Request<Bytes>, GatewayError> {
+        let policy = TenantPolicy {
+            priority: Priority::Standard,
+            max_priority: Priority::Critical,
+            ..TenantPolicy::anonymous()
+        };
+        let auth = AuthContext {
+            tenant: policy.name.clone(),
+            policy: Arc::new(policy),
+        };
+        let parsed = InferenceRequest::from_fields(
+            Endpoint::Generate,
+            "qwen3".into(),
+            false,
+            1,
+            serde_json::Map::new(),
+            EngineDirectives::default(),
+        );
+        let mut request = Request::new(Bytes::new());
+        if let Some(value) = header {
+            request.headers_mut().insert(
+                crate::stack::priority::PRIORITY_HEADER,
+                http::HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        request.extensions_mut().insert(auth);
+        request.extensions_mut().insert(parsed);
+        TenantRules.check(request).map_err(GatewayError::from_boxed)
+    }
+
+    #[test]
+    fn every_request_leaves_with_its_priority_class() {
+        let class = |r: Request<Bytes>| r.extensions().get::<RequestPriority>().copied();
+        let default = checked(None).unwrap();
+        assert_eq!(class(default), Some(RequestPriority(Priority::Standard)));
+        let asked = checked(Some("critical")).unwrap();
+        assert_eq!(class(asked), Some(RequestPriority(Priority::Critical)));
+        let lowered = checked(Some("sheddable")).unwrap();
+        assert_eq!(class(lowered), Some(RequestPriority(Priority::Sheddable)));
+        assert_eq!(checked(Some("urgent")).unwrap_err().status(), 400);
     }
 }

@@ -1,0 +1,110 @@
+//! `[scheduling]`: the per-pool gateway queue that holds requests while a pool is full
+//! (issue 30), instead of pushing them into the engines' backlog or refusing them at once.
+//!
+//! Read per generation: a reload applies it to requests that arrive after it.
+
+use serde::Deserialize;
+use std::time::Duration;
+
+use super::invalid::{self, Invalid};
+
+/// The largest `max_queued`: a queue holds this many requests' bodies in memory at most.
+const MOST_QUEUED: usize = 1_000_000;
+/// The largest `kv_overcommit`: beyond, the engines' own backlog is the queue again.
+const MOST_OVERCOMMIT: f64 = 16.0;
+
+/// `[scheduling]`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedulingConfig {
+    /// Queue requests at the gateway when a pool is full (off: the engines queue them).
+    pub enabled: bool,
+    /// Requests waiting per pool; beyond, a lower class is shed or the request refused.
+    pub max_queued: usize,
+    /// Longest a request waits in the queue before it is refused.
+    #[serde(with = "humantime_serde")]
+    pub queue_timeout: Duration,
+    /// The share of a worker's KV pool the gateway may have in flight (1.0: exactly the
+    /// pool; above: the engine may queue or preempt the excess).
+    pub kv_overcommit: f64,
+}
+
+impl Default for SchedulingConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_queued: 256,
+            queue_timeout: Duration::from_secs(30),
+            kv_overcommit: 1.0,
+        }
+    }
+}
+
+impl SchedulingConfig {
+    /// The rules of `[scheduling]`.
+    pub(super) fn check(&self) -> Result<(), Invalid> {
+        if self.max_queued == 0 || self.max_queued > MOST_QUEUED {
+            return Err(Invalid::new(
+                "scheduling.max_queued",
+                format!(
+                    "must be between 1 and {MOST_QUEUED}; to queue nothing, set `enabled = false`"
+                ),
+            ));
+        }
+        invalid::deadline("scheduling.queue_timeout", self.queue_timeout)?;
+        if !(self.kv_overcommit.is_finite()
+            && (1.0..=MOST_OVERCOMMIT).contains(&self.kv_overcommit))
+        {
+            return Err(Invalid::new(
+                "scheduling.kv_overcommit",
+                format!("must be between 1.0 (exactly the KV pool) and {MOST_OVERCOMMIT}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_pass_and_each_bound_names_its_key() {
+        assert_eq!(SchedulingConfig::default().check(), Ok(()));
+        let key = |c: SchedulingConfig| c.check().err().map(|e| e.key);
+        let base = SchedulingConfig::default;
+        assert_eq!(
+            key(SchedulingConfig {
+                max_queued: 0,
+                ..base()
+            })
+            .as_deref(),
+            Some("scheduling.max_queued")
+        );
+        assert_eq!(
+            key(SchedulingConfig {
+                queue_timeout: Duration::ZERO,
+                ..base()
+            })
+            .as_deref(),
+            Some("scheduling.queue_timeout")
+        );
+        for bad in [0.99, f64::NAN, f64::INFINITY, 17.0] {
+            assert_eq!(
+                key(SchedulingConfig {
+                    kv_overcommit: bad,
+                    ..base()
+                })
+                .as_deref(),
+                Some("scheduling.kv_overcommit")
+            );
+        }
+        assert_eq!(
+            key(SchedulingConfig {
+                kv_overcommit: 1.5,
+                ..base()
+            }),
+            None
+        );
+    }
+}
