@@ -394,4 +394,34 @@ mod tests {
             PromptTokens::Exact(tok.count(&rendered, false).unwrap() as u64)
         );
     }
+
+    #[test]
+    fn kv_cost_sums_samples_and_clips_new_tokens_to_the_window() {
+        let count = |prompts: Vec<PromptTokens>, new: Vec<u64>, window: u64, fanout: u64| {
+            TokenCount {
+                prompt_tokens: prompts,
+                max_new_tokens: new,
+                clamped_max_new: None,
+                window,
+                fanout,
+                exact: None,
+            }
+            .cost()
+        };
+        let one = count(vec![PromptTokens::Exact(100)], vec![50], 1000, 1);
+        assert_eq!((one.prompt, one.total), (100, 150));
+        // Two samples add up; the bound counts until the exact count is known.
+        let two = count(
+            vec![PromptTokens::Exact(100), PromptTokens::AtMost(40)],
+            vec![50, 10],
+            1000,
+            1,
+        );
+        assert_eq!((two.prompt, two.total), (140, 200));
+        // New tokens never count past the window (per sequence, n of them).
+        let clipped = count(vec![PromptTokens::Exact(900)], vec![500], 1000, 1);
+        assert_eq!((clipped.prompt, clipped.total), (900, 1000));
+        let fanned = count(vec![PromptTokens::Exact(900)], vec![500], 1000, 2);
+        assert_eq!(fanned.total, 1100);
+    }
 }

@@ -3,9 +3,10 @@
 //!
 //! A worker's room ([`Worker::room`]) is its KV capacity × the overcommit minus the larger
 //! of what kvgate holds there and what the engine last reported in use. Among eligible
-//! workers with room for the request's cost the one with the most wins (ties: least
-//! outstanding, then round-robin). When none has room, the least outstanding eligible
-//! worker is taken as before.
+//! workers with room for the request's cost (in tokens) the one with the most room *for
+//! its size* wins — room ÷ capacity, so a pool of unequal workers is filled in proportion
+//! and its idle workers tie (ties: least outstanding, then round-robin, as before). When
+//! none has room, the least outstanding eligible worker is taken as before.
 // TODO(lead): queue instead of this fallback once `fleet/queue.rs` lands (issue 30).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -69,9 +70,9 @@ pub fn least_outstanding(workers: &[Arc<Worker>], cursor: &AtomicUsize) -> Optio
     best_for(workers, cursor, None)
 }
 
-/// The eligible worker with the most room that is at least `cost` (ties: least
-/// outstanding, then round-robin from `cursor`); when none has that much room, the least
-/// outstanding one ([`least_outstanding`]).
+/// The eligible worker with room for `cost` that has the most room for its size (room ÷
+/// capacity; ties: least outstanding, then round-robin from `cursor`); when none has that
+/// much room, the least outstanding one ([`least_outstanding`]).
 pub fn most_room(
     workers: &[Arc<Worker>],
     cursor: &AtomicUsize,
@@ -94,7 +95,7 @@ fn best_for(
     }
     let start = cursor.fetch_add(1, Ordering::Relaxed) % n;
     let mut least: Option<(&Arc<Worker>, usize)> = None;
-    let mut roomiest: Option<(&Arc<Worker>, u64, usize)> = None;
+    let mut roomiest: Option<(&Arc<Worker>, (u64, u64), usize)> = None;
     for i in 0..n {
         let worker = &workers[(start + i) % n];
         if !worker.is_eligible() {
@@ -110,15 +111,28 @@ fn best_for(
         let Some(room) = worker.room(overcommit).filter(|&r| r >= cost) else {
             continue;
         };
-        let better = roomiest.is_none_or(|(_, r, l)| room > r || (room == r && load < l));
+        // Room as a share of capacity (`room_of` only answers with a capacity).
+        let share = (room, worker.kv_tokens().unwrap_or(0).max(1));
+        let better = roomiest.is_none_or(|(_, s, l)| match more_room(share, s) {
+            std::cmp::Ordering::Greater => true,
+            std::cmp::Ordering::Equal => load < l,
+            std::cmp::Ordering::Less => false,
+        });
         if better {
-            roomiest = Some((worker, room, load));
+            roomiest = Some((worker, share, load));
         }
     }
     roomiest
         .map(|(w, _, _)| w)
         .or(least.map(|(w, _)| w))
         .cloned()
+}
+
+/// Compares two rooms as shares of their workers' capacities, `(room, capacity)`, exactly
+/// (cross-multiplied): idle workers of different sizes tie (and round-robin, as before),
+/// and under load each is filled in proportion to its size.
+fn more_room(a: (u64, u64), b: (u64, u64)) -> std::cmp::Ordering {
+    (u128::from(a.0) * u128::from(b.1)).cmp(&(u128::from(b.0) * u128::from(a.1)))
 }
 
 /// [`most_room`], taking the worker for the request (holding `cost` of its KV): a worker
@@ -284,6 +298,41 @@ mod tests {
         assert_eq!(ws[1].kv_in_flight(), 52);
         drop(load);
         assert_eq!(ws[1].kv_in_flight(), 2);
+    }
+
+    #[test]
+    fn unequal_idle_workers_take_turns_and_fill_in_proportion() {
+        let cfg = |i: u8, kv: u64| WorkerConfig {
+            url: format!("http://10.0.1.{i}:1").parse().unwrap(),
+            kv_tokens: Some(kv),
+            bootstrap_port: None,
+            bootstrap_host: None,
+            tls_server_name: None,
+        };
+        let small = Arc::new(Worker::new(Arc::from("p"), Role::Unified, &cfg(1, 100)));
+        let big = Arc::new(Worker::new(Arc::from("p"), Role::Unified, &cfg(2, 400)));
+        let ws = vec![small.clone(), big.clone()];
+        let cursor = AtomicUsize::new(0);
+        let picks: Vec<String> = (0..4)
+            .map(|_| most_room(&ws, &cursor, 10, 1.0).unwrap().authority.clone())
+            .collect();
+        assert_ne!(picks[0], picks[1], "idle: round-robin as before");
+        assert_ne!(picks[1], picks[2]);
+        // Half of the small one and a quarter of the big one used: the big one has more
+        // room for its size.
+        let _s = small.start_request_holding(50);
+        let _b = big.start_request_holding(100);
+        assert_eq!(
+            most_room(&ws, &cursor, 10, 1.0).unwrap().authority,
+            big.authority
+        );
+        // The small one has no room for 60: the big one even at more outstanding requests.
+        let _b2 = big.start_request_holding(200);
+        assert_eq!(big.room(1.0), Some(100));
+        assert_eq!(
+            most_room(&ws, &cursor, 60, 1.0).unwrap().authority,
+            big.authority
+        );
     }
 
     #[test]
