@@ -27,6 +27,9 @@ use tokio::sync::Notify;
 
 use crate::metrics;
 
+/// A worker's gauge labels (pool, role, worker), built only when a gauge is first needed.
+pub type Labels = [(&'static str, String); 3];
+
 /// A report older than this many health intervals no longer counts.
 pub const STALE_AFTER_INTERVALS: u32 = 3;
 
@@ -108,8 +111,8 @@ impl KvAccount {
         &self.room_freed
     }
 
-    /// Hold `tokens` more; `labels` name the worker's gauge.
-    pub fn add(&self, tokens: u64, labels: &[(&'static str, String); 3]) {
+    /// Hold `tokens` more; `labels` name the worker's gauge (asked once).
+    pub fn add(&self, tokens: u64, labels: impl FnOnce() -> Labels) {
         if tokens == 0 {
             return;
         }
@@ -118,7 +121,7 @@ impl KvAccount {
     }
 
     /// Give `tokens` back; wakes whoever waits for room.
-    pub fn release(&self, tokens: u64, labels: &[(&'static str, String); 3]) {
+    pub fn release(&self, tokens: u64, labels: impl FnOnce() -> Labels) {
         if tokens == 0 {
             return;
         }
@@ -132,9 +135,9 @@ impl KvAccount {
         self.room_freed.notify_waiters();
     }
 
-    fn gauge(&self, labels: &[(&'static str, String); 3]) -> &::metrics::Gauge {
+    fn gauge(&self, labels: impl FnOnce() -> Labels) -> &::metrics::Gauge {
         self.gauge
-            .get_or_init(|| ::metrics::gauge!(metrics::WORKER_KV_IN_FLIGHT, labels))
+            .get_or_init(|| ::metrics::gauge!(metrics::WORKER_KV_IN_FLIGHT, &labels()))
     }
 
     /// The engine's last report, if it is younger than `max_age`.
@@ -145,11 +148,7 @@ impl KvAccount {
 
     /// Record the engine's report (None: it gave none this time); wakes whoever waits for
     /// room when the engine now uses less KV than it last said.
-    pub fn set_engine_load(
-        &self,
-        report: Option<EngineLoad>,
-        labels: &[(&'static str, String); 3],
-    ) {
+    pub fn set_engine_load(&self, report: Option<EngineLoad>, labels: &Labels) {
         let previous = {
             let mut slot = self.engine.write().unwrap_or_else(|p| p.into_inner());
             std::mem::replace(&mut *slot, report)
@@ -300,18 +299,18 @@ mod tests {
             ("role", "unified".to_owned()),
             ("worker", "w".to_owned()),
         ];
-        account.add(100, &labels);
-        account.add(50, &labels);
+        account.add(100, || labels.clone());
+        account.add(50, || labels.clone());
         assert_eq!(account.in_flight(), 150);
         let waiter = notify.notified();
         let mut waiter = std::pin::pin!(waiter);
         waiter.as_mut().enable();
-        account.release(100, &labels);
+        account.release(100, || labels.clone());
         assert_eq!(account.in_flight(), 50);
         let waker = futures_util::task::noop_waker();
         let mut cx = std::task::Context::from_waker(&waker);
         assert!(waiter.as_mut().poll(&mut cx).is_ready());
-        account.release(500, &labels);
+        account.release(500, || labels.clone());
         assert_eq!(account.in_flight(), 0, "saturates");
     }
 

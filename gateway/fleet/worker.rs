@@ -374,7 +374,7 @@ impl Worker {
         self.outstanding.load(Ordering::Relaxed)
     }
 
-    pub(super) fn labels(&self) -> [(&'static str, String); 3] {
+    fn labels(&self) -> [(&'static str, String); 3] {
         [
             ("pool", self.pool.to_string()),
             ("role", self.role.as_str().to_owned()),
@@ -382,7 +382,7 @@ impl Worker {
         ]
     }
 
-    pub(super) fn outstanding_gauge(&self) -> &::metrics::Gauge {
+    fn outstanding_gauge(&self) -> &::metrics::Gauge {
         self.outstanding_gauge
             .get_or_init(|| ::metrics::gauge!(metrics::WORKER_OUTSTANDING, &self.labels()))
     }

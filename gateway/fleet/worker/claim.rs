@@ -87,7 +87,7 @@ pub struct WorkerLoad {
 
 impl WorkerLoad {
     fn holding(worker: &Arc<Worker>, kv: u64) -> Self {
-        worker.kv.add(kv, &worker.labels());
+        worker.kv.add(kv, || worker.labels());
         Self {
             worker: worker.clone(),
             kv: AtomicU64::new(kv),
@@ -108,7 +108,7 @@ impl WorkerLoad {
     /// leg ended: the decode worker holds the prompt's KV from then on).
     pub fn release_kv(&self) {
         let kv = self.kv.swap(0, Ordering::Relaxed);
-        self.worker.kv.release(kv, &self.worker.labels());
+        self.worker.kv.release(kv, || self.worker.labels());
     }
 }
 
