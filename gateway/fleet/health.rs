@@ -240,6 +240,11 @@ impl WorkerHealth {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The active health check's interval (how old a load report may grow).
+    pub fn interval(&self) -> Duration {
+        self.policy.interval
+    }
+
     /// Whether new requests may come (the request path: one atomic load when healthy).
     pub fn serving(&self) -> Serving {
         if self.flags.load(Ordering::Acquire) == 0 {

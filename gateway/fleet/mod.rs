@@ -10,6 +10,8 @@
 //!
 //! - `pool`: one `[[pools]]` entry, live: its workers by role, weight, in-flight cap.
 //! - `worker`: one engine process: address, role, load, capacity, versions, drain.
+//! - `load`, `load_poll`: live load per worker — the KV kvgate holds there, the engine's
+//!   own report (polled on the health interval) and the room they leave.
 //! - `discovery`: what each engine reports about itself (capacity, limits, version).
 //! - `health`, `health_check`: active probes and outlier ejection, per worker.
 //! - `window`: each pool's sliding window of outcomes (canary rollouts compare them).
@@ -19,6 +21,8 @@
 mod discovery;
 mod health;
 mod health_check;
+mod load;
+mod load_poll;
 mod pool;
 mod queue;
 mod window;
@@ -30,10 +34,16 @@ pub use health::{
     WorkerHealth,
 };
 pub use health_check::{check_all, report_ejection};
+pub use load::{
+    parse_sglang_loads, parse_vllm_metrics, prometheus_samples, room_of, EngineLoad, KvCost,
+    STALE_AFTER_INTERVALS,
+};
+pub use load_poll::poll_loads;
 pub use pool::{OutcomeWatch, Pool, PoolWorkers};
 pub use queue::{FairQueue, QueueEntry, QueueRefusal, QueueSnapshot, Ticket};
 pub use window::{Outcome, Rates, SignalWindow};
-pub use worker::{Discovery, Role, ServerInfo, Worker, WorkerLoad};
+pub use worker::claim::WorkerLoad;
+pub use worker::{Discovery, Role, ServerInfo, Worker};
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;

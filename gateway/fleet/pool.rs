@@ -52,6 +52,8 @@ pub struct Pool {
     /// Where the round-robin among equally loaded workers goes on, per role (unified or
     /// prefill, decode): routing's picks share them.
     cursors: [AtomicUsize; 2],
+    /// Notified when any of its workers gets room back (see [`Pool::room_freed`]).
+    room_freed: Arc<tokio::sync::Notify>,
 }
 
 impl Pool {
@@ -73,13 +75,15 @@ impl Pool {
                 EngineKind::Sglang => "/health".to_owned(),
                 EngineKind::Openai => "/v1/models".to_owned(),
             });
+        let room_freed = Arc::new(tokio::sync::Notify::new());
         let build = |list: &[crate::config::WorkerConfig], role| {
             let group = Arc::new(EjectionGroup::new(list.len(), health.max_ejected_share));
             list.iter()
                 .map(|w| {
                     let worker = Worker::new(name.clone(), role, w)
                         .with_versions(config.version.as_deref(), min_version.cloned())
-                        .with_health(health.clone(), group.clone(), &health_path);
+                        .with_health(health.clone(), group.clone(), &health_path)
+                        .with_room_freed(room_freed.clone());
                     Arc::new(worker)
                 })
                 .collect::<Vec<_>>()
@@ -107,6 +111,7 @@ impl Pool {
             tenants: (!config.tenants.is_empty()).then(|| config.tenants.iter().cloned().collect()),
             in_flight: config.max_in_flight.map(InFlightLimit::new),
             cursors: [AtomicUsize::new(0), AtomicUsize::new(0)],
+            room_freed,
         }
     }
 
@@ -206,5 +211,13 @@ impl Pool {
             Role::Decode => &self.cursors[1],
             Role::Unified | Role::Prefill => &self.cursors[0],
         }
+    }
+
+    /// Notified (`notify_waiters`) whenever one of its workers gets room back: a request's
+    /// load guard dropped (its KV and outstanding slot given back), or an engine reported
+    /// using less KV than before. Whoever waits for room registers first
+    /// (`Notified::enable`), then checks [`Worker::room`], then awaits.
+    pub fn room_freed(&self) -> &Arc<tokio::sync::Notify> {
+        &self.room_freed
     }
 }

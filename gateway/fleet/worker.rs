@@ -3,11 +3,17 @@
 //! Capacity is the smaller of the configured `kv_tokens` and what the engine reports
 //! (`/get_server_info` → `scheduler_info.max_total_num_tokens`); a worker whose capacity is
 //! neither configured nor discovered is not eligible to serve (I3).
+//!
+//! Its live load (`claim`: outstanding requests and the KV they hold, the engine's own
+//! report, the room left) is in `worker/claim.rs`, over [`super::load`].
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
+use tokio::sync::Notify;
+
 use super::health::{EjectionGroup, HealthPolicy, Serving, WorkerHealth};
+use super::load::KvAccount;
 use crate::config::{EngineVersion, WorkerConfig};
 use crate::metrics;
 
@@ -92,6 +98,8 @@ pub struct Worker {
     /// The outstanding-requests gauge, looked up once (on first use, so after the
     /// recorder is installed) instead of on every request start and end.
     outstanding_gauge: std::sync::OnceLock<::metrics::Gauge>,
+    /// kvgate's account of the KV held here, and the engine's last load report.
+    kv: KvAccount,
 }
 
 impl Worker {
@@ -123,7 +131,14 @@ impl Worker {
             health_path: "/health".to_owned(),
             outstanding: AtomicUsize::new(0),
             outstanding_gauge: std::sync::OnceLock::new(),
+            kv: KvAccount::new(Arc::new(Notify::new())),
         }
+    }
+
+    /// Wake `room_freed` (its pool's) when this worker's room grows.
+    pub fn with_room_freed(mut self, room_freed: Arc<Notify>) -> Self {
+        self.kv = KvAccount::new(room_freed);
+        self
     }
 
     /// The pool's configured version and the model's minimum.
@@ -359,31 +374,6 @@ impl Worker {
         self.outstanding.load(Ordering::Relaxed)
     }
 
-    /// Take this worker for one request, if it is still free to take: a worker on trial
-    /// after an ejection takes one request at a time across every data thread (the load
-    /// is claimed with a compare-and-swap from 0), any other always.
-    pub fn claim(self: &Arc<Self>) -> Option<WorkerLoad> {
-        if self.health.serving() == Serving::Trial {
-            self.outstanding
-                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
-                .ok()?;
-            self.outstanding_gauge().set(1.0);
-            return Some(WorkerLoad {
-                worker: self.clone(),
-            });
-        }
-        Some(self.start_request())
-    }
-
-    /// Count one request against this worker until the returned guard drops.
-    pub fn start_request(self: &Arc<Self>) -> WorkerLoad {
-        let n = self.outstanding.fetch_add(1, Ordering::Relaxed) + 1;
-        self.outstanding_gauge().set(n as f64);
-        WorkerLoad {
-            worker: self.clone(),
-        }
-    }
-
     fn labels(&self) -> [(&'static str, String); 3] {
         [
             ("pool", self.pool.to_string()),
@@ -430,30 +420,6 @@ impl Worker {
     }
 }
 
-/// Holds one outstanding request against a worker; the count drops with it.
-#[derive(Debug)]
-pub struct WorkerLoad {
-    worker: Arc<Worker>,
-}
-
-impl WorkerLoad {
-    /// The worker this load is on.
-    pub fn worker(&self) -> &Arc<Worker> {
-        &self.worker
-    }
-}
-
-impl Drop for WorkerLoad {
-    fn drop(&mut self) {
-        let n = self
-            .worker
-            .outstanding
-            .fetch_sub(1, Ordering::Relaxed)
-            .saturating_sub(1);
-        self.worker.outstanding_gauge().set(n as f64);
-    }
-}
-
 // === impl Peer for Worker ===
 
 impl crate::upstream::Peer for Worker {
@@ -471,5 +437,6 @@ impl crate::upstream::Peer for Worker {
     }
 }
 
+pub(super) mod claim;
 #[cfg(test)]
 mod tests;

@@ -23,6 +23,11 @@ pub const ERRORS_TOTAL: &str = "kvgate_errors_total";
 pub const UPSTREAM_REQUESTS_TOTAL: &str = "kvgate_upstream_requests_total";
 /// Requests currently outstanding at a worker (until its response body ends).
 pub const WORKER_OUTSTANDING: &str = "kvgate_worker_outstanding_requests";
+/// KV tokens kvgate has in flight at a worker (its own account: prompt + allowed new tokens
+/// of every request until its body ends).
+pub const WORKER_KV_IN_FLIGHT: &str = "kvgate_worker_kv_in_flight_tokens";
+/// Requests waiting in a worker's engine queue, as the engine last reported.
+pub const WORKER_ENGINE_WAITING: &str = "kvgate_worker_engine_waiting_requests";
 /// 1 when a worker may serve traffic, 0 when not (unknown capacity, unreachable).
 pub const WORKER_ELIGIBLE: &str = "kvgate_worker_eligible";
 /// A worker's KV pool in tokens, by source (configured / discovered / enforced).
@@ -108,6 +113,15 @@ fn describe_all() {
         "Requests sent to engines: one outcome per leg"
     );
     describe_gauge!(WORKER_OUTSTANDING, "Outstanding requests per worker");
+    describe_gauge!(
+        WORKER_KV_IN_FLIGHT,
+        Unit::Count,
+        "KV tokens kvgate has in flight per worker (prompt + allowed new tokens)"
+    );
+    describe_gauge!(
+        WORKER_ENGINE_WAITING,
+        "Requests waiting in a worker's engine queue, as the engine last reported"
+    );
     describe_gauge!(WORKER_ELIGIBLE, "1 if a worker may serve traffic");
     describe_gauge!(
         WORKER_HEALTHY,

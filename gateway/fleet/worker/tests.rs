@@ -79,12 +79,12 @@ fn a_worker_on_trial_is_claimed_by_one_request_at_a_time() {
     let then = std::time::Instant::now() - std::time::Duration::from_secs(20);
     assert!(w.health().failure(then, "status_5xx").is_some());
     assert_eq!(w.health().serving(), Serving::Trial);
-    let first = w.claim().expect("the trial request");
-    assert!(w.claim().is_none(), "a second request waits for the trial");
+    let first = w.claim(0).expect("the trial request");
+    assert!(w.claim(0).is_none(), "a second request waits for the trial");
     drop(first);
-    assert!(w.claim().is_some());
+    assert!(w.claim(0).is_some());
     // Back in service: any number at once.
     assert!(w.health().success());
-    let (a, b) = (w.claim(), w.claim());
+    let (a, b) = (w.claim(0), w.claim(0));
     assert!(a.is_some() && b.is_some());
 }

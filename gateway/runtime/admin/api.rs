@@ -23,6 +23,7 @@ use std::time::Instant;
 
 use crate::fleet::{Discovery, Fleet, Pool, Worker};
 use crate::rollout::{rates_json, Rollouts};
+use crate::stack::routing::DEFAULT_KV_OVERCOMMIT;
 
 /// An admin API answer: status and JSON body.
 pub type Answer = (StatusCode, Value);
@@ -147,6 +148,14 @@ pub fn worker_json(w: &Worker) -> Value {
         "reason": w.ineligibility(),
         "draining": w.is_draining(),
         "outstanding": w.outstanding(),
+        "kv_in_flight": w.kv_in_flight(),
+        "room": w.room(DEFAULT_KV_OVERCOMMIT),
+        "engine_load": w.engine_load().map(|l| json!({
+            "running": l.running,
+            "waiting": l.waiting,
+            "used_kv_tokens": l.used_kv_tokens,
+            "age_seconds": l.at.elapsed().as_secs_f64(),
+        })),
         "health": health_json(w),
         "discovery": match w.discovery() {
             Discovery::Pending => "pending".to_owned(),

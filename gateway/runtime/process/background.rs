@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::activity::{Activity, BUCKET};
-use crate::fleet::{check_all, discover_all};
+use crate::fleet::{check_all, discover_all, poll_loads};
 use crate::runtime::listener::server::Shutdown;
 use crate::runtime::process::live::Live;
 use crate::stack::isolate::FingerprintStore;
@@ -50,7 +50,8 @@ pub(crate) async fn discovery_loop(
 }
 
 /// Probe every worker's health on `[health] interval` (the first round right away: a worker
-/// that is down at start-up is found within `unhealthy_threshold` intervals).
+/// that is down at start-up is found within `unhealthy_threshold` intervals), then ask each
+/// engine for its load (`fleet::poll_loads`).
 ///
 /// `[health]` is read from the current config at each round, so a reload that changes
 /// it (or turns probing on or off) takes effect at the next one.
@@ -65,7 +66,10 @@ pub(crate) async fn health_loop(live: Arc<Live>, upstream: Upstream, mut shutdow
                 let generation = live.current();
                 let health = &generation.config.health;
                 if health.active {
+                    // Probes first: the load poll of a worker found down is then moot
+                    // (it answers nothing and keeps no report).
                     check_all(&generation.fleet, &upstream, health.timeout).await;
+                    poll_loads(&generation.fleet, &upstream, health.timeout).await;
                 }
                 if health.interval != interval {
                     interval = health.interval;

@@ -17,7 +17,9 @@ use tokio::sync::Semaphore;
 
 use super::prompt::{MaxNew, Sample};
 use crate::error::GatewayError;
+use crate::fleet::KvCost;
 use crate::stack::api::PromptInput;
+use crate::stack::routing::KvCostEstimate;
 use kvgate_tokenize::{ChatKey, ModelTokenizer, TokenizeError};
 use serde_json::Value;
 
@@ -241,6 +243,10 @@ pub struct TokenCount {
     pub max_new_tokens: Vec<u64>,
     /// The `max_tokens` admission chose for a chat that gave none (also sent to the engine).
     pub clamped_max_new: Option<u64>,
+    /// The model's context window and the sequences per sample (`n`): a sample's new
+    /// tokens never count past what the window leaves each sequence ([`Self::kv_cost`]).
+    pub(super) window: u64,
+    pub(super) fanout: u64,
     exact: Option<ExactFuture>,
 }
 
@@ -275,6 +281,8 @@ impl TokenCount {
             prompt_tokens,
             max_new_tokens,
             clamped_max_new: None,
+            window: u64::MAX,
+            fanout: 1,
             exact,
         }
     }
@@ -293,6 +301,37 @@ impl TokenCount {
         self.prompt_tokens.iter().map(|t| t.value()).sum()
     }
 
+    /// What the request holds in a worker's KV, summed over its samples: the prompt (exact
+    /// when the count is known by now — it is never waited for here — else admission's
+    /// bound) and the prompt plus the new tokens allowed, clipped to the context window.
+    pub fn cost(&self) -> KvCost {
+        let exact = self
+            .exact
+            .as_ref()
+            .and_then(|f| f.peek().cloned().flatten());
+        let mut cost = KvCost::ZERO;
+        for (i, (known, &new)) in self
+            .prompt_tokens
+            .iter()
+            .zip(&self.max_new_tokens)
+            .enumerate()
+        {
+            let prompt = exact
+                .as_ref()
+                .and_then(|e| e.get(i).copied())
+                .unwrap_or(known.value());
+            let fits = self
+                .window
+                .saturating_sub(prompt)
+                .saturating_mul(self.fanout);
+            cost.prompt = cost.prompt.saturating_add(prompt);
+            cost.total = cost
+                .total
+                .saturating_add(prompt.saturating_add(new.min(fits)));
+        }
+        cost
+    }
+
     /// Exact prompt tokens plus the new tokens allowed, over every sample: what a
     /// tokens-per-minute limit reserves (waits for the background count; the bound only if
     /// counting failed).
@@ -302,6 +341,12 @@ impl TokenCount {
             None => self.prompt_total(),
         };
         prompts + self.max_new_tokens.iter().sum::<u64>()
+    }
+}
+
+impl KvCostEstimate for TokenCount {
+    fn kv_cost(&self) -> KvCost {
+        self.cost()
     }
 }
 
@@ -348,5 +393,35 @@ mod tests {
             counted[0].tokens,
             PromptTokens::Exact(tok.count(&rendered, false).unwrap() as u64)
         );
+    }
+
+    #[test]
+    fn kv_cost_sums_samples_and_clips_new_tokens_to_the_window() {
+        let count = |prompts: Vec<PromptTokens>, new: Vec<u64>, window: u64, fanout: u64| {
+            TokenCount {
+                prompt_tokens: prompts,
+                max_new_tokens: new,
+                clamped_max_new: None,
+                window,
+                fanout,
+                exact: None,
+            }
+            .cost()
+        };
+        let one = count(vec![PromptTokens::Exact(100)], vec![50], 1000, 1);
+        assert_eq!((one.prompt, one.total), (100, 150));
+        // Two samples add up; the bound counts until the exact count is known.
+        let two = count(
+            vec![PromptTokens::Exact(100), PromptTokens::AtMost(40)],
+            vec![50, 10],
+            1000,
+            1,
+        );
+        assert_eq!((two.prompt, two.total), (140, 200));
+        // New tokens never count past the window (per sequence, n of them).
+        let clipped = count(vec![PromptTokens::Exact(900)], vec![500], 1000, 1);
+        assert_eq!((clipped.prompt, clipped.total), (900, 1000));
+        let fanned = count(vec![PromptTokens::Exact(900)], vec![500], 1000, 2);
+        assert_eq!(fanned.total, 1100);
     }
 }

@@ -7,8 +7,9 @@
 //! and is refused with HTTP 400 `context_length_exceeded` when it fits none. Counting starts
 //! with a byte bound and counts exactly only when the bound does not settle it.
 //!
-//! Reads: `InferenceRequest`. Writes: [`TokenCount`] and [`AdmittedPools`]; records the
-//! new-token default it assumed (model default or tenant cap) as an engine directive.
+//! Reads: `InferenceRequest`. Writes: [`TokenCount`] (also as routing's `RequestCost`: the
+//! KV the request will hold) and [`AdmittedPools`]; records the new-token default it
+//! assumed (model default or tenant cap) as an engine directive.
 
 mod budget;
 mod count;
@@ -31,7 +32,7 @@ use crate::error::GatewayError;
 use crate::fleet::Fleet;
 use crate::stack::api::InferenceRequest;
 use crate::stack::auth::{AuthContext, TenantPolicy};
-use crate::stack::routing::PoolChoice;
+use crate::stack::routing::{PoolChoice, RequestCost};
 use crate::stack::stage::{Next, Stage, StageFuture, StageLayer};
 use count::Measured;
 use kvgate_tokenize::ModelTokenizer;
@@ -133,6 +134,10 @@ impl Stage for Admit {
             let tenant = auth.as_ref().map(|a| &*a.policy);
             let (count, pools) = admit(&state, parsed, tenant, choice.as_deref()).await?;
             let clamped = count.clamped_max_new;
+            // Routing claims workers for what the request will hold in their KV.
+            request
+                .extensions_mut()
+                .insert(RequestCost(Arc::new(count.clone())));
             request.extensions_mut().insert(count);
             request.extensions_mut().insert(pools);
             let mut response = next.oneshot(request).await?;
@@ -250,6 +255,8 @@ pub async fn admit(
     }
     let mut count = TokenCount::new(&measured, max_new, &model.tokenizer, &state.permits);
     count.clamped_max_new = clamped;
+    count.window = window;
+    count.fanout = fanout.max(1);
     Ok((count, AdmittedPools(admitted.into())))
 }
 

@@ -42,7 +42,9 @@ use crate::stack::api::InferenceRequest;
 use crate::stack::auth::AuthContext;
 use crate::stack::guard::PrefillAnswer;
 use crate::stack::request_id::RequestId;
-use crate::stack::routing::{pick_other_unified, RoutePlan, ServedBy, Target};
+use crate::stack::routing::{
+    pick_other_unified, RoutePlan, ServedBy, Target, DEFAULT_KV_OVERCOMMIT,
+};
 use crate::telemetry::{Propagation, RequestTrace};
 use crate::upstream::{Peer, Replay, Upstream};
 use leg::Leg;
@@ -162,7 +164,12 @@ impl Dispatch {
             request_id: request_id.as_ref(),
             deadline: deadlines.headers,
         };
-        let RoutePlan { pool, target, slot } = plan;
+        let RoutePlan {
+            pool,
+            target,
+            slot,
+            cost,
+        } = plan;
         match target.as_ref() {
             Target::Unified(load) => {
                 // The engine's body, built once from the typed request.
@@ -183,7 +190,8 @@ impl Dispatch {
                 {
                     // Nothing was sent: another worker may take it, if the budget allows.
                     if let Some(other) =
-                        pick_other_unified(&pool, &worker).filter(|_| self.retries.withdraw())
+                        pick_other_unified(&pool, &worker, cost, DEFAULT_KV_OVERCOMMIT)
+                            .filter(|_| self.retries.withdraw())
                     {
                         tracing::warn!(error = %e, request_id = rid.as_str(), "connect failed; retrying on another worker");
                         ::metrics::counter!(metrics::UPSTREAM_RETRIES_TOTAL, "pool" => pool.name.to_string(), "reason" => "connect")
@@ -233,7 +241,11 @@ impl Dispatch {
                             Replay::Never,
                         )
                         .await;
-                    relay.drain_prefill(prefill.worker(), leg, response).await
+                    let drained = relay.drain_prefill(prefill.worker(), leg, response).await;
+                    // The prefill worker's KV went to decode (or nowhere): its share ends
+                    // with its leg, not with the decode stream.
+                    prefill.release_kv();
+                    drained
                 };
                 let decode_leg = async {
                     let response = post

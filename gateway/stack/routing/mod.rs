@@ -5,19 +5,21 @@
 //! one pool, so a conversation is not spread over two engine versions; when weights change
 //! only the tenants at the moving edge move. Anonymous traffic has no tenant to stick to
 //! and is split request by request. A tenant with `choose_pool` may name a pool with
-//! `x-kvgate-pool` (even at weight 0: a canary tried by hand). Inside a pool the least
-//! loaded eligible worker is picked, per role. Only eligible workers (known capacity, a new
+//! `x-kvgate-pool` (even at weight 0: a canary tried by hand). Inside a pool the eligible
+//! worker with the most KV room for the request is picked, per role (least outstanding
+//! requests when none has room; see [`pick`]). Only eligible workers (known capacity, a new
 //! enough engine, not draining; I3) are ever chosen.
 //!
 //! The pools and workers themselves — capacity, health, ejection, drains — are the
 //! fleet's ([`crate::fleet`]); this stage only chooses among them.
 //!
-//! Reads: `InferenceRequest`, `AdmittedPools`, `AuthContext`, `PoolChoice`. Writes: the
+//! Reads: `InferenceRequest`, `AdmittedPools`, `AuthContext`, `PoolChoice`, `RequestCost`
+//! (the request's KV cost). Writes: the
 //! [`RoutePlan`] extension, whose worker loads live until the response body ends.
 
 mod pick;
 
-pub use pick::{pick_other_unified, pick_workers};
+pub use pick::{pick_other_unified, pick_workers, DEFAULT_KV_OVERCOMMIT};
 
 use bytes::Bytes;
 use http::Request;
@@ -26,7 +28,7 @@ use tower::filter::{FilterLayer, Predicate};
 
 use crate::body::BoxError;
 use crate::error::GatewayError;
-use crate::fleet::{retry_after, Fleet, Pool, Worker, WorkerLoad};
+use crate::fleet::{retry_after, Fleet, KvCost, Pool, Worker, WorkerLoad};
 use crate::load::InFlightSlot;
 use crate::stack::api::InferenceRequest;
 use crate::stack::auth::AuthContext;
@@ -42,6 +44,19 @@ pub struct PoolChoice(pub Arc<str>);
 /// picks among them.
 #[derive(Debug, Clone)]
 pub struct AdmittedPools(pub Arc<[Arc<str>]>);
+
+/// What a request will hold in its workers' KV, as admission knows it (admission's
+/// `TokenCount` implements it: the exact prompt once counted, else its bound, plus the new
+/// tokens allowed). A trait so this stage needs nothing of admission's.
+pub trait KvCostEstimate: Send + Sync + std::fmt::Debug {
+    /// The cost now (never waits for a count in progress).
+    fn kv_cost(&self) -> KvCost;
+}
+
+/// The request's [`KvCostEstimate`] (written by admission next to `AdmittedPools`);
+/// routing claims workers for it. Absent: cost 0.
+#[derive(Debug, Clone)]
+pub struct RequestCost(pub Arc<dyn KvCostEstimate>);
 
 /// The workers chosen for one request; their loads end with the response body.
 #[derive(Debug)]
@@ -61,6 +76,8 @@ pub struct RoutePlan {
     pub target: Arc<Target>,
     /// The pool's in-flight slot (pools with `max_in_flight`), held until the body ends.
     pub slot: Option<Arc<InFlightSlot>>,
+    /// The request's KV cost, held on its workers (a retry claims the same).
+    pub cost: KvCost,
 }
 
 /// Which workers served a request (a response extension set by dispatch): the audit
@@ -73,14 +90,16 @@ pub struct ServedBy {
 }
 
 /// Choose a pool of `fleet` among those able to serve `request` — the chosen one, else by
-/// weight, sticky per `tenant` when there is one — then its workers. `admitted` (when not
-/// empty) limits the choice to the pools admission let through.
+/// weight, sticky per `tenant` when there is one — then its workers, the ones with the most
+/// KV room for `cost` (admission's count; [`KvCost::ZERO`] when there is none). `admitted`
+/// (when not empty) limits the choice to the pools admission let through.
 pub fn plan(
     fleet: &Fleet,
     request: &InferenceRequest,
     admitted: &[Arc<str>],
     tenant: Option<&str>,
     choice: Option<&str>,
+    cost: KvCost,
 ) -> Result<RoutePlan, GatewayError> {
     let no_worker = |reason: String| GatewayError::NoEligibleWorker {
         model: request.model.clone(),
@@ -155,12 +174,13 @@ pub fn plan(
             ceiling: "pool in-flight request",
         });
     };
-    let target = pick_workers(pool)
+    let target = pick_workers(pool, cost, DEFAULT_KV_OVERCOMMIT)
         .ok_or_else(|| no_worker(format!("pool `{}` lost its eligible workers", pool.name)))?;
     Ok(RoutePlan {
         pool: (*pool).clone(),
         target: Arc::new(target),
         slot,
+        cost,
     })
 }
 
@@ -193,12 +213,18 @@ impl Predicate<Request<Bytes>> for Route {
             .extensions()
             .get::<PoolChoice>()
             .map(|c| c.0.clone());
+        // What the request will hold in its workers' KV (none known without admission).
+        let cost = request
+            .extensions()
+            .get::<RequestCost>()
+            .map_or(KvCost::ZERO, |c| c.0.kv_cost());
         let plan = plan(
             &self.fleet,
             parsed,
             &admitted,
             tenant.as_deref(),
             choice.as_deref(),
+            cost,
         )?;
         request.extensions_mut().insert(plan);
         Ok(request)

@@ -1,29 +1,52 @@
-//! Picking: a pool by weight, then a worker by least outstanding requests.
+//! Picking: a pool by weight, then a worker by the most KV room, least outstanding requests
+//! when none has room for the request (or on ties).
+//!
+//! A worker's room ([`Worker::room`]) is its KV capacity × the overcommit minus the larger
+//! of what kvgate holds there and what the engine last reported in use. Among eligible
+//! workers with room for the request's cost (in tokens) the one with the most room *for
+//! its size* wins — room ÷ capacity, so a pool of unequal workers is filled in proportion
+//! and its idle workers tie (ties: least outstanding, then round-robin, as before). When
+//! none has room, the least outstanding eligible worker is taken as before.
+// TODO(lead): queue instead of this fallback once `fleet/queue.rs` lands (issue 30).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::Target;
-use crate::fleet::{Pool, PoolWorkers, Role, Worker, WorkerLoad};
+use crate::fleet::{KvCost, Pool, PoolWorkers, Role, Worker, WorkerLoad};
 
-/// Choose the workers of `pool` for one request (least outstanding, round-robin on ties).
-pub fn pick_workers(pool: &Pool) -> Option<Target> {
+/// How far a worker's KV may be promised beyond its capacity. Fixed at 1.0 (no
+/// overcommit) until the `[scheduling] kv_overcommit` config key lands (being added in
+/// parallel); routing then takes it from config.
+pub const DEFAULT_KV_OVERCOMMIT: f64 = 1.0;
+
+/// Choose the workers of `pool` for one request costing `cost` KV tokens (most room, then
+/// least outstanding, round-robin on ties). The unified or decode worker holds
+/// `cost.total`, a prefill worker `cost.prompt` (its leg hands the KV to decode).
+pub fn pick_workers(pool: &Pool, cost: KvCost, overcommit: f64) -> Option<Target> {
     match &pool.workers {
-        PoolWorkers::Unified(ws) => Some(Target::Unified(claim_least_outstanding(
+        PoolWorkers::Unified(ws) => Some(Target::Unified(claim_best(
             ws,
             pool.cursor(Role::Unified),
+            cost.total,
+            overcommit,
         )?)),
         PoolWorkers::Disaggregated { prefill, decode } => {
-            let prefill = claim_least_outstanding(prefill, pool.cursor(Role::Prefill))?;
-            let decode = claim_least_outstanding(decode, pool.cursor(Role::Decode))?;
+            let prefill = claim_best(prefill, pool.cursor(Role::Prefill), cost.prompt, overcommit)?;
+            let decode = claim_best(decode, pool.cursor(Role::Decode), cost.total, overcommit)?;
             Some(Target::Disaggregated { prefill, decode })
         }
     }
 }
 
 /// Another eligible worker of a unified `pool` than `failed` (a retry after a connect
-/// failure), least outstanding first.
-pub fn pick_other_unified(pool: &Pool, failed: &Worker) -> Option<Target> {
+/// failure) for the same `cost`, chosen as [`pick_workers`] does.
+pub fn pick_other_unified(
+    pool: &Pool,
+    failed: &Worker,
+    cost: KvCost,
+    overcommit: f64,
+) -> Option<Target> {
     let PoolWorkers::Unified(ws) = &pool.workers else {
         return None;
     };
@@ -32,45 +55,99 @@ pub fn pick_other_unified(pool: &Pool, failed: &Worker) -> Option<Target> {
         .filter(|w| w.authority != failed.authority)
         .cloned()
         .collect();
-    Some(Target::Unified(claim_least_outstanding(
+    Some(Target::Unified(claim_best(
         &others,
         pool.cursor(Role::Unified),
+        cost.total,
+        overcommit,
     )?))
 }
 
 /// Least outstanding requests among eligible workers; ties go round-robin from `cursor`,
 /// so an idle pool still spreads load instead of always hitting the first worker.
+#[cfg(test)]
 pub fn least_outstanding(workers: &[Arc<Worker>], cursor: &AtomicUsize) -> Option<Arc<Worker>> {
+    best_for(workers, cursor, None)
+}
+
+/// The eligible worker with room for `cost` that has the most room for its size (room ÷
+/// capacity; ties: least outstanding, then round-robin from `cursor`); when none has that
+/// much room, the least outstanding one ([`least_outstanding`]).
+pub fn most_room(
+    workers: &[Arc<Worker>],
+    cursor: &AtomicUsize,
+    cost: u64,
+    overcommit: f64,
+) -> Option<Arc<Worker>> {
+    best_for(workers, cursor, Some((cost, overcommit)))
+}
+
+/// One pass over `workers` from the cursor: the best by room (when `need` is given) and the
+/// least outstanding.
+fn best_for(
+    workers: &[Arc<Worker>],
+    cursor: &AtomicUsize,
+    need: Option<(u64, f64)>,
+) -> Option<Arc<Worker>> {
     let n = workers.len();
     if n == 0 {
         return None;
     }
     let start = cursor.fetch_add(1, Ordering::Relaxed) % n;
-    let mut best: Option<(&Arc<Worker>, usize)> = None;
+    let mut least: Option<(&Arc<Worker>, usize)> = None;
+    let mut roomiest: Option<(&Arc<Worker>, (u64, u64), usize)> = None;
     for i in 0..n {
         let worker = &workers[(start + i) % n];
         if !worker.is_eligible() {
             continue;
         }
         let load = worker.outstanding();
-        if best.is_none_or(|(_, b)| load < b) {
-            best = Some((worker, load));
+        if least.is_none_or(|(_, b)| load < b) {
+            least = Some((worker, load));
+        }
+        let Some((cost, overcommit)) = need else {
+            continue;
+        };
+        let Some(room) = worker.room(overcommit).filter(|&r| r >= cost) else {
+            continue;
+        };
+        // Room as a share of capacity (`room_of` only answers with a capacity).
+        let share = (room, worker.kv_tokens().unwrap_or(0).max(1));
+        let better = roomiest.is_none_or(|(_, s, l)| match more_room(share, s) {
+            std::cmp::Ordering::Greater => true,
+            std::cmp::Ordering::Equal => load < l,
+            std::cmp::Ordering::Less => false,
+        });
+        if better {
+            roomiest = Some((worker, share, load));
         }
     }
-    best.map(|(w, _)| w.clone())
+    roomiest
+        .map(|(w, _, _)| w)
+        .or(least.map(|(w, _)| w))
+        .cloned()
 }
 
-/// [`least_outstanding`], taking the worker for the request: a worker on trial that
-/// another request claimed in the meantime is passed over for the next best.
-pub fn claim_least_outstanding(
+/// Compares two rooms as shares of their workers' capacities, `(room, capacity)`, exactly
+/// (cross-multiplied): idle workers of different sizes tie (and round-robin, as before),
+/// and under load each is filled in proportion to its size.
+fn more_room(a: (u64, u64), b: (u64, u64)) -> std::cmp::Ordering {
+    (u128::from(a.0) * u128::from(b.1)).cmp(&(u128::from(b.0) * u128::from(a.1)))
+}
+
+/// [`most_room`], taking the worker for the request (holding `cost` of its KV): a worker
+/// on trial that another request claimed in the meantime is passed over for the next best.
+pub fn claim_best(
     workers: &[Arc<Worker>],
     cursor: &AtomicUsize,
+    cost: u64,
+    overcommit: f64,
 ) -> Option<WorkerLoad> {
     let mut left: Vec<Arc<Worker>>;
     let mut candidates = workers;
     loop {
-        let worker = least_outstanding(candidates, cursor)?;
-        if let Some(load) = worker.claim() {
+        let worker = most_room(candidates, cursor, cost, overcommit)?;
+        if let Some(load) = worker.claim(cost) {
             return Some(load);
         }
         // Rare (a trial raced): try the others.
@@ -193,6 +270,69 @@ mod tests {
                 ws[2].authority
             );
         }
+    }
+
+    #[test]
+    fn most_room_beats_least_outstanding_and_falls_back_when_full() {
+        let ws = workers(3);
+        let cursor = AtomicUsize::new(0);
+        // Worker 0: one small request; worker 1: two tiny ones; worker 2: one huge one.
+        let _a = ws[0].start_request_holding(10);
+        let _b1 = ws[1].start_request_holding(1);
+        let _b2 = ws[1].start_request_holding(1);
+        let _c = ws[2].start_request_holding(95);
+        assert_eq!(ws[0].room(1.0), Some(90));
+        assert_eq!(ws[1].room(1.0), Some(98));
+        assert_eq!(ws[2].room(1.0), Some(5));
+        for _ in 0..4 {
+            // Least outstanding would pick worker 0 or 2; the most room is worker 1.
+            let w = most_room(&ws, &cursor, 20, DEFAULT_KV_OVERCOMMIT).unwrap();
+            assert_eq!(w.authority, ws[1].authority);
+        }
+        // No worker has room for 99: the least outstanding rule as before (0 or 2).
+        let w = most_room(&ws, &cursor, 99, DEFAULT_KV_OVERCOMMIT).unwrap();
+        assert_ne!(w.authority, ws[1].authority);
+        // Claiming holds the cost until the load drops.
+        let load = claim_best(&ws, &cursor, 50, DEFAULT_KV_OVERCOMMIT).unwrap();
+        assert_eq!(load.worker().authority, ws[1].authority);
+        assert_eq!(ws[1].kv_in_flight(), 52);
+        drop(load);
+        assert_eq!(ws[1].kv_in_flight(), 2);
+    }
+
+    #[test]
+    fn unequal_idle_workers_take_turns_and_fill_in_proportion() {
+        let cfg = |i: u8, kv: u64| WorkerConfig {
+            url: format!("http://10.0.1.{i}:1").parse().unwrap(),
+            kv_tokens: Some(kv),
+            bootstrap_port: None,
+            bootstrap_host: None,
+            tls_server_name: None,
+        };
+        let small = Arc::new(Worker::new(Arc::from("p"), Role::Unified, &cfg(1, 100)));
+        let big = Arc::new(Worker::new(Arc::from("p"), Role::Unified, &cfg(2, 400)));
+        let ws = vec![small.clone(), big.clone()];
+        let cursor = AtomicUsize::new(0);
+        let picks: Vec<String> = (0..4)
+            .map(|_| most_room(&ws, &cursor, 10, 1.0).unwrap().authority.clone())
+            .collect();
+        assert_ne!(picks[0], picks[1], "idle: round-robin as before");
+        assert_ne!(picks[1], picks[2]);
+        // Half of the small one and a quarter of the big one used: the big one has more
+        // room for its size.
+        let _s = small.start_request_holding(50);
+        let _b = big.start_request_holding(100);
+        assert_eq!(
+            most_room(&ws, &cursor, 10, 1.0).unwrap().authority,
+            big.authority
+        );
+        // The small one has no room for 60: the big one even at more outstanding requests.
+        let _b2 = big.start_request_holding(200);
+        assert_eq!(big.room(1.0), Some(100));
+        assert_eq!(
+            most_room(&ws, &cursor, 60, 1.0).unwrap().authority,
+            big.authority
+        );
     }
 
     #[test]

@@ -253,7 +253,7 @@ fn pools_section(out: &mut String, s: &StatusSources<'_>, now: Instant) {
     out.push_str(
         "<section id=\"workers\"><h2>Workers</h2><table><thead><tr><th>pool</th><th>role</th>\
          <th>worker</th><th>version</th><th class=\"num\">KV capacity</th><th>health</th>\
-         <th class=\"num\">in flight</th><th>eligible</th></tr></thead><tbody>",
+         <th class=\"num\">in flight</th><th class=\"num\">KV room</th><th>eligible</th></tr></thead><tbody>",
     );
     let workers = views
         .iter()
@@ -277,12 +277,17 @@ fn pools_section(out: &mut String, s: &StatusSources<'_>, now: Instant) {
         .collect::<Vec<_>>()
         .join(" · ");
         let outstanding = w["outstanding"].as_u64().unwrap_or(0);
+        // Tokens free after kvgate's own KV and the engine's report (the larger of the two).
+        let room = w["room"]
+            .as_u64()
+            .map_or_else(|| "unknown".to_owned(), |r| r.to_string());
         let _ = write!(
             out,
             "<tr data-worker=\"{addr}\" data-pool=\"{}\" data-role=\"{}\"><td>{}</td><td>{}</td><td class=\"mono\">{addr}</td>\
              <td data-field=\"version\">{}</td><td class=\"num\" data-field=\"kv_tokens\">{}</td>\
              <td data-field=\"health\" data-state=\"{state}\"><span class=\"badge {tone}\">{state}</span> <span class=\"dim\">{detail}</span></td>\
-             <td class=\"num\" data-field=\"outstanding\">{outstanding}</td><td>{}</td></tr>",
+             <td class=\"num\" data-field=\"outstanding\">{outstanding}</td>\
+             <td class=\"num\" data-field=\"room\">{room}</td><td>{}</td></tr>",
             esc(text(&w["pool"])),
             esc(text(&w["role"])),
             esc(text(&w["pool"])),
