@@ -103,7 +103,13 @@ impl Fleet {
                 kept.unwrap_or_else(|| {
                     // Validated at load; an unreadable minimum cannot reach here.
                     let min = min_of(config, &p.model).and_then(|v| EngineVersion::parse(&v).ok());
-                    Arc::new(Pool::new(p, window, min.as_ref(), &health))
+                    Arc::new(Pool::new(
+                        p,
+                        window,
+                        min.as_ref(),
+                        &health,
+                        config.scheduling.max_queued,
+                    ))
                 })
             })
             .collect();

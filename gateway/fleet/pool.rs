@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{EjectionGroup, HealthPolicy, Role, SignalWindow, Worker};
+use super::{EjectionGroup, FairQueue, HealthPolicy, Role, SignalWindow, Worker};
 use crate::config::{EngineKind, EngineVersion, PoolConfig, PoolMode};
 use crate::load::InFlightLimit;
 
@@ -54,18 +54,22 @@ pub struct Pool {
     cursors: [AtomicUsize; 2],
     /// Notified when any of its workers gets room back (see [`Pool::room_freed`]).
     room_freed: Arc<tokio::sync::Notify>,
+    /// Requests waiting for room when every worker is full (`[scheduling]`): weighted-fair
+    /// across tenants within priority classes. The routing stage joins and releases it.
+    pub queue: FairQueue,
 }
 
 impl Pool {
     /// Build a pool from validated config; its signals cover `window`, workers whose
     /// engine is older than `min_version` may not serve, and `health` governs probes and
     /// ejections (counted per role: never more than its share of the prefill, decode or
-    /// unified workers at once).
+    /// unified workers at once); its gateway queue holds at most `max_queued` requests.
     pub fn new(
         config: &PoolConfig,
         window: Duration,
         min_version: Option<&EngineVersion>,
         health: &Arc<HealthPolicy>,
+        max_queued: usize,
     ) -> Self {
         let name: Arc<str> = Arc::from(config.name.as_str());
         let health_path = config
@@ -112,6 +116,7 @@ impl Pool {
             in_flight: config.max_in_flight.map(InFlightLimit::new),
             cursors: [AtomicUsize::new(0), AtomicUsize::new(0)],
             room_freed,
+            queue: FairQueue::new(max_queued),
         }
     }
 
