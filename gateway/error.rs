@@ -90,6 +90,15 @@ pub enum GatewayError {
     /// A load ceiling is reached (global or pool in-flight cap, buffer budget): retry soon.
     #[error("kvgate is at its {ceiling} limit; retry shortly.")]
     Overloaded { ceiling: &'static str },
+    /// The pool's gateway queue did not give the request a turn (`[scheduling]`): full,
+    /// shed by a higher class, or past its deadline. 503 with `Retry-After` from the
+    /// queue's drain rate.
+    #[error("Pool `{pool}` is full: {reason}. Retry after the Retry-After delay.")]
+    QueueRefused {
+        pool: String,
+        reason: &'static str,
+        retry_after: Duration,
+    },
     #[error("Request body is larger than the limit of {limit} bytes")]
     BodyTooLarge { limit: usize },
     #[error(
@@ -239,7 +248,9 @@ impl GatewayError {
                 INVALID,
                 "request_header_too_large",
             ),
-            Overloaded { .. } => class(S::SERVICE_UNAVAILABLE, UNAVAILABLE, "overloaded"),
+            Overloaded { .. } | QueueRefused { .. } => {
+                class(S::SERVICE_UNAVAILABLE, UNAVAILABLE, "overloaded")
+            }
             RateLimited { kind, .. } => match kind {
                 // It can never fit: retrying is pointless, so not a 429.
                 RateLimitKind::TokensOverBudget => {
@@ -383,7 +394,8 @@ impl GatewayError {
             GatewayError::Overloaded { .. } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
-            GatewayError::NoEligibleWorker { retry_after, .. } => {
+            GatewayError::NoEligibleWorker { retry_after, .. }
+            | GatewayError::QueueRefused { retry_after, .. } => {
                 // Whole seconds, rounded up, at least 1 and at most 5 minutes.
                 let secs = retry_after.as_secs_f64().ceil().clamp(1.0, 300.0) as u64;
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));

@@ -105,7 +105,7 @@ use crate::stack::observe::Observe;
 use crate::stack::rate_limit::RateLimit;
 use crate::stack::request_id::RequestIdLayer;
 use crate::stack::rescue::Rescue;
-use crate::stack::routing::Route;
+use crate::stack::routing::{Route, Scheduling};
 use crate::stack::stage_span::{StageName, StageSpanLayer};
 use crate::stack::tenant_rules::TenantRules;
 use crate::stack::trace_context::TraceContext;
@@ -174,10 +174,15 @@ where
             StageName::RateLimit,
             RateLimit::layer(shared.limiter.clone()),
         ))
-        // Pool by weight, then least-loaded eligible workers (I3: unknown capacity never serves).
+        // Pool by weight, then the eligible workers with the most KV room (I3: unknown
+        // capacity never serves); with none, a turn in the pool's fair queue ([scheduling]).
         .layer(StageSpanLayer::new(
             StageName::Route,
-            Route::layer(generation.fleet.clone()),
+            Route::layer(
+                generation.fleet.clone(),
+                Scheduling::from_config(&generation.config.scheduling),
+                shared.audit.clone(),
+            ),
         ))
         // Every routed request's outcome counts in its pool's window: canary rollouts roll
         // back on these, the admin port shows them.

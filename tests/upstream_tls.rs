@@ -159,14 +159,15 @@ fn https_pool(front: SocketAddr, server_name: &str, kv: Option<u64>) -> String {
 }
 
 /// The standard test config with `[upstream.tls]` set to `tls` (TOML lines) and an admin
-/// token.
+/// token. Idle keep-alive connections live 60 s (`header_read_timeout`): the rotation test
+/// keeps one open while it waits for certificates, which takes longer on a busy machine.
 fn config(pools: &str, tls: &str, server: &str) -> String {
     std::env::set_var(TOKEN_ENV, TOKEN);
     config_with_pools(WINDOW, pools)
         .replace(
             "[server]\n",
             &format!(
-                "[server]\nadmin_token_env = \"{TOKEN_ENV}\"\ntls_watch_interval = \"50ms\"\n"
+                "[server]\nadmin_token_env = \"{TOKEN_ENV}\"\ntls_watch_interval = \"50ms\"\nheader_read_timeout = \"60s\"\n"
             ),
         )
         .replace("[upstream]\n", &format!("{server}\n[upstream]\n"))

@@ -120,6 +120,33 @@ impl KvAccount {
         self.gauge(labels).set(n as f64);
     }
 
+    /// Hold `tokens` more only if the account then stays within `allowed` (the capacity ×
+    /// overcommit), counting the engine's `engine_used` when it reports more than we hold:
+    /// a compare-and-swap, so two requests racing for the last room cannot both get it.
+    pub fn try_add_within(
+        &self,
+        tokens: u64,
+        allowed: u64,
+        engine_used: Option<u64>,
+        labels: impl FnOnce() -> Labels,
+    ) -> bool {
+        let taken = self
+            .in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                let used = n.max(engine_used.unwrap_or(0));
+                (used.saturating_add(tokens) <= allowed).then_some(n.saturating_add(tokens))
+            });
+        match taken {
+            Ok(before) => {
+                if tokens > 0 {
+                    self.gauge(labels).set(before.saturating_add(tokens) as f64);
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// Give `tokens` back; wakes whoever waits for room.
     pub fn release(&self, tokens: u64, labels: impl FnOnce() -> Labels) {
         if tokens == 0 {

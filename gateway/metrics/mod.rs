@@ -54,6 +54,13 @@ pub const LEAK_SUSPECTED_TOTAL: &str = "kvgate_leak_suspected_total";
 pub const CONNECTIONS_OPEN: &str = "kvgate_connections_open";
 /// Requests refused at a load ceiling, by ceiling (in_flight, pool_in_flight, buffered_bytes).
 pub const LOAD_SHED_TOTAL: &str = "kvgate_load_shed_total";
+/// Requests waiting in a pool's gateway queue, by pool and class (gauge).
+pub const QUEUE_DEPTH: &str = "kvgate_queue_depth";
+/// Time a request waited in a pool's gateway queue before its turn, by pool and class.
+pub const QUEUE_WAIT_SECONDS: &str = "kvgate_queue_wait_seconds";
+/// Requests the gateway queue refused, by pool, tenant, class and reason (full, shed,
+/// timed_out).
+pub const QUEUE_REFUSALS_TOTAL: &str = "kvgate_queue_refusals_total";
 /// Audit lines dropped because the sink fell behind by a whole queue.
 pub const AUDIT_LINES_DROPPED_TOTAL: &str = "kvgate_audit_lines_dropped_total";
 /// Trace spans dropped: the export queue was full, or the collector refused or missed a batch.
@@ -141,6 +148,16 @@ fn describe_all() {
     );
     describe_gauge!(CONNECTIONS_OPEN, "Open data-port connections");
     describe_counter!(LOAD_SHED_TOTAL, "Requests refused at a load ceiling");
+    describe_gauge!(QUEUE_DEPTH, "Requests waiting in a pool's gateway queue");
+    describe_histogram!(
+        QUEUE_WAIT_SECONDS,
+        Unit::Seconds,
+        "Time waited in a pool's gateway queue before a turn"
+    );
+    describe_counter!(
+        QUEUE_REFUSALS_TOTAL,
+        "Requests the gateway queue refused (full, shed, timed_out)"
+    );
     describe_counter!(
         AUDIT_LINES_DROPPED_TOTAL,
         "Audit lines dropped because the sink fell behind"

@@ -64,6 +64,38 @@ impl Worker {
         Some(self.start_request_holding(kv))
     }
 
+    /// [`Worker::claim`], only if `kv` tokens fit in this worker's room now (capacity ×
+    /// `overcommit` against the larger of kvgate's account and the engine's report), taken
+    /// atomically: the gateway queue's claims never promise an engine more KV than it holds.
+    pub fn claim_within(self: &Arc<Self>, kv: u64, overcommit: f64) -> Option<WorkerLoad> {
+        let capacity = self.kv_tokens()?;
+        // `as` saturates: a huge or NaN product cannot wrap.
+        let allowed = (capacity as f64 * overcommit.max(0.0)) as u64;
+        let engine_used = self.engine_load().and_then(|l| l.used_kv_tokens);
+        if !self
+            .kv
+            .try_add_within(kv, allowed, engine_used, || self.labels())
+        {
+            return None;
+        }
+        let outstanding = if self.health.serving() == Serving::Trial {
+            // On trial: one request at a time (see `claim`); give the KV back if taken.
+            if self
+                .outstanding
+                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+            {
+                self.kv.release(kv, || self.labels());
+                return None;
+            }
+            1
+        } else {
+            self.outstanding.fetch_add(1, Ordering::Relaxed) + 1
+        };
+        self.outstanding_gauge().set(outstanding as f64);
+        Some(WorkerLoad::held(self, kv))
+    }
+
     /// Count one request (holding no KV) against this worker until the guard drops.
     pub fn start_request(self: &Arc<Self>) -> WorkerLoad {
         self.start_request_holding(0)
@@ -88,6 +120,11 @@ pub struct WorkerLoad {
 impl WorkerLoad {
     fn holding(worker: &Arc<Worker>, kv: u64) -> Self {
         worker.kv.add(kv, || worker.labels());
+        Self::held(worker, kv)
+    }
+
+    /// A guard for `kv` tokens already added to the worker's account.
+    fn held(worker: &Arc<Worker>, kv: u64) -> Self {
         Self {
             worker: worker.clone(),
             kv: AtomicU64::new(kv),

@@ -13,25 +13,28 @@
 //! The pools and workers themselves — capacity, health, ejection, drains — are the
 //! fleet's ([`crate::fleet`]); this stage only chooses among them.
 //!
+//! When no worker of the chosen pool has room, the request waits its turn in the pool's
+//! gateway queue (weighted-fair across tenants within priority classes; see `wait`).
+//!
 //! Reads: `InferenceRequest`, `AdmittedPools`, `AuthContext`, `PoolChoice`, `RequestCost`
-//! (the request's KV cost). Writes: the
-//! [`RoutePlan`] extension, whose worker loads live until the response body ends.
+//! (the request's KV cost), `RequestPriority`, `RequestId`. Writes: the [`RoutePlan`]
+//! extension, whose worker loads live until the response body ends; a request that waited
+//! answers with `x-kvgate-queued-ms`.
 
 mod pick;
+mod route;
+mod wait;
 
 pub use pick::{pick_other_unified, pick_workers, DEFAULT_KV_OVERCOMMIT};
+pub use route::{Route, RouteLayer};
+pub use wait::{Claimed, Scheduling, Unclaimed, Waiter};
 
-use bytes::Bytes;
-use http::Request;
 use std::sync::Arc;
-use tower::filter::{FilterLayer, Predicate};
 
-use crate::body::BoxError;
 use crate::error::GatewayError;
 use crate::fleet::{retry_after, Fleet, KvCost, Pool, Worker, WorkerLoad};
 use crate::load::InFlightSlot;
 use crate::stack::api::InferenceRequest;
-use crate::stack::auth::AuthContext;
 
 /// The header naming the pool a tenant with `choose_pool` wants.
 pub const POOL_CHOICE_HEADER: &str = "x-kvgate-pool";
@@ -89,10 +92,31 @@ pub struct ServedBy {
     pub prefill: Option<Arc<Worker>>,
 }
 
+/// A pool chosen for one request, with its in-flight slot (pools with `max_in_flight`).
+#[derive(Debug)]
+pub struct ChosenPool {
+    pub pool: Arc<Pool>,
+    pub slot: Option<Arc<InFlightSlot>>,
+}
+
+/// The 503 when `pool` has no eligible worker left for `request`.
+pub fn no_eligible_worker(
+    fleet: &Fleet,
+    request: &InferenceRequest,
+    reason: String,
+) -> GatewayError {
+    GatewayError::NoEligibleWorker {
+        model: request.model.clone(),
+        reason,
+        retry_after: retry_after(fleet.pools_of(&request.model)),
+    }
+}
+
 /// Choose a pool of `fleet` among those able to serve `request` — the chosen one, else by
 /// weight, sticky per `tenant` when there is one — then its workers, the ones with the most
-/// KV room for `cost` (admission's count; [`KvCost::ZERO`] when there is none). `admitted`
-/// (when not empty) limits the choice to the pools admission let through.
+/// KV room for `cost` (admission's count; [`KvCost::ZERO`] when there is none), without
+/// waiting (the stage waits in the pool's queue instead, see `wait`). `admitted` (when not
+/// empty) limits the choice to the pools admission let through.
 pub fn plan(
     fleet: &Fleet,
     request: &InferenceRequest,
@@ -101,11 +125,31 @@ pub fn plan(
     choice: Option<&str>,
     cost: KvCost,
 ) -> Result<RoutePlan, GatewayError> {
-    let no_worker = |reason: String| GatewayError::NoEligibleWorker {
-        model: request.model.clone(),
-        reason,
-        retry_after: retry_after(fleet.pools_of(&request.model)),
-    };
+    let ChosenPool { pool, slot } = choose_pool(fleet, request, admitted, tenant, choice)?;
+    let target = pick_workers(&pool, cost, DEFAULT_KV_OVERCOMMIT).ok_or_else(|| {
+        no_eligible_worker(
+            fleet,
+            request,
+            format!("pool `{}` lost its eligible workers", pool.name),
+        )
+    })?;
+    Ok(RoutePlan {
+        pool,
+        target: Arc::new(target),
+        slot,
+        cost,
+    })
+}
+
+/// Choose the pool of `request` (see [`plan`]) and take its in-flight slot.
+pub fn choose_pool(
+    fleet: &Fleet,
+    request: &InferenceRequest,
+    admitted: &[Arc<str>],
+    tenant: Option<&str>,
+    choice: Option<&str>,
+) -> Result<ChosenPool, GatewayError> {
+    let no_worker = |reason: String| no_eligible_worker(fleet, request, reason);
     let Some((pools, counter)) = fleet.model(&request.model) else {
         return Err(no_worker("no pool serves this model".into()));
     };
@@ -174,69 +218,8 @@ pub fn plan(
             ceiling: "pool in-flight request",
         });
     };
-    let target = pick_workers(pool, cost, DEFAULT_KV_OVERCOMMIT)
-        .ok_or_else(|| no_worker(format!("pool `{}` lost its eligible workers", pool.name)))?;
-    Ok(RoutePlan {
+    Ok(ChosenPool {
         pool: (*pool).clone(),
-        target: Arc::new(target),
         slot,
-        cost,
     })
-}
-
-/// The tower predicate of the routing stage.
-#[derive(Debug, Clone)]
-pub struct Route {
-    fleet: Arc<Fleet>,
-}
-
-impl Predicate<Request<Bytes>> for Route {
-    type Request = Request<Bytes>;
-
-    fn check(&mut self, mut request: Request<Bytes>) -> Result<Request<Bytes>, BoxError> {
-        let parsed = request
-            .extensions()
-            .get::<InferenceRequest>()
-            .ok_or_else(|| GatewayError::Internal("routing ran before parsing".into()))?;
-        let admitted = request
-            .extensions()
-            .get::<AdmittedPools>()
-            .map(|a| a.0.clone())
-            .unwrap_or_else(|| Arc::from(Vec::new()));
-        // Anonymous traffic has no tenant to stick to: split request by request.
-        let tenant = request
-            .extensions()
-            .get::<AuthContext>()
-            .filter(|a| &*a.tenant != crate::tenant::ANONYMOUS_TENANT)
-            .map(|a| a.tenant.clone());
-        let choice = request
-            .extensions()
-            .get::<PoolChoice>()
-            .map(|c| c.0.clone());
-        // What the request will hold in its workers' KV (none known without admission).
-        let cost = request
-            .extensions()
-            .get::<RequestCost>()
-            .map_or(KvCost::ZERO, |c| c.0.kv_cost());
-        let plan = plan(
-            &self.fleet,
-            parsed,
-            &admitted,
-            tenant.as_deref(),
-            choice.as_deref(),
-            cost,
-        )?;
-        request.extensions_mut().insert(plan);
-        Ok(request)
-    }
-}
-
-/// The routing stage as a layer.
-pub type RouteLayer = FilterLayer<Route>;
-
-impl Route {
-    /// Route over `fleet`'s pools.
-    pub fn layer(fleet: Arc<Fleet>) -> RouteLayer {
-        FilterLayer::new(Route { fleet })
-    }
 }

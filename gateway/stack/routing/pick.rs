@@ -7,7 +7,11 @@
 //! its size* wins — room ÷ capacity, so a pool of unequal workers is filled in proportion
 //! and its idle workers tie (ties: least outstanding, then round-robin, as before). When
 //! none has room, the least outstanding eligible worker is taken as before.
-// TODO(lead): queue instead of this fallback once `fleet/queue.rs` lands (issue 30).
+//!
+//! With `[scheduling]` on, the routing stage claims only where the request fits
+//! ([`claim_with_room`]) and otherwise waits in the pool's queue (`wait.rs`); the
+//! least-outstanding fallback serves `enabled = false` and requests no worker could ever
+//! hold.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -15,10 +19,78 @@ use std::sync::Arc;
 use super::Target;
 use crate::fleet::{KvCost, Pool, PoolWorkers, Role, Worker, WorkerLoad};
 
-/// How far a worker's KV may be promised beyond its capacity. Fixed at 1.0 (no
-/// overcommit) until the `[scheduling] kv_overcommit` config key lands (being added in
-/// parallel); routing then takes it from config.
+/// How far a worker's KV may be promised beyond its capacity when no config says
+/// (`[scheduling] kv_overcommit`, default 1.0: not at all).
 pub const DEFAULT_KV_OVERCOMMIT: f64 = 1.0;
+
+/// The workers of `pool` for `cost`, only where it fits in their room now (most room
+/// first), each taken atomically ([`Worker::claim_within`]): None when no worker of a role
+/// has room.
+pub fn claim_with_room(pool: &Pool, cost: KvCost, overcommit: f64) -> Option<Target> {
+    match &pool.workers {
+        PoolWorkers::Unified(ws) => Some(Target::Unified(claim_fitting(
+            ws,
+            pool.cursor(Role::Unified),
+            cost.total,
+            overcommit,
+        )?)),
+        PoolWorkers::Disaggregated { prefill, decode } => {
+            // The decode side first: it holds the whole request (a prefill load taken
+            // first would be given back at once when decode is full).
+            let decode = claim_fitting(decode, pool.cursor(Role::Decode), cost.total, overcommit)?;
+            let prefill =
+                claim_fitting(prefill, pool.cursor(Role::Prefill), cost.prompt, overcommit)?;
+            Some(Target::Disaggregated { prefill, decode })
+        }
+    }
+}
+
+/// The workers that take the queue's turns: decode (or unified) workers hold a whole
+/// request, so their room decides whether the head of the queue fits.
+pub fn holding_workers(pool: &Pool) -> &[Arc<Worker>] {
+    match &pool.workers {
+        PoolWorkers::Unified(ws) => ws,
+        PoolWorkers::Disaggregated { decode, .. } => decode,
+    }
+}
+
+/// Whether some eligible worker of `pool` could hold `cost` when empty: a request that no
+/// worker could ever hold is not queued (it would only time out).
+pub fn could_ever_fit(pool: &Pool, cost: KvCost, overcommit: f64) -> bool {
+    holding_workers(pool).iter().any(|w| {
+        w.is_eligible()
+            && w.kv_tokens()
+                .is_some_and(|c| (c as f64 * overcommit.max(0.0)) as u64 >= cost.total)
+    })
+}
+
+/// The eligible worker with the most room for its size that fits `cost`, taken atomically;
+/// a worker another request filled in the meantime is passed over for the next best.
+fn claim_fitting(
+    workers: &[Arc<Worker>],
+    cursor: &AtomicUsize,
+    cost: u64,
+    overcommit: f64,
+) -> Option<WorkerLoad> {
+    let mut left: Vec<Arc<Worker>>;
+    let mut candidates = workers;
+    loop {
+        let worker = most_room(candidates, cursor, cost, overcommit)?;
+        // `most_room` falls back to the least outstanding worker when none fits.
+        if worker.room(overcommit).is_none_or(|r| r < cost) {
+            return None;
+        }
+        if let Some(load) = worker.claim_within(cost, overcommit) {
+            return Some(load);
+        }
+        left = candidates
+            .iter()
+            .filter(|w| !Arc::ptr_eq(w, &worker))
+            .cloned()
+            .collect();
+        candidates = &left;
+    }
+}
 
 /// Choose the workers of `pool` for one request costing `cost` KV tokens (most room, then
 /// least outstanding, round-robin on ties). The unified or decode worker holds

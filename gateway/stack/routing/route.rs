@@ -1,0 +1,176 @@
+//! The routing stage: reads what the request is and who sends it, chooses its pool, then
+//! its workers — at once, or after waiting its turn in the pool's queue.
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Request};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::wait::{self, Scheduling, Unclaimed, Waiter};
+use super::{
+    choose_pool, no_eligible_worker, AdmittedPools, ChosenPool, PoolChoice, RequestCost, RoutePlan,
+};
+use crate::audit::AuditLog;
+use crate::config::Priority;
+use crate::error::GatewayError;
+use crate::fleet::{Fleet, KvCost};
+use crate::stack::api::InferenceRequest;
+use crate::stack::auth::AuthContext;
+use crate::stack::priority::RequestPriority;
+use crate::stack::request_id::RequestId;
+use crate::stack::stage::{Next, Stage, StageFuture, StageLayer};
+
+/// The response header of a request that waited in the gateway queue: how long, in ms.
+pub const QUEUED_MS_HEADER: &str = "x-kvgate-queued-ms";
+
+/// The client's own timeout, in seconds, as the OpenAI SDKs send it: a queued request never
+/// waits past it.
+const CLIENT_TIMEOUT_HEADER: &str = "x-stainless-timeout";
+
+/// The routing stage.
+#[derive(Debug, Clone)]
+pub struct Route {
+    fleet: Arc<Fleet>,
+    scheduling: Scheduling,
+    audit: AuditLog,
+}
+
+/// The routing stage as a layer.
+pub type RouteLayer = StageLayer<Route>;
+
+impl Route {
+    /// Route over `fleet`'s pools, queueing by `scheduling`; queue refusals are audited.
+    pub fn layer(fleet: Arc<Fleet>, scheduling: Scheduling, audit: AuditLog) -> RouteLayer {
+        StageLayer::new(Route {
+            fleet,
+            scheduling,
+            audit,
+        })
+    }
+}
+
+impl Stage for Route {
+    fn handle(&self, mut request: Request<Bytes>, next: Next) -> StageFuture {
+        let route = self.clone();
+        Box::pin(async move {
+            let (plan, waited) = route.plan(&request).await?;
+            request.extensions_mut().insert(plan);
+            let mut response = next.oneshot(request).await?;
+            if let Some(waited) = waited {
+                let ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
+                response
+                    .headers_mut()
+                    .insert(QUEUED_MS_HEADER, HeaderValue::from(ms));
+            }
+            Ok(response)
+        })
+    }
+}
+
+impl Route {
+    /// The request's route, and how long it waited for its workers (None: no wait).
+    async fn plan(
+        &self,
+        request: &Request<Bytes>,
+    ) -> Result<(RoutePlan, Option<Duration>), GatewayError> {
+        let extensions = request.extensions();
+        let parsed = extensions
+            .get::<InferenceRequest>()
+            .ok_or_else(|| GatewayError::Internal("routing ran before parsing".into()))?;
+        let admitted = extensions
+            .get::<AdmittedPools>()
+            .map(|a| a.0.clone())
+            .unwrap_or_else(|| Arc::from(Vec::new()));
+        let auth = extensions.get::<AuthContext>();
+        // Anonymous traffic has no tenant to stick to: split request by request.
+        let sticky = auth
+            .filter(|a| &*a.tenant != crate::tenant::ANONYMOUS_TENANT)
+            .map(|a| a.tenant.clone());
+        let choice = extensions.get::<PoolChoice>().map(|c| c.0.clone());
+        // What the request will hold in its workers' KV (none known without admission).
+        let cost = extensions
+            .get::<RequestCost>()
+            .map_or(KvCost::ZERO, |c| c.0.kv_cost());
+        let ChosenPool { pool, slot } = choose_pool(
+            &self.fleet,
+            parsed,
+            &admitted,
+            sticky.as_deref(),
+            choice.as_deref(),
+        )?;
+        let waiter = Waiter {
+            tenant: auth.map_or_else(
+                || Arc::from(crate::tenant::ANONYMOUS_TENANT),
+                |a| a.tenant.clone(),
+            ),
+            weight: auth.map_or(1, |a| a.policy.weight),
+            class: extensions
+                .get::<RequestPriority>()
+                .map_or(Priority::Standard, |p| p.0),
+            client_timeout: client_timeout(request.headers()),
+            request_id: RequestId::of(request).map(|id| id.as_str().to_owned()),
+        };
+        match wait::claim(&pool, cost, self.scheduling, &waiter, &self.audit).await {
+            Ok(claimed) => Ok((
+                RoutePlan {
+                    pool,
+                    target: Arc::new(claimed.target),
+                    slot,
+                    cost,
+                },
+                claimed.waited,
+            )),
+            Err(Unclaimed::NoEligibleWorker) => Err(no_eligible_worker(
+                &self.fleet,
+                parsed,
+                format!("pool `{}` lost its eligible workers", pool.name),
+            )),
+            Err(Unclaimed::Refused {
+                reason,
+                retry_after,
+            }) => Err(GatewayError::QueueRefused {
+                pool: pool.name.to_string(),
+                reason: match reason {
+                    crate::fleet::QueueRefusal::Full => "its gateway queue is full",
+                    crate::fleet::QueueRefusal::Shed => {
+                        "the request was shed from its queue for a higher-priority one"
+                    }
+                    crate::fleet::QueueRefusal::TimedOut => {
+                        "the request waited in its queue past its deadline"
+                    }
+                    crate::fleet::QueueRefusal::Closed => "its queue closed (a reload)",
+                },
+                retry_after,
+            }),
+        }
+    }
+}
+
+/// The client's own timeout from `x-stainless-timeout` (seconds; ignored when unreadable).
+fn client_timeout(headers: &HeaderMap) -> Option<Duration> {
+    let secs: f64 = headers
+        .get(CLIENT_TIMEOUT_HEADER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    (secs.is_finite() && secs > 0.0).then(|| Duration::from_secs_f64(secs.min(86_400.0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_clients_timeout_is_read_in_seconds_and_nonsense_is_ignored() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(client_timeout(&headers), None);
+        headers.insert(CLIENT_TIMEOUT_HEADER, HeaderValue::from_static("2.5"));
+        assert_eq!(client_timeout(&headers), Some(Duration::from_millis(2500)));
+        for bad in ["0", "-1", "NaN", "soon", "inf"] {
+            headers.insert(CLIENT_TIMEOUT_HEADER, HeaderValue::from_static(bad));
+            assert_eq!(client_timeout(&headers), None, "{bad}");
+        }
+    }
+}
