@@ -2,8 +2,8 @@
 //! refused and guard-tripped requests and two reloads (one refused, one ok), the page a
 //! browser renders shows what the gateway holds — each worker's capacity, health and load
 //! as `GET /pools` reports them, the enforced prompt limit per pool, the counts of admits,
-//! refusals by code and trips by reason, and the last reload. A screenshot is kept as
-//! `target/test-artifacts/status.png`.
+//! refusals by code and trips by reason, each pool's gateway queue, and the last reload. A
+//! screenshot is kept as `target/test-artifacts/status.png`.
 
 mod support;
 mod support_browser;
@@ -235,6 +235,35 @@ async fn the_status_page_shows_the_gateways_state_in_a_real_browser() {
     assert!(canary.contains(">canary</span>"), "{canary}");
     assert_eq!(field(canary, "version"), "0.6 &lt;b&gt;rc&lt;/b&gt;");
     assert!(!dom.contains("<b>rc</b>"), "config text became markup");
+
+    // Gateway queues: each pool's queue as GET /pools has it (empty, the default bound).
+    for p in pools["pools"].as_array().into_iter().flatten() {
+        let name = p["pool"].as_str().expect("pool name");
+        let q = &p["queue"];
+        let tr = row(&dom, "data-queue", name);
+        assert_eq!(field(tr, "queue_length"), q["length"].to_string(), "{name}");
+        assert_eq!(field(tr, "queue_length"), "0", "{name}");
+        assert_eq!(
+            field(tr, "max_queued"),
+            q["max_queued"].to_string(),
+            "{name}"
+        );
+        assert_eq!(field(tr, "max_queued"), "256", "{name}: the default bound");
+        for class in ["critical", "standard", "sheddable"] {
+            assert_eq!(
+                field(tr, class),
+                q["by_class"][class].to_string(),
+                "{name} {class}"
+            );
+        }
+        assert_eq!(field(tr, "oldest_wait"), "0.0 s", "{name}");
+        assert_eq!(field(tr, "drain"), "0.00/s", "{name}");
+        assert_eq!(
+            field(tr, "retry_after"),
+            format!("{} s", q["retry_after_seconds"]),
+            "{name}"
+        );
+    }
 
     // Models: the limit admission enforces, and the window-larger-than-KV flag.
     let router = gw.fleet();

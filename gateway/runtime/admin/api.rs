@@ -3,7 +3,7 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `GET /pools` | pools and workers: capacity, version, eligibility, weight, live rates |
+//! | `GET /pools` | pools and workers: capacity, version, eligibility, weight, live rates, the pool's gateway queue |
 //! | `POST /pools/{pool}/weight` `{"weight": N}` | set a pool's traffic weight |
 //! | `POST /pools/{pool}/workers/{host:port}/drain` | no new requests; in-flight ones finish |
 //! | `POST /pools/{pool}/workers/{host:port}/undrain` | take requests again |
@@ -21,7 +21,7 @@ use http::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::time::Instant;
 
-use crate::fleet::{Discovery, Fleet, Pool, Worker};
+use crate::fleet::{Discovery, FairQueue, Fleet, Pool, Worker};
 use crate::rollout::{rates_json, Rollouts};
 use crate::stack::routing::DEFAULT_KV_OVERCOMMIT;
 
@@ -201,6 +201,34 @@ pub fn pool_json(pool: &Pool, now: Instant) -> Value {
         "reason": pool.ineligibility(),
         "window_seconds": pool.signals.length().as_secs_f64(),
         "rates": rates_json(&pool.signals.rates(now)),
+        "queue": queue_json(&pool.queue),
         "workers": workers,
+    })
+}
+
+/// A pool's gateway queue (issue 30): what waits, by class and by tenant, the oldest wait,
+/// releases per second over the last 10 s and the `Retry-After` a refusal would carry now.
+pub fn queue_json(queue: &FairQueue) -> Value {
+    let snap = queue.snapshot();
+    let by_class: serde_json::Map<String, Value> = snap
+        .by_class
+        .iter()
+        .rev()
+        .map(|(class, n)| (class.as_str().to_owned(), json!(n)))
+        .collect();
+    let by_tenant: serde_json::Map<String, Value> = snap
+        .by_tenant
+        .iter()
+        .map(|(tenant, n)| (tenant.to_string(), json!(n)))
+        .collect();
+    json!({
+        "length": snap.len,
+        "max_queued": snap.max_queued,
+        "by_class": by_class,
+        "by_tenant": by_tenant,
+        "oldest_wait_seconds": snap.oldest_wait.as_secs_f64(),
+        "drain_per_second": snap.drain_rate,
+        // Whole seconds, rounded up (what a `Retry-After` header can say).
+        "retry_after_seconds": queue.retry_after().as_secs_f64().ceil() as u64,
     })
 }

@@ -131,6 +131,7 @@ pre{white-space:pre-wrap;background:#fff4f4;border:1px solid #f3c6c6;border-radi
 .badge{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;background:#e5e7eb;color:#374151}\
 .badge.good{background:#dcf5e6;color:#136c3a}.badge.warn{background:#fdf0d2;color:#8a5a00}.badge.bad{background:#fbe0e0;color:#a12c2c}\
 .note{color:var(--dim);font-size:12.5px;margin:6px 0 10px}\
+td.warn{color:var(--warn);font-weight:650}td.bad{color:var(--bad);font-weight:650}\
 svg.chart{display:block}svg .axis{stroke:var(--line)}svg.good rect{fill:var(--good)}svg.warn rect{fill:var(--warn)}svg.bad rect{fill:var(--bad)}\
 #breakdown{margin-top:12px}.card svg.chart{width:100%}.ticks{display:flex;justify-content:space-between;color:var(--dim);font-size:10.5px;margin-top:2px}";
 

@@ -6,7 +6,8 @@
 //! leak suspicions; charts of the last ten minutes from [`Activity`]), models with the
 //! enforced prompt limit per pool ([`PoolBudget`], what admission enforces), pools and
 //! workers (the admin API's own `pool_json` / `worker_json` views, so the page and
-//! `GET /pools` never disagree) and the last config reload.
+//! `GET /pools` never disagree), each pool's gateway queue (length against its bound, by
+//! class and tenant, oldest wait, drain rate) and the last config reload.
 //!
 //! Every value that comes from the config or from engines is HTML-escaped. Rows and values
 //! carry `data-*` attributes and ids, so tests (and scrapers) read them without parsing
@@ -249,6 +250,7 @@ fn pools_section(out: &mut String, s: &StatusSources<'_>, now: Instant) {
         );
     }
     out.push_str("</tbody></table></section>");
+    queues_section(out, s, &views);
 
     out.push_str(
         "<section id=\"workers\"><h2>Workers</h2><table><thead><tr><th>pool</th><th>role</th>\
@@ -297,6 +299,59 @@ fn pools_section(out: &mut String, s: &StatusSources<'_>, now: Instant) {
             eligibility(w),
             addr = esc(text(&w["worker"])),
             state = esc(state),
+        );
+    }
+    out.push_str("</tbody></table></section>");
+}
+
+/// Each pool's gateway queue, from the same `pool_json` view as `GET /pools`.
+fn queues_section(out: &mut String, s: &StatusSources<'_>, views: &[Value]) {
+    out.push_str(
+        "<section id=\"queues\"><h2>Gateway queues</h2><p class=\"note\">Requests wait in their pool's \
+         queue while no worker has KV room for them (<code>[scheduling]</code>): a higher class first, \
+         tenants by weight inside a class. Drain: releases per second over the last 10 s.</p>\
+         <table><thead><tr><th>pool</th><th class=\"num\">queued / max</th><th class=\"num\">critical</th>\
+         <th class=\"num\">standard</th><th class=\"num\">sheddable</th><th>by tenant</th>\
+         <th class=\"num\">oldest wait</th><th class=\"num\">drain</th><th class=\"num\">Retry-After</th></tr></thead><tbody>",
+    );
+    for (pool, view) in s.fleet.pools().iter().zip(views) {
+        let q = &view["queue"];
+        let n = |v: &Value| v.as_u64().unwrap_or(0);
+        let (length, max) = (n(&q["length"]), n(&q["max_queued"]));
+        let tone = match length {
+            0 => "",
+            l if l >= max => " bad",
+            _ => " warn",
+        };
+        let tenants = q["by_tenant"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(t, c)| format!("<span data-tenant=\"{t}\">{t}: {}</span>", n(c), t = esc(t)))
+            .collect::<Vec<_>>()
+            .join(" · ");
+        let tenants = if tenants.is_empty() {
+            "—".to_owned()
+        } else {
+            tenants
+        };
+        let class = |c: &str| n(&q["by_class"][c]);
+        let _ = write!(
+            out,
+            "<tr data-queue=\"{p}\"><td class=\"strong\">{p}</td>\
+             <td class=\"num{tone}\"><span data-field=\"queue_length\">{length}</span> / <span data-field=\"max_queued\">{max}</span></td>\
+             <td class=\"num\" data-field=\"critical\">{}</td><td class=\"num\" data-field=\"standard\">{}</td>\
+             <td class=\"num\" data-field=\"sheddable\">{}</td><td class=\"dim\" data-field=\"by_tenant\">{tenants}</td>\
+             <td class=\"num\" data-field=\"oldest_wait\" data-seconds=\"{wait:.3}\">{wait:.1} s</td>\
+             <td class=\"num\" data-field=\"drain\" data-per-second=\"{drain:.3}\">{drain:.2}/s</td>\
+             <td class=\"num\" data-field=\"retry_after\">{} s</td></tr>",
+            class("critical"),
+            class("standard"),
+            class("sheddable"),
+            n(&q["retry_after_seconds"]),
+            wait = q["oldest_wait_seconds"].as_f64().unwrap_or(0.0),
+            drain = q["drain_per_second"].as_f64().unwrap_or(0.0),
+            p = esc(&pool.name),
         );
     }
     out.push_str("</tbody></table></section>");
