@@ -9,12 +9,14 @@
 //!   `GET /v1/loads`, or vLLM's Prometheus `GET /metrics`. An engine that offers neither has
 //!   none, and only kvgate's account counts. A report older than
 //!   [`STALE_AFTER_INTERVALS`] health intervals is ignored.
-//! - **Room** ([`room_of`]): the enforced capacity × overcommit minus the *larger* of the
-//!   two used numbers. The larger wins because each misses something the other sees:
-//!   another front door (a second gateway, a client going straight to the engine) may share
-//!   the engine, and its load shows only in the engine's report; kvgate's own account is
-//!   fresh between polls, where the report is up to an interval old. Taking the larger
-//!   never overestimates the room either one knows is gone.
+//! - **Room** ([`room_of`]): the enforced capacity × overcommit minus kvgate's own account
+//!   minus what *only the engine* sees: at each report, the engine's used tokens beyond
+//!   what kvgate had in flight then ([`EngineLoad::foreign_kv_tokens`]: another front door
+//!   — a second gateway, a client going straight to the engine — sharing the engine).
+//!   kvgate's own account is fresh between polls and the report is up to an interval old:
+//!   when kvgate's requests end, their room is free at once instead of waiting for the next
+//!   poll (a queue would otherwise drain only at the poll rate), while other front doors'
+//!   load still counts until the engine reports it gone.
 //!
 //! A pool's workers share one [`tokio::sync::Notify`]: it is notified whenever a load guard
 //! gives KV back or a new engine report shows more room than the last one.
@@ -61,23 +63,32 @@ pub struct EngineLoad {
     /// KV tokens in use, when the engine says (SGLang: `num_used_tokens`; vLLM: its
     /// usage fraction × the worker's capacity).
     pub used_kv_tokens: Option<u64>,
+    /// Of those, the tokens beyond kvgate's own account when the report was read: load
+    /// that only the engine sees (set when the report is recorded).
+    pub foreign_kv_tokens: Option<u64>,
     /// When the report was read.
     pub at: Instant,
 }
 
 /// The room of a worker of `capacity` KV tokens (None: unknown), over-committed by
-/// `overcommit`, with `in_flight` tokens on kvgate's account and `engine_used` on the
-/// engine's: capacity × overcommit − the larger of the two, never below 0.
+/// `overcommit`, with `in_flight` tokens on kvgate's account and `foreign` tokens that only
+/// the engine sees: capacity × overcommit − both, never below 0.
 pub fn room_of(
     capacity: Option<u64>,
     overcommit: f64,
     in_flight: u64,
-    engine_used: Option<u64>,
+    foreign: Option<u64>,
 ) -> Option<u64> {
-    let capacity = capacity?;
+    Some(
+        allowed(capacity?, overcommit)
+            .saturating_sub(in_flight.saturating_add(foreign.unwrap_or(0))),
+    )
+}
+
+/// `capacity` × `overcommit`, in tokens.
+pub fn allowed(capacity: u64, overcommit: f64) -> u64 {
     // `as` saturates: a huge or NaN product cannot wrap.
-    let allowed = (capacity as f64 * overcommit.max(0.0)) as u64;
-    Some(allowed.saturating_sub(in_flight.max(engine_used.unwrap_or(0))))
+    (capacity as f64 * overcommit.max(0.0)) as u64
 }
 
 /// One worker's live load: kvgate's account and the engine's last report.
@@ -120,20 +131,20 @@ impl KvAccount {
         self.gauge(labels).set(n as f64);
     }
 
-    /// Hold `tokens` more only if the account then stays within `allowed` (the capacity ×
-    /// overcommit), counting the engine's `engine_used` when it reports more than we hold:
-    /// a compare-and-swap, so two requests racing for the last room cannot both get it.
+    /// Hold `tokens` more only if the account, plus the `foreign` load only the engine
+    /// sees, then stays within `allowed` (the capacity × overcommit): a compare-and-swap,
+    /// so two requests racing for the last room cannot both get it.
     pub fn try_add_within(
         &self,
         tokens: u64,
         allowed: u64,
-        engine_used: Option<u64>,
+        foreign: Option<u64>,
         labels: impl FnOnce() -> Labels,
     ) -> bool {
         let taken = self
             .in_flight
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                let used = n.max(engine_used.unwrap_or(0));
+                let used = n.saturating_add(foreign.unwrap_or(0));
                 (used.saturating_add(tokens) <= allowed).then_some(n.saturating_add(tokens))
             });
         match taken {
@@ -176,6 +187,13 @@ impl KvAccount {
     /// Record the engine's report (None: it gave none this time); wakes whoever waits for
     /// room when the engine now uses less KV than it last said.
     pub fn set_engine_load(&self, report: Option<EngineLoad>, labels: &Labels) {
+        // What the engine uses beyond kvgate's own account now is someone else's load.
+        let report = report.map(|mut r| {
+            r.foreign_kv_tokens = r
+                .used_kv_tokens
+                .map(|used| used.saturating_sub(self.in_flight()));
+            r
+        });
         let previous = {
             let mut slot = self.engine.write().unwrap_or_else(|p| p.into_inner());
             std::mem::replace(&mut *slot, report)
@@ -183,7 +201,7 @@ impl KvAccount {
         if let Some(r) = &report {
             ::metrics::gauge!(metrics::WORKER_ENGINE_WAITING, labels).set(r.waiting as f64);
         }
-        let used = |r: Option<EngineLoad>| r.and_then(|r| r.used_kv_tokens).unwrap_or(0);
+        let used = |r: Option<EngineLoad>| r.and_then(|r| r.foreign_kv_tokens).unwrap_or(0);
         if used(report) < used(previous) {
             self.room_freed.notify_waiters();
         }
@@ -301,14 +319,13 @@ mod tests {
     use std::future::Future;
 
     #[test]
-    fn room_takes_the_larger_of_the_two_accounts() {
+    fn room_counts_our_account_and_what_only_the_engine_sees() {
         assert_eq!(room_of(None, 1.0, 0, None), None, "unknown capacity");
         assert_eq!(room_of(Some(1000), 1.0, 0, None), Some(1000));
         assert_eq!(room_of(Some(1000), 1.0, 300, None), Some(700));
-        // The engine sees more (another front door): its number wins.
-        assert_eq!(room_of(Some(1000), 1.0, 300, Some(600)), Some(400));
-        // Ours is fresher (requests since the last poll): ours wins.
-        assert_eq!(room_of(Some(1000), 1.0, 800, Some(600)), Some(200));
+        // Another front door holds 300 that only the engine sees.
+        assert_eq!(room_of(Some(1000), 1.0, 300, Some(300)), Some(400));
+        assert_eq!(room_of(Some(1000), 1.0, 500, Some(300)), Some(200));
         // Never below zero.
         assert_eq!(room_of(Some(1000), 1.0, 1500, Some(10)), Some(0));
         // Overcommit scales the capacity.
@@ -356,10 +373,15 @@ mod tests {
             running: 1,
             waiting: 2,
             used_kv_tokens: Some(3),
+            foreign_kv_tokens: None,
             at: old,
         };
         account.set_engine_load(Some(report), &labels);
-        assert_eq!(account.engine_load(Duration::from_secs(60)), Some(report));
+        let recorded = EngineLoad {
+            foreign_kv_tokens: Some(3),
+            ..report
+        };
+        assert_eq!(account.engine_load(Duration::from_secs(60)), Some(recorded));
         assert_eq!(account.engine_load(Duration::from_secs(1)), None);
     }
 

@@ -42,6 +42,8 @@ async fn poll_worker(
                 let pool = worker.kv_tokens()?;
                 Some((usage * pool as f64).round() as u64)
             }),
+            // Set when the report is recorded, against kvgate's account then.
+            foreign_kv_tokens: None,
             at: Instant::now(),
         }),
         Err(why) => {

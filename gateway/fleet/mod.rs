@@ -24,6 +24,7 @@ mod health_check;
 mod load;
 mod load_poll;
 mod pool;
+mod promised;
 mod queue;
 mod window;
 mod worker;
@@ -40,6 +41,7 @@ pub use load::{
 };
 pub use load_poll::poll_loads;
 pub use pool::{OutcomeWatch, Pool, PoolWorkers};
+pub use promised::Promised;
 pub use queue::{FairQueue, QueueEntry, QueueRefusal, QueueSnapshot, Ticket};
 pub use window::{Outcome, Rates, SignalWindow};
 pub use worker::claim::WorkerLoad;

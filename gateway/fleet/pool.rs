@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{EjectionGroup, FairQueue, HealthPolicy, Role, SignalWindow, Worker};
+use super::{EjectionGroup, FairQueue, HealthPolicy, Promised, Role, SignalWindow, Worker};
 use crate::config::{EngineKind, EngineVersion, PoolConfig, PoolMode};
 use crate::load::InFlightLimit;
 
@@ -57,6 +57,8 @@ pub struct Pool {
     /// Requests waiting for room when every worker is full (`[scheduling]`): weighted-fair
     /// across tenants within priority classes. The routing stage joins and releases it.
     pub queue: FairQueue,
+    /// Room the queue released to requests that have not claimed it yet.
+    pub promised: Promised,
 }
 
 impl Pool {
@@ -117,6 +119,7 @@ impl Pool {
             cursors: [AtomicUsize::new(0), AtomicUsize::new(0)],
             room_freed,
             queue: FairQueue::new(max_queued),
+            promised: Promised::default(),
         }
     }
 

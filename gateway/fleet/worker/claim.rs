@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 
 use super::Worker;
-use crate::fleet::load::{room_of, EngineLoad, STALE_AFTER_INTERVALS};
+use crate::fleet::load::{allowed, room_of, EngineLoad, STALE_AFTER_INTERVALS};
 use crate::fleet::Serving;
 
 impl Worker {
@@ -34,13 +34,8 @@ impl Worker {
     /// `overcommit`, minus the larger of kvgate's account and the engine's used tokens,
     /// never below 0. None when the capacity is unknown (such a worker never serves).
     pub fn room(&self, overcommit: f64) -> Option<u64> {
-        let engine_used = self.engine_load().and_then(|l| l.used_kv_tokens);
-        room_of(
-            self.kv_tokens(),
-            overcommit,
-            self.kv_in_flight(),
-            engine_used,
-        )
+        let foreign = self.engine_load().and_then(|l| l.foreign_kv_tokens);
+        room_of(self.kv_tokens(), overcommit, self.kv_in_flight(), foreign)
     }
 
     /// Notified when this worker's pool gets room back (a load guard dropped, or an engine
@@ -65,16 +60,14 @@ impl Worker {
     }
 
     /// [`Worker::claim`], only if `kv` tokens fit in this worker's room now (capacity ×
-    /// `overcommit` against the larger of kvgate's account and the engine's report), taken
+    /// `overcommit` against kvgate's account plus what only the engine sees), taken
     /// atomically: the gateway queue's claims never promise an engine more KV than it holds.
     pub fn claim_within(self: &Arc<Self>, kv: u64, overcommit: f64) -> Option<WorkerLoad> {
-        let capacity = self.kv_tokens()?;
-        // `as` saturates: a huge or NaN product cannot wrap.
-        let allowed = (capacity as f64 * overcommit.max(0.0)) as u64;
-        let engine_used = self.engine_load().and_then(|l| l.used_kv_tokens);
+        let allowed = allowed(self.kv_tokens()?, overcommit);
+        let foreign = self.engine_load().and_then(|l| l.foreign_kv_tokens);
         if !self
             .kv
-            .try_add_within(kv, allowed, engine_used, || self.labels())
+            .try_add_within(kv, allowed, foreign, || self.labels())
         {
             return None;
         }

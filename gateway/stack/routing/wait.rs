@@ -104,7 +104,7 @@ pub async fn claim(
             })
             .ok_or(Unclaimed::NoEligibleWorker);
     }
-    if pool.queue.is_empty() {
+    if pool.queue.is_empty() && pool.promised.total() == 0 {
         if let Some(target) = claim_with_room(pool, cost, overcommit) {
             return Ok(Claimed {
                 target,
@@ -145,7 +145,15 @@ pub async fn claim(
         publish_depth(pool);
         match turn {
             Ok(()) => {
-                if let Some(target) = claim_with_room(pool, cost, overcommit) {
+                let claimed = claim_with_room(pool, cost, overcommit);
+                // Claimed (now in the worker's account) or lost: either way the promise
+                // ends, after the claim (see `fleet::Promised`); a pump that counted both
+                // released less than it could, so the others pump again.
+                pool.promised.settle(cost.total);
+                if !pool.queue.is_empty() {
+                    pool.room_freed().notify_waiters();
+                }
+                if let Some(target) = claimed {
                     let waited = started.elapsed();
                     ::metrics::histogram!(
                         metrics::QUEUE_WAIT_SECONDS,
@@ -172,15 +180,26 @@ pub async fn claim(
 /// Release the queue's heads in order while a worker's room fits them, counting the room
 /// down as they go (each then claims for itself, atomically).
 fn pump(pool: &Pool, overcommit: f64) {
+    let _one_pump = pool.promised.pumping();
+    // The promises first, then the room (see `fleet::Promised`).
+    let mut owed = pool.promised.total();
     let mut rooms: Vec<u64> = holding_workers(pool)
         .iter()
         .filter(|w| w.is_eligible())
         .filter_map(|w| w.room(overcommit))
         .collect();
+    // Promised room is taken from the largest rooms first, as those claims will take them.
+    rooms.sort_unstable_by(|a, b| b.cmp(a));
+    for room in rooms.iter_mut() {
+        let taken = owed.min(*room);
+        *room -= taken;
+        owed -= taken;
+    }
     pool.queue.release(
         |cost| match rooms.iter_mut().filter(|r| **r >= cost).max_by_key(|r| **r) {
             Some(room) => {
                 *room -= cost;
+                pool.promised.add(cost);
                 true
             }
             None => false,
