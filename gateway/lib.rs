@@ -20,7 +20,8 @@
 //! stack::admission    exact token count vs. every pool's smallest KV bound: 400 before dispatch (I2)
 //! stack::rate_limit   tenant RPM/TPM/concurrency; the permit lives in the response body (429)
 //! stack::routing      pool by weight (sticky per tenant) or by x-kvgate-pool among the
-//!                     admitted; the eligible workers with the most KV room (I3)
+//!                     admitted; the eligible workers with the most KV room (I3), else a
+//!                     turn in the pool's weighted-fair queue (503 when it gives none)
 //! stack::observe      the outcome of each routed request in its pool's window (rollouts)
 //! stack::isolate      the tenant's cache salt, prompt fingerprints for the leak detector (I5)
 //! stack::guard        aborts, placeholders, count mismatch, foreign data: never a false 2xx (I1)

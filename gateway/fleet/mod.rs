@@ -62,6 +62,8 @@ pub struct Fleet {
     pools: Vec<Arc<Pool>>,
     /// A model's pools, and the counter of its request-by-request weighted split.
     by_model: HashMap<String, (Vec<Arc<Pool>>, AtomicU64)>,
+    /// `[scheduling] kv_overcommit`: the share of a worker's KV pool that may be promised.
+    kv_overcommit: f64,
 }
 
 impl Fleet {
@@ -123,7 +125,11 @@ impl Fleet {
                 .0
                 .push(pool.clone());
         }
-        Self { pools, by_model }
+        Self {
+            pools,
+            by_model,
+            kv_overcommit: config.scheduling.kv_overcommit,
+        }
     }
 
     /// Every pool.
@@ -145,6 +151,11 @@ impl Fleet {
         self.by_model
             .get(model)
             .map(|(pools, counter)| (pools.as_slice(), counter))
+    }
+
+    /// `[scheduling] kv_overcommit` of this config (room is counted against capacity × it).
+    pub fn kv_overcommit(&self) -> f64 {
+        self.kv_overcommit
     }
 
     /// Every worker of every pool.

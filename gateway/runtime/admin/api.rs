@@ -23,7 +23,6 @@ use std::time::Instant;
 
 use crate::fleet::{Discovery, FairQueue, Fleet, Pool, Worker};
 use crate::rollout::{rates_json, Rollouts};
-use crate::stack::routing::DEFAULT_KV_OVERCOMMIT;
 
 /// An admin API answer: status and JSON body.
 pub type Answer = (StatusCode, Value);
@@ -84,7 +83,10 @@ pub fn handle(
             };
             pool.set_weight(weight);
             tracing::info!(pool = %pool.name, weight, "pool weight set through the admin API");
-            (StatusCode::OK, pool_json(pool, Instant::now()))
+            (
+                StatusCode::OK,
+                pool_json(pool, Instant::now(), fleet.kv_overcommit()),
+            )
         }
         (&Method::POST, ["pools", pool, "workers", worker, action @ ("drain" | "undrain")]) => {
             let Some(p) = fleet.pool(pool) else {
@@ -132,12 +134,16 @@ pub fn handle(
 
 fn pools(fleet: &Fleet) -> Value {
     let now = Instant::now();
-    let list: Vec<Value> = fleet.pools().iter().map(|p| pool_json(p, now)).collect();
+    let list: Vec<Value> = fleet
+        .pools()
+        .iter()
+        .map(|p| pool_json(p, now, fleet.kv_overcommit()))
+        .collect();
     json!({"pools": list})
 }
 
 /// One worker as the admin port shows it (`GET /pools`, `/ready` and `/status`).
-pub fn worker_json(w: &Worker) -> Value {
+pub fn worker_json(w: &Worker, overcommit: f64) -> Value {
     json!({
         "pool": &*w.pool,
         "role": w.role.as_str(),
@@ -149,7 +155,7 @@ pub fn worker_json(w: &Worker) -> Value {
         "draining": w.is_draining(),
         "outstanding": w.outstanding(),
         "kv_in_flight": w.kv_in_flight(),
-        "room": w.room(DEFAULT_KV_OVERCOMMIT),
+        "room": w.room(overcommit),
         "engine_load": w.engine_load().map(|l| json!({
             "running": l.running,
             "waiting": l.waiting,
@@ -189,8 +195,11 @@ fn health_json(w: &Worker) -> Value {
 }
 
 /// One pool and its workers as the admin port shows it (`GET /pools` and `/status`).
-pub fn pool_json(pool: &Pool, now: Instant) -> Value {
-    let workers: Vec<Value> = pool.all_workers().map(|w| worker_json(w)).collect();
+pub fn pool_json(pool: &Pool, now: Instant, overcommit: f64) -> Value {
+    let workers: Vec<Value> = pool
+        .all_workers()
+        .map(|w| worker_json(w, overcommit))
+        .collect();
     json!({
         "pool": &*pool.name,
         "model": pool.model,

@@ -133,7 +133,7 @@ pub fn readiness(fleet: &Fleet) -> (bool, Value) {
             let workers: Vec<Value> = pools
                 .iter()
                 .flat_map(|p| p.all_workers())
-                .map(|w| crate::runtime::admin::api::worker_json(w))
+                .map(|w| crate::runtime::admin::api::worker_json(w, fleet.kv_overcommit()))
                 .collect();
             json!({"model": model, "ready": ready, "reasons": reasons, "workers": workers})
         })

@@ -42,9 +42,7 @@ use crate::stack::api::InferenceRequest;
 use crate::stack::auth::AuthContext;
 use crate::stack::guard::PrefillAnswer;
 use crate::stack::request_id::RequestId;
-use crate::stack::routing::{
-    pick_other_unified, RoutePlan, ServedBy, Target, DEFAULT_KV_OVERCOMMIT,
-};
+use crate::stack::routing::{pick_other_unified, RoutePlan, ServedBy, Target};
 use crate::telemetry::{Propagation, RequestTrace};
 use crate::upstream::{Peer, Replay, Upstream};
 use leg::Leg;
@@ -169,6 +167,7 @@ impl Dispatch {
             target,
             slot,
             cost,
+            overcommit,
         } = plan;
         match target.as_ref() {
             Target::Unified(load) => {
@@ -189,9 +188,8 @@ impl Dispatch {
                 if let Err(e @ GatewayError::UpstreamUnavailable { connect: true, .. }) = &response
                 {
                     // Nothing was sent: another worker may take it, if the budget allows.
-                    if let Some(other) =
-                        pick_other_unified(&pool, &worker, cost, DEFAULT_KV_OVERCOMMIT)
-                            .filter(|_| self.retries.withdraw())
+                    if let Some(other) = pick_other_unified(&pool, &worker, cost, overcommit)
+                        .filter(|_| self.retries.withdraw())
                     {
                         tracing::warn!(error = %e, request_id = rid.as_str(), "connect failed; retrying on another worker");
                         ::metrics::counter!(metrics::UPSTREAM_RETRIES_TOTAL, "pool" => pool.name.to_string(), "reason" => "connect")

@@ -25,7 +25,7 @@ mod pick;
 mod route;
 mod wait;
 
-pub use pick::{pick_other_unified, pick_workers, DEFAULT_KV_OVERCOMMIT};
+pub use pick::{pick_other_unified, pick_workers};
 pub use route::{Route, RouteLayer};
 pub use wait::{Claimed, Scheduling, Unclaimed, Waiter};
 
@@ -81,6 +81,8 @@ pub struct RoutePlan {
     pub slot: Option<Arc<InFlightSlot>>,
     /// The request's KV cost, held on its workers (a retry claims the same).
     pub cost: KvCost,
+    /// `[scheduling] kv_overcommit` the workers were claimed under (a retry uses it too).
+    pub overcommit: f64,
 }
 
 /// Which workers served a request (a response extension set by dispatch): the audit
@@ -113,35 +115,9 @@ pub fn no_eligible_worker(
 }
 
 /// Choose a pool of `fleet` among those able to serve `request` — the chosen one, else by
-/// weight, sticky per `tenant` when there is one — then its workers, the ones with the most
-/// KV room for `cost` (admission's count; [`KvCost::ZERO`] when there is none), without
-/// waiting (the stage waits in the pool's queue instead, see `wait`). `admitted` (when not
-/// empty) limits the choice to the pools admission let through.
-pub fn plan(
-    fleet: &Fleet,
-    request: &InferenceRequest,
-    admitted: &[Arc<str>],
-    tenant: Option<&str>,
-    choice: Option<&str>,
-    cost: KvCost,
-) -> Result<RoutePlan, GatewayError> {
-    let ChosenPool { pool, slot } = choose_pool(fleet, request, admitted, tenant, choice)?;
-    let target = pick_workers(&pool, cost, DEFAULT_KV_OVERCOMMIT).ok_or_else(|| {
-        no_eligible_worker(
-            fleet,
-            request,
-            format!("pool `{}` lost its eligible workers", pool.name),
-        )
-    })?;
-    Ok(RoutePlan {
-        pool,
-        target: Arc::new(target),
-        slot,
-        cost,
-    })
-}
-
-/// Choose the pool of `request` (see [`plan`]) and take its in-flight slot.
+/// weight, sticky per `tenant` when there is one — and take its in-flight slot; the stage
+/// then claims its workers (at once, or after a turn in the pool's queue: see `wait`).
+/// `admitted` (when not empty) limits the choice to the pools admission let through.
 pub fn choose_pool(
     fleet: &Fleet,
     request: &InferenceRequest,

@@ -19,9 +19,6 @@ use std::sync::Arc;
 use super::Target;
 use crate::fleet::{KvCost, Pool, PoolWorkers, Role, Worker, WorkerLoad};
 
-/// How far a worker's KV may be promised beyond its capacity when no config says
-/// (`[scheduling] kv_overcommit`, default 1.0: not at all).
-pub const DEFAULT_KV_OVERCOMMIT: f64 = 1.0;
 
 /// The workers of `pool` for `cost`, only where it fits in their room now (most room
 /// first), each taken atomically ([`Worker::claim_within`]): None when no worker of a role
@@ -305,6 +302,8 @@ fn stable_hash(tenant: &str, pool: &str) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    /// No overcommit (the default of `[scheduling] kv_overcommit`).
+    const DEFAULT_KV_OVERCOMMIT: f64 = 1.0;
     use super::*;
     use crate::config::WorkerConfig;
     use crate::fleet::Role;

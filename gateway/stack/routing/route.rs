@@ -117,6 +117,7 @@ impl Route {
                     target: Arc::new(claimed.target),
                     slot,
                     cost,
+                    overcommit: self.scheduling.overcommit,
                 },
                 claimed.waited,
             )),

@@ -226,7 +226,12 @@ fn pools_section(out: &mut String, s: &StatusSources<'_>, now: Instant) {
          <th>version</th><th class=\"num\">weight</th><th>rollout</th><th>eligible</th>\
          <th class=\"num\">requests in window</th><th class=\"num\">guard-trip rate</th></tr></thead><tbody>",
     );
-    let views: Vec<Value> = s.fleet.pools().iter().map(|p| pool_json(p, now)).collect();
+    let views: Vec<Value> = s
+        .fleet
+        .pools()
+        .iter()
+        .map(|p| pool_json(p, now, s.fleet.kv_overcommit()))
+        .collect();
     for (pool, view) in s.fleet.pools().iter().zip(&views) {
         let rollout = rollout_state(s.rollouts, &pool.name);
         let weight = view["weight"].as_u64().unwrap_or(0);
