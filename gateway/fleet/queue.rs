@@ -141,6 +141,8 @@ struct Key {
 struct Waiting {
     tenant: Arc<str>,
     start: VTime,
+    /// The tenant's virtual finish after this entry (its charge).
+    charged: VTime,
     cost: u64,
     joined: Instant,
     wake: oneshot::Sender<Outcome>,
@@ -198,12 +200,10 @@ impl FairQueue {
             return Err(QueueRefusal::Closed);
         }
         if state.places.len() >= self.max_queued {
-            let lane = (0..entry.class.index()).find(|&l| !state.lanes[l].queue.is_empty());
-            let Some(lane) = lane else {
+            let Some(victim) = state.victim_for(&entry) else {
                 return Err(QueueRefusal::Full);
             };
-            let newest = state.lanes[lane].queue.keys().map(|k| k.id).max();
-            if let Some(waiting) = newest.and_then(|id| state.remove(id, false)) {
+            if let Some(waiting) = state.remove(victim, false) {
                 // The receiver may be gone already (its ticket is being dropped).
                 let _ = waiting.wake.send(Err(QueueRefusal::Shed));
             }
@@ -216,11 +216,18 @@ impl FairQueue {
         let flow = lane.flows.entry(entry.tenant.clone()).or_default();
         let start = lane.clock.max(flow.finish);
         let span = (VTime::from(entry.cost) << FRACTION_BITS) / VTime::from(entry.weight.max(1));
+        let charged = start.saturating_add(span);
+        // A sparse tenant — nothing queued, and not ahead of its share (its finish is not
+        // past the clock) — goes ahead of the backlogged tenants' heads, as fair queuing's
+        // new-flow rule does: a light tenant is served at the next free room instead of
+        // after one turn of every backlogged tenant. It is charged as usual, so it cannot
+        // take more than its share this way.
+        let sparse = flow.queued == 0 && flow.finish <= lane.clock;
         let key = Key {
-            finish: start.saturating_add(span),
+            finish: if sparse { lane.clock } else { charged },
             id,
         };
-        flow.finish = key.finish;
+        flow.finish = charged;
         flow.queued += 1;
         let now = Instant::now();
         lane.queue.insert(
@@ -228,6 +235,7 @@ impl FairQueue {
             Waiting {
                 tenant: entry.tenant,
                 start,
+                charged,
                 cost: entry.cost,
                 joined: now,
                 wake: tx,
@@ -432,7 +440,7 @@ impl State {
         let clock = lane.clock;
         if let Some(flow) = lane.flows.get_mut(&waiting.tenant) {
             flow.queued = flow.queued.saturating_sub(1);
-            if !served && flow.finish == key.finish {
+            if !served && flow.finish == waiting.charged {
                 flow.finish = waiting.start;
             }
             if flow.queued == 0 && flow.finish <= clock {
@@ -462,6 +470,8 @@ impl Lane {
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     state.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+mod shed;
 
 #[cfg(test)]
 mod tests;

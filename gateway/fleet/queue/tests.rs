@@ -357,3 +357,61 @@ proptest! {
         prop_assert!(jain(&served) >= 0.95, "{:?}: {}", served, jain(&served));
     }
 }
+
+#[tokio::test]
+async fn a_full_queue_sheds_from_the_tenant_with_the_most_queued_for_a_light_one() {
+    let q = FairQueue::new(4);
+    let mut flood: Vec<_> = (0..4)
+        .map(|_| q.join(std_entry("flood", 100)).unwrap())
+        .collect();
+    // Full of one tenant's requests: another tenant's request takes the newest one's place.
+    let _light = q
+        .join(std_entry("light", 100))
+        .expect("the light tenant gets in");
+    let newest = flood.pop().expect("four");
+    let mut newest = newest;
+    assert_eq!(outcome(&mut newest), Some(Err(QueueRefusal::Shed)));
+    assert_eq!(q.len(), 4);
+    // The flood's own next request finds nothing it may shed: refused.
+    assert_eq!(
+        q.join(std_entry("flood", 100)).err(),
+        Some(QueueRefusal::Full)
+    );
+    // Tenants with about as many queued do not shed each other.
+    let q = FairQueue::new(2);
+    let _a = q.join(std_entry("a", 100)).unwrap();
+    let _b = q.join(std_entry("b", 100)).unwrap();
+    assert_eq!(q.join(std_entry("c", 100)).err(), Some(QueueRefusal::Full));
+}
+
+#[tokio::test]
+async fn a_sparse_tenant_goes_ahead_of_the_backlogged_tenants_heads() {
+    let q = FairQueue::new(256);
+    let mut tickets = Vec::new();
+    for _ in 0..5 {
+        for tenant in ["eq1", "eq2", "eq3"] {
+            tickets.push(q.join(std_entry(tenant, 100)).unwrap());
+        }
+    }
+    // Serve a few so the clock moves and every backlogged tenant has a head waiting.
+    for _ in 0..3 {
+        release_next(&q).expect("backlogged");
+    }
+    tickets.push(q.join(std_entry("light", 100)).unwrap());
+    let (next, _) = release_next(&q).expect("one");
+    assert_eq!(
+        &*next, "light",
+        "a sparse tenant is served at the next free room"
+    );
+    // Charged as usual: its second request waits its fair turn behind the heads.
+    tickets.push(q.join(std_entry("light", 100)).unwrap());
+    tickets.push(q.join(std_entry("light", 100)).unwrap());
+    let next_three: Vec<_> = (0..3)
+        .filter_map(|_| release_next(&q))
+        .map(|(t, _)| t)
+        .collect();
+    assert!(
+        next_three.iter().filter(|t| &***t == "light").count() <= 1,
+        "{next_three:?}"
+    );
+}

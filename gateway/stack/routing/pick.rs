@@ -19,7 +19,6 @@ use std::sync::Arc;
 use super::Target;
 use crate::fleet::{KvCost, Pool, PoolWorkers, Role, Worker, WorkerLoad};
 
-
 /// The workers of `pool` for `cost`, only where it fits in their room now (most room
 /// first), each taken atomically ([`Worker::claim_within`]): None when no worker of a role
 /// has room.
