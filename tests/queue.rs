@@ -4,7 +4,8 @@
 //!
 //! - a light tenant's request is served before a flooding tenant's backlog;
 //! - a critical request is never served after a sheddable one queued before it;
-//! - a full queue refuses (503 with Retry-After) or sheds the lowest class, and a request
+//! - a full queue refuses the tenant that fills it, sheds that tenant's newest request for
+//!   another tenant's and the lowest class for a higher one (503 with Retry-After), and a request
 //!   past its deadline is refused; every refusal is audited;
 //! - with the queue on the engine never holds more KV than its pool or queues a request
 //!   itself; with `[scheduling] enabled = false` the engine queues them.
@@ -196,8 +197,8 @@ async fn a_full_queue_refuses_or_sheds_and_a_deadline_refuses_with_retry_after()
     let second = spawn(FLOOD_KEY, vec![]);
     queued(&gw, 2).await;
 
-    // Full, and nothing lower to shed: refused at once.
-    let (full, _) = send_one(&gw, LIGHT_KEY, vec![], done.clone()).await;
+    // Full of the flood's own requests: its next one is refused at once.
+    let (full, _) = send_one(&gw, FLOOD_KEY, vec![], done.clone()).await;
     assert_eq!(full.status, 503, "{}", full.text());
     assert_eq!(error_code(&full), "overloaded");
     assert!(
@@ -211,9 +212,20 @@ async fn a_full_queue_refuses_or_sheds_and_a_deadline_refuses_with_retry_after()
         full.headers
     );
 
-    // A critical request sheds the newest standard one.
-    let critical = spawn(VIP_KEY, vec![("x-kvgate-priority", "critical")]);
+    // Another tenant's request takes the place of the flood's newest, which is shed.
+    let light = spawn(LIGHT_KEY, vec![]);
     let (shed, _) = second.await.expect("second");
+    assert_eq!(shed.status, 503, "{}", shed.text());
+    assert!(error_message(&shed).contains("shed"), "{}", shed.text());
+    assert!(
+        shed.headers.contains_key("retry-after"),
+        "{:?}",
+        shed.headers
+    );
+
+    // A critical request sheds the newest standard one (the light tenant's).
+    let critical = spawn(VIP_KEY, vec![("x-kvgate-priority", "critical")]);
+    let (shed, _) = light.await.expect("light");
     assert_eq!(shed.status, 503, "{}", shed.text());
     assert!(error_message(&shed).contains("shed"), "{}", shed.text());
 
