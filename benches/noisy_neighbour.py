@@ -400,6 +400,13 @@ def variant_table(v, b50, b99):
         rows.append(("light TTFT p50 / alone", f"{l50:.0f} / {b50:.0f} ms = {l50 / b50:.2f}×", "-", None))
         rows.append(("light TTFT p99 / alone", f"{l99:.0f} / {b99:.0f} ms = {l99 / b99:.2f}×", "≤ 1.5×",
                      l99 / b99 <= 1.5))
+        # Of that, the time the gateway's queue held it (x-kvgate-queued-ms), when it did.
+        waits = [float(r["queued_ms"]) for r in by.get("light", [])
+                 if r["kind"] == "served" and "queued_ms" in r]
+        if waits:
+            rows.append(("light waited in the gateway queue p50 / p99",
+                         f"{statistics.median(waits):.0f} / {pct(waits, 99):.0f} ms ({len(waits)} queued)",
+                         "-", None))
     elif "light" in tenants:
         rows.append(("light TTFT p99 / alone", "no light stream served", "≤ 1.5×", False))
     eq = [tokens[t] for t in ("eq1", "eq2", "eq3") if t in tokens]
