@@ -98,7 +98,7 @@ impl Route {
             sticky.as_deref(),
             choice.as_deref(),
         )?;
-        let waiter = Waiter {
+        let waiter = || Waiter {
             tenant: auth.map_or_else(
                 || Arc::from(crate::tenant::ANONYMOUS_TENANT),
                 |a| a.tenant.clone(),
@@ -110,7 +110,7 @@ impl Route {
             client_timeout: client_timeout(request.headers()),
             request_id: RequestId::of(request).map(|id| id.as_str().to_owned()),
         };
-        match wait::claim(&pool, cost, self.scheduling, &waiter, &self.audit).await {
+        match wait::claim(&pool, cost, self.scheduling, waiter, &self.audit).await {
             Ok(claimed) => Ok((
                 RoutePlan {
                     pool,

@@ -87,12 +87,13 @@ pub enum Unclaimed {
 }
 
 /// The workers of `pool` for a request costing `cost`: at once where it fits, else after
-/// waiting its turn in the pool's queue (see the module docs).
+/// waiting its turn in the pool's queue (see the module docs). `waiter` says who waits; it
+/// is asked only when the request queues (the common path allocates nothing for it).
 pub async fn claim(
     pool: &Arc<Pool>,
     cost: KvCost,
     scheduling: Scheduling,
-    waiter: &Waiter,
+    waiter: impl FnOnce() -> Waiter,
     audit: &AuditLog,
 ) -> Result<Claimed, Unclaimed> {
     let overcommit = scheduling.overcommit;
@@ -112,6 +113,7 @@ pub async fn claim(
             });
         }
     }
+    let waiter = &waiter();
     let timeout = waiter.client_timeout.map_or(scheduling.queue_timeout, |c| {
         c.min(scheduling.queue_timeout)
     });
