@@ -23,8 +23,19 @@ use crate::fleet::{KvCost, Pool, PoolWorkers, Role, Worker, WorkerLoad};
 /// first), each taken atomically ([`Worker::claim_within`]): None when no worker of a role
 /// has room.
 pub fn claim_with_room(pool: &Pool, cost: KvCost, overcommit: f64) -> Option<Target> {
+    take_workers(pool, cost, overcommit, claim_fitting)
+}
+
+/// The unified or decode worker (holding `cost.total`) and, in a PD pool, a prefill worker
+/// (holding `cost.prompt`: its leg hands the KV to decode), each taken by `claim`.
+fn take_workers(
+    pool: &Pool,
+    cost: KvCost,
+    overcommit: f64,
+    claim: fn(&[Arc<Worker>], &AtomicUsize, u64, f64) -> Option<WorkerLoad>,
+) -> Option<Target> {
     match &pool.workers {
-        PoolWorkers::Unified(ws) => Some(Target::Unified(claim_fitting(
+        PoolWorkers::Unified(ws) => Some(Target::Unified(claim(
             ws,
             pool.cursor(Role::Unified),
             cost.total,
@@ -33,9 +44,8 @@ pub fn claim_with_room(pool: &Pool, cost: KvCost, overcommit: f64) -> Option<Tar
         PoolWorkers::Disaggregated { prefill, decode } => {
             // The decode side first: it holds the whole request (a prefill load taken
             // first would be given back at once when decode is full).
-            let decode = claim_fitting(decode, pool.cursor(Role::Decode), cost.total, overcommit)?;
-            let prefill =
-                claim_fitting(prefill, pool.cursor(Role::Prefill), cost.prompt, overcommit)?;
+            let decode = claim(decode, pool.cursor(Role::Decode), cost.total, overcommit)?;
+            let prefill = claim(prefill, pool.cursor(Role::Prefill), cost.prompt, overcommit)?;
             Some(Target::Disaggregated { prefill, decode })
         }
     }
@@ -92,19 +102,7 @@ fn claim_fitting(
 /// least outstanding, round-robin on ties). The unified or decode worker holds
 /// `cost.total`, a prefill worker `cost.prompt` (its leg hands the KV to decode).
 pub fn pick_workers(pool: &Pool, cost: KvCost, overcommit: f64) -> Option<Target> {
-    match &pool.workers {
-        PoolWorkers::Unified(ws) => Some(Target::Unified(claim_best(
-            ws,
-            pool.cursor(Role::Unified),
-            cost.total,
-            overcommit,
-        )?)),
-        PoolWorkers::Disaggregated { prefill, decode } => {
-            let prefill = claim_best(prefill, pool.cursor(Role::Prefill), cost.prompt, overcommit)?;
-            let decode = claim_best(decode, pool.cursor(Role::Decode), cost.total, overcommit)?;
-            Some(Target::Disaggregated { prefill, decode })
-        }
-    }
+    take_workers(pool, cost, overcommit, claim_best)
 }
 
 /// Another eligible worker of a unified `pool` than `failed` (a retry after a connect
