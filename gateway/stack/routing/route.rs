@@ -134,7 +134,7 @@ impl Route {
                 reason: match reason {
                     crate::fleet::QueueRefusal::Full => "its gateway queue is full",
                     crate::fleet::QueueRefusal::Shed => {
-                        "the request was shed from its queue for a higher-priority one"
+                        "the request was shed from its queue for another (a higher class, or a tenant with fewer queued)"
                     }
                     crate::fleet::QueueRefusal::TimedOut => {
                         "the request waited in its queue past its deadline"
