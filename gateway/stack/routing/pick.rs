@@ -78,16 +78,43 @@ fn claim_fitting(
     cost: u64,
     overcommit: f64,
 ) -> Option<WorkerLoad> {
+    claim_first(workers, cursor, cost, overcommit, |worker| {
+        // `most_room` falls back to the least outstanding worker when none fits.
+        if worker.room(overcommit).is_none_or(|r| r < cost) {
+            return Taken::Stop;
+        }
+        worker
+            .claim_within(cost, overcommit)
+            .map_or(Taken::Next, Taken::Load)
+    })
+}
+
+/// What one try at taking a worker came to.
+enum Taken {
+    Load(WorkerLoad),
+    /// Taken meanwhile by another request: try the next best.
+    Next,
+    /// No worker will do.
+    Stop,
+}
+
+/// The best worker by [`most_room`], taken with `take`; one that another request took in
+/// the meantime is passed over for the next best.
+fn claim_first(
+    workers: &[Arc<Worker>],
+    cursor: &AtomicUsize,
+    cost: u64,
+    overcommit: f64,
+    take: impl Fn(&Arc<Worker>) -> Taken,
+) -> Option<WorkerLoad> {
     let mut left: Vec<Arc<Worker>>;
     let mut candidates = workers;
     loop {
         let worker = most_room(candidates, cursor, cost, overcommit)?;
-        // `most_room` falls back to the least outstanding worker when none fits.
-        if worker.room(overcommit).is_none_or(|r| r < cost) {
-            return None;
-        }
-        if let Some(load) = worker.claim_within(cost, overcommit) {
-            return Some(load);
+        match take(&worker) {
+            Taken::Load(load) => return Some(load),
+            Taken::Stop => return None,
+            Taken::Next => {}
         }
         left = candidates
             .iter()
@@ -209,21 +236,10 @@ pub fn claim_best(
     cost: u64,
     overcommit: f64,
 ) -> Option<WorkerLoad> {
-    let mut left: Vec<Arc<Worker>>;
-    let mut candidates = workers;
-    loop {
-        let worker = most_room(candidates, cursor, cost, overcommit)?;
-        if let Some(load) = worker.claim(cost) {
-            return Some(load);
-        }
-        // Rare (a trial raced): try the others.
-        left = candidates
-            .iter()
-            .filter(|w| !Arc::ptr_eq(w, &worker))
-            .cloned()
-            .collect();
-        candidates = &left;
-    }
+    // Rarely taken meanwhile (a trial raced): then the others are tried.
+    claim_first(workers, cursor, cost, overcommit, |worker| {
+        worker.claim(cost).map_or(Taken::Next, Taken::Load)
+    })
 }
 
 /// Deterministic weighted choice: over `total` consecutive calls each index `i` is chosen
