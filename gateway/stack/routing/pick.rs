@@ -26,14 +26,12 @@ pub fn claim_with_room(pool: &Pool, cost: KvCost, overcommit: f64) -> Option<Tar
     take_workers(pool, cost, overcommit, claim_fitting)
 }
 
+/// How one role's worker is taken: from the workers, their cursor, the cost and overcommit.
+type ClaimFn = fn(&[Arc<Worker>], &AtomicUsize, u64, f64) -> Option<WorkerLoad>;
+
 /// The unified or decode worker (holding `cost.total`) and, in a PD pool, a prefill worker
 /// (holding `cost.prompt`: its leg hands the KV to decode), each taken by `claim`.
-fn take_workers(
-    pool: &Pool,
-    cost: KvCost,
-    overcommit: f64,
-    claim: fn(&[Arc<Worker>], &AtomicUsize, u64, f64) -> Option<WorkerLoad>,
-) -> Option<Target> {
+fn take_workers(pool: &Pool, cost: KvCost, overcommit: f64, claim: ClaimFn) -> Option<Target> {
     match &pool.workers {
         PoolWorkers::Unified(ws) => Some(Target::Unified(claim(
             ws,
