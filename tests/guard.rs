@@ -100,8 +100,13 @@ async fn replay(chat: bool, stream: bool, defeated: bool) {
         "client B must not succeed: {} {text}",
         b.status
     );
+    // The gateway's random request id is no part of the answer (it may hold "4471").
+    let answer = without_request_ids(&text);
     for fragment in [SECRET, "ZEBRA", "4471", "QUOKKA"] {
-        assert!(!text.contains(fragment), "client B saw the secret: {text}");
+        assert!(
+            !answer.contains(fragment),
+            "client B saw the secret: {text}"
+        );
     }
     if defeated {
         // The guard alone stopped it: the request did reach the engines.

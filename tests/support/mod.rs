@@ -297,3 +297,18 @@ pub async fn slow_engine(context_length: usize, latency_ms: u64) -> RunningSim {
     })
     .await
 }
+
+/// `text` without the gateway's `"request_id":"…"` fields: a random hex id is no part of an
+/// answer, and may by chance contain a fragment a test looks for.
+pub fn without_request_ids(text: &str) -> String {
+    const FIELD: &str = "\"request_id\":\"";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(FIELD) {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + FIELD.len()..];
+        rest = after.find('"').map_or("", |end| &after[end + 1..]);
+    }
+    out.push_str(rest);
+    out
+}
