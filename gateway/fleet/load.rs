@@ -29,6 +29,10 @@ use tokio::sync::Notify;
 
 use crate::metrics;
 
+/// The KV a running request may hold beyond its tokens: the last page's rest, at the
+/// usual page size (vLLM's default block size, SGLang's common page size).
+const PAGE_ROUNDING_TOKENS: u64 = 16;
+
 /// A worker's gauge labels (pool, role, worker), built only when a gauge is first needed.
 pub type Labels = [(&'static str, String); 3];
 
@@ -187,11 +191,16 @@ impl KvAccount {
     /// Record the engine's report (None: it gave none this time); wakes whoever waits for
     /// room when the engine now uses less KV than it last said.
     pub fn set_engine_load(&self, report: Option<EngineLoad>, labels: &Labels) {
-        // What the engine uses beyond kvgate's own account now is someone else's load.
+        // What the engine uses beyond kvgate's own account now is someone else's load —
+        // less the pages' rounding: an engine allocates whole pages, so each running
+        // request may use up to a page more than its tokens, and that is not another
+        // front door's load (counted as such, it took a request's room from every worker
+        // of a full pool).
         let report = report.map(|mut r| {
+            let rounding = r.running.saturating_mul(PAGE_ROUNDING_TOKENS);
             r.foreign_kv_tokens = r
                 .used_kv_tokens
-                .map(|used| used.saturating_sub(self.in_flight()));
+                .map(|used| used.saturating_sub(self.in_flight().saturating_add(rounding)));
             r
         });
         let previous = {
@@ -372,13 +381,14 @@ mod tests {
         let report = EngineLoad {
             running: 1,
             waiting: 2,
-            used_kv_tokens: Some(3),
+            used_kv_tokens: Some(30),
             foreign_kv_tokens: None,
             at: old,
         };
         account.set_engine_load(Some(report), &labels);
+        // 30 used, none on kvgate's account, a page's rounding for its one running request.
         let recorded = EngineLoad {
-            foreign_kv_tokens: Some(3),
+            foreign_kv_tokens: Some(14),
             ..report
         };
         assert_eq!(account.engine_load(Duration::from_secs(60)), Some(recorded));
