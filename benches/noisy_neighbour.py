@@ -196,12 +196,13 @@ async def timed(host, port, tenant, n, args, t0, records):
     return rec
 
 
-async def open_loop(host, port, tenant, rate, args, t0, records, tasks):
+async def open_loop(host, port, tenant, rate, args, t0, records, tasks, lead=0.0):
+    """Arrivals from `lead` seconds before t0 (sent times negative) until the window ends."""
     if rate <= 0:
         return
     n = 0
     while True:
-        at = n / rate
+        at = n / rate - lead
         if at >= args.duration:
             return
         delay = at - (time.monotonic() - t0)
@@ -271,15 +272,24 @@ async def phase(args):
     stop = asyncio.Event()
     poller = asyncio.ensure_future(poll_loads(engines, stop, peaks))
     cpu0 = cpu_seconds(args.gateway_pid)
-    t0 = time.monotonic()
+    # The light tenant is already a steady user when the others arrive: it runs alone for
+    # --light-lead seconds before t0 (those requests are not counted).
+    lead = args.light_lead if "light" in tenants and len(tenants) > 1 else 0.0
+    t0 = time.monotonic() + lead
+
+    async def at_t0(loop):
+        await asyncio.sleep(max(0.0, t0 - time.monotonic()))
+        await loop
+
     loops = []
     for tenant in tenants:
         if tenant == "flood":
-            loops.append(open_loop(host, port, tenant, args.flood_rate, args, t0, records, tasks))
+            loops.append(at_t0(open_loop(host, port, tenant, args.flood_rate, args, t0, records, tasks)))
         elif tenant == "light":
-            loops.append(open_loop(host, port, tenant, args.light_rate, args, t0, records, tasks))
+            loops.append(open_loop(host, port, tenant, args.light_rate, args, t0, records, tasks, lead))
         else:
-            loops += [closed_loop(host, port, tenant, k, args, t0, records) for k in range(args.closed_k)]
+            loops += [at_t0(closed_loop(host, port, tenant, k, args, t0, records))
+                      for k in range(args.closed_k)]
     await asyncio.gather(*loops)
     if tasks:
         await asyncio.gather(*tasks)
@@ -291,7 +301,7 @@ async def phase(args):
            "weights": dict(w.split("=") for w in args.weights.split(",") if w),
            "flood_rate": args.flood_rate, "light_rate": args.light_rate,
            "capacity_rps": args.capacity_rps, "client_timeout": args.client_timeout,
-           "closed_k": args.closed_k, "max_tokens": args.max_tokens,
+           "closed_k": args.closed_k, "max_tokens": args.max_tokens, "light_lead": lead,
            "cpu_s": (cpu1 - cpu0) if cpu0 is not None and cpu1 is not None else None,
            "loads": peaks, "records": records}
     with open(args.out, "w") as f:
@@ -346,18 +356,23 @@ def report(args):
 
 
 def variant_table(v, b50, b99):
-    dur, recs, tenants = v["duration"], v["records"], v["tenants"]
+    dur, tenants = v["duration"], v["tenants"]
+    # The light tenant's lead (sent before t0, alone) is not part of the window.
+    lead_recs = [r for r in v["records"] if r["sent"] < 0]
+    recs = [r for r in v["records"] if r["sent"] >= 0]
     weights = {t: float(v["weights"].get(t, 1)) for t in tenants}
     print(f"\n== {v['name']} == {dur:.0f} s (+ {v['wall'] - dur:.0f} s for the last answers), "
           f"flood {v['flood_rate']:.1f} req/s, light {v['light_rate']:.2f} req/s (fleet ≈ "
           f"{v['capacity_rps']:.1f} req/s by its sizes), closed loops {v['closed_k']} in flight each, "
-          f"client timeout {v['client_timeout']:.0f} s")
+          f"client timeout {v['client_timeout']:.0f} s"
+          + (f"; light ran alone {v['light_lead']:.0f} s before the others ({len(lead_recs)} requests, not counted)"
+             if v.get("light_lead") else ""))
     # Tokens: token events (a delta with `content`, the opening role event aside) that reached
     # the client inside the window; usage.completion_tokens is checked against the count.
     tokens = {t: 0 for t in tenants}
     mismatch = 0
     for r in recs:
-        tokens[r["tenant"]] += sum(1 for at in r.get("content", []) if at <= dur)
+        tokens[r["tenant"]] += sum(1 for at in r.get("content", []) if 0 <= at <= dur)
         if r["kind"] == "served" and r.get("usage_tokens") is not None and r["usage_tokens"] != len(r["content"]):
             mismatch += 1
     total = sum(tokens.values()) or 1
@@ -407,6 +422,12 @@ def variant_table(v, b50, b99):
             rows.append(("light waited in the gateway queue p50 / p99",
                          f"{statistics.median(waits):.0f} / {pct(waits, 99):.0f} ms ({len(waits)} queued)",
                          "-", None))
+        # The moment the others arrive: how long until the light tenant is protected.
+        first = [(r["first"] - r["sent"]) * 1e3 for r in by.get("light", [])
+                 if r["kind"] == "served" and r["sent"] < 10]
+        if first:
+            rows.append(("light TTFT max in the others' first 10 s",
+                         f"{max(first):.0f} ms ({len(first)} streams)", "-", None))
     elif "light" in tenants:
         rows.append(("light TTFT p99 / alone", "no light stream served", "≤ 1.5×", False))
     eq = [tokens[t] for t in ("eq1", "eq2", "eq3") if t in tokens]
@@ -448,6 +469,8 @@ def main():
     p.add_argument("--light-rate", type=float, default=0)
     p.add_argument("--capacity-rps", type=float, default=0, help="label: the fleet's estimated req/s")
     p.add_argument("--closed-k", type=int, default=16)
+    p.add_argument("--light-lead", type=float, default=0.0,
+                   help="seconds the light tenant runs alone before the others start (not counted)")
     p.add_argument("--prompt-words", type=int, default=300)
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--client-timeout", type=float, default=40)

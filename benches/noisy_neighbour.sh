@@ -38,7 +38,8 @@
 # Sizes (env, defaults): WORKERS=2 KV_TOKENS=8192 TOKEN_LATENCY_MS=20 FIRST_TOKEN_MS=30
 # PREFILL_US=200 (per prompt token) MAX_RUNNING= (unset: the KV pool bounds the batch)
 # PROMPT_WORDS=300 MAX_TOKENS=64 DURATION=60 (seconds per phase) FLOOD_X=5 LIGHT_X=0.1
-# CLOSED_K=16 CAPACITY_RPS= (unset: computed); scheduling: MAX_QUEUED=256 QUEUE_TIMEOUT=10
+# CLOSED_K=16 CAPACITY_RPS= (unset: computed) LIGHT_LEAD=10 (seconds the light tenant runs
+# alone before the others start, as a steady user the flood arrives on; not counted); scheduling: MAX_QUEUED=256 QUEUE_TIMEOUT=10
 # (seconds) KV_OVERCOMMIT=1.0; HUNG_MARGIN=20 (seconds beyond QUEUE_TIMEOUT); AUDIT=stderr
 # (audit lines to a file; none: off).
 #
@@ -57,6 +58,7 @@ DURATION=${DURATION:-60}
 FLOOD_X=${FLOOD_X:-5}
 LIGHT_X=${LIGHT_X:-0.1}
 CLOSED_K=${CLOSED_K:-16}
+LIGHT_LEAD=${LIGHT_LEAD:-10}
 CAPACITY_RPS=${CAPACITY_RPS:-}
 MAX_QUEUED=${MAX_QUEUED:-256}
 QUEUE_TIMEOUT=${QUEUE_TIMEOUT:-10}
@@ -193,7 +195,7 @@ start_gateway() { # name mode → $WORK/name.{pid,port}
   local port admin pid
   port=$(free_port) admin=$(free_port)
   write_config "$WORK/$1.toml" "$port" "$admin" "$2"
-  RUST_LOG=error "$BIN" serve --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
+  RUST_LOG=${GATEWAY_LOG:-error} "$BIN" serve --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
   pid=$!
   echo "$pid" >"$WORK/$1.pid"
   for _ in $(seq 1200); do
@@ -226,7 +228,7 @@ run_phase() { # name mode tenants
   python3 benches/noisy_neighbour.py phase --name "$1" --url "http://127.0.0.1:$(cat "$WORK/$1.port")" \
     --engines "$ENGINES" --gateway-pid "$(cat "$WORK/$1.pid")" --tenants "$3" --weights "$weights" \
     --duration "$DURATION" --flood-rate "$FLOOD_RATE" --light-rate "$LIGHT_RATE" \
-    --capacity-rps "$CAPACITY" --closed-k "$CLOSED_K" --prompt-words "$PROMPT_WORDS" \
+    --capacity-rps "$CAPACITY" --closed-k "$CLOSED_K" --light-lead "$LIGHT_LEAD" --prompt-words "$PROMPT_WORDS" \
     --max-tokens "$MAX_TOKENS" --client-timeout "$CLIENT_TIMEOUT" --out "$WORK/$1.json" &
   echo $! >"$WORK/clients.pid"
   wait "$(cat "$WORK/clients.pid")" || { echo "the clients of $1 failed"; exit 1; }
@@ -239,8 +241,10 @@ OFF=off
 [ "$SCHED" = 1 ] || OFF=none
 echo "phases (each $DURATION s + up to $CLIENT_TIMEOUT s for the last answers):"
 run_phase baseline "$OFF" light
-run_phase today "$OFF" "${TENANTS// /,}"
-VARIANTS="$WORK/today.json"
+[ -n "${KEEP_LOGS:-}" ] && trap 'cp "$WORK"/*.log "$WORK"/*.json "$KEEP_LOGS"/ 2>/dev/null; cleanup' EXIT
+[ "${SKIP_TODAY:-}" = 1 ] || run_phase today "$OFF" "${TENANTS// /,}"
+VARIANTS=""
+[ "${SKIP_TODAY:-}" = 1 ] || VARIANTS="$WORK/today.json"
 if [ "$SCHED" = 1 ]; then
   run_phase scheduling on "${TENANTS// /,}"
   VARIANTS="$VARIANTS $WORK/scheduling.json"
