@@ -12,6 +12,8 @@ use super::invalid::{self, Invalid};
 const MOST_QUEUED: usize = 1_000_000;
 /// The largest `kv_overcommit`: beyond, the engines' own backlog is the queue again.
 const MOST_OVERCOMMIT: f64 = 16.0;
+/// The largest `fair_share_reserve`: tenants at their share always keep half the pool.
+const MOST_RESERVE: f64 = 0.5;
 
 /// `[scheduling]`
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -27,6 +29,9 @@ pub struct SchedulingConfig {
     /// The share of a worker's KV pool the gateway may have in flight (1.0: exactly the
     /// pool; above: the engine may queue or preempt the excess).
     pub kv_overcommit: f64,
+    /// The most of a pool's KV kept free for tenants below their fair share while the pool
+    /// is full (the room they recently used, so their next request needs no wait); 0: none.
+    pub fair_share_reserve: f64,
 }
 
 impl Default for SchedulingConfig {
@@ -36,6 +41,7 @@ impl Default for SchedulingConfig {
             max_queued: 256,
             queue_timeout: Duration::from_secs(30),
             kv_overcommit: 1.0,
+            fair_share_reserve: 0.25,
         }
     }
 }
@@ -58,6 +64,16 @@ impl SchedulingConfig {
             return Err(Invalid::new(
                 "scheduling.kv_overcommit",
                 format!("must be between 1.0 (exactly the KV pool) and {MOST_OVERCOMMIT}"),
+            ));
+        }
+        if !(self.fair_share_reserve.is_finite()
+            && (0.0..=MOST_RESERVE).contains(&self.fair_share_reserve))
+        {
+            return Err(Invalid::new(
+                "scheduling.fair_share_reserve",
+                format!(
+                    "must be between 0.0 (keep no room for tenants below their share) and {MOST_RESERVE} (a fraction of each pool's KV)"
+                ),
             ));
         }
         Ok(())
@@ -106,5 +122,15 @@ mod tests {
             }),
             None
         );
+        for bad in [-0.1, 0.51, f64::NAN] {
+            assert_eq!(
+                key(SchedulingConfig {
+                    fair_share_reserve: bad,
+                    ..base()
+                })
+                .as_deref(),
+                Some("scheduling.fair_share_reserve")
+            );
+        }
     }
 }

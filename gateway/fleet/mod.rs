@@ -26,6 +26,7 @@ mod load_poll;
 mod pool;
 mod promised;
 mod queue;
+mod share;
 mod window;
 mod worker;
 
@@ -42,7 +43,8 @@ pub use load::{
 pub use load_poll::poll_loads;
 pub use pool::{OutcomeWatch, Pool, PoolWorkers};
 pub use promised::Promised;
-pub use queue::{FairQueue, QueueEntry, QueueRefusal, QueueSnapshot, Ticket};
+pub use queue::{FairQueue, Head, QueueEntry, QueueRefusal, QueueSnapshot, Ticket};
+pub use share::{keeps_fit, Reserve, ShareHold, TenantShares, WaitingMark};
 pub use window::{Outcome, Rates, SignalWindow};
 pub use worker::claim::WorkerLoad;
 pub use worker::{Discovery, Role, ServerInfo, Worker};

@@ -4,7 +4,9 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{EjectionGroup, FairQueue, HealthPolicy, Promised, Role, SignalWindow, Worker};
+use super::{
+    EjectionGroup, FairQueue, HealthPolicy, Promised, Role, SignalWindow, TenantShares, Worker,
+};
 use crate::config::{EngineKind, EngineVersion, PoolConfig, PoolMode};
 use crate::load::InFlightLimit;
 
@@ -59,6 +61,8 @@ pub struct Pool {
     pub queue: FairQueue,
     /// Room the queue released to requests that have not claimed it yet.
     pub promised: Promised,
+    /// Each tenant's KV here against its fair share, and the room kept for tenants below it.
+    pub shares: Arc<TenantShares>,
 }
 
 impl Pool {
@@ -120,6 +124,7 @@ impl Pool {
             room_freed,
             queue: FairQueue::new(max_queued),
             promised: Promised::default(),
+            shares: Arc::default(),
         }
     }
 
@@ -227,5 +232,20 @@ impl Pool {
     /// (`Notified::enable`), then checks [`Worker::room`], then awaits.
     pub fn room_freed(&self) -> &Arc<tokio::sync::Notify> {
         &self.room_freed
+    }
+
+    /// The KV tokens its eligible request-holding workers (unified or decode) may have in
+    /// flight: their capacity × `overcommit` (tenants' fair shares divide this).
+    pub fn kv_capacity(&self, overcommit: f64) -> u64 {
+        let holding = match &self.workers {
+            PoolWorkers::Unified(ws) => ws,
+            PoolWorkers::Disaggregated { decode, .. } => decode,
+        };
+        holding
+            .iter()
+            .filter(|w| w.is_eligible())
+            .filter_map(|w| w.kv_tokens())
+            .map(|c| (c as f64 * overcommit.max(0.0)) as u64)
+            .fold(0, u64::saturating_add)
     }
 }

@@ -28,8 +28,10 @@ use tokio::time::Instant;
 use crate::config::Priority;
 
 mod drain;
+mod types;
 
 use drain::Drain;
+pub use types::{Head, QueueEntry, QueueRefusal, QueueSnapshot};
 
 /// Virtual time is fixed point with this many fraction bits, in `u128`: `cost / weight`
 /// keeps its precision, and no sum of `u64` costs can overflow it in practice (additions
@@ -43,76 +45,6 @@ const MAX_RETRY: Duration = Duration::from_secs(60);
 
 type VTime = u128;
 type Outcome = Result<(), QueueRefusal>;
-
-/// One request asking for a turn.
-#[derive(Debug, Clone)]
-pub struct QueueEntry {
-    pub tenant: Arc<str>,
-    /// The tenant's share against the others of its class (0 counts as 1).
-    pub weight: u32,
-    pub class: Priority,
-    /// KV tokens it will hold: prompt + max new tokens.
-    pub cost: u64,
-    /// When it stops waiting ([`Ticket::turn`] answers `TimedOut`).
-    pub deadline: Instant,
-}
-
-/// Why a request got no turn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
-pub enum QueueRefusal {
-    /// The queue is full and holds nothing of a lower class to shed.
-    #[error("the pool's queue is full")]
-    Full,
-    /// Pushed out of a full queue by a request of a higher class.
-    #[error("the request was shed from the pool's queue for a higher-priority request")]
-    Shed,
-    /// Its deadline passed while it waited.
-    #[error("the request waited in the pool's queue until its deadline")]
-    TimedOut,
-    /// The queue was closed (its pool or generation went away).
-    #[error("the pool's queue was closed")]
-    Closed,
-}
-
-impl QueueRefusal {
-    /// A `Retry-After` hint that needs no queue: 1 s after `Closed` (the next generation
-    /// answers at once), 5 s otherwise. The refusal carries no data (its variants are
-    /// matched by value), so the drain-rate hint is [`FairQueue::retry_after`]: ask the
-    /// queue that refused.
-    pub fn retry_after(&self) -> Duration {
-        match self {
-            QueueRefusal::Closed => MIN_RETRY,
-            QueueRefusal::Full | QueueRefusal::Shed | QueueRefusal::TimedOut => UNKNOWN_RATE_RETRY,
-        }
-    }
-
-    /// A low-cardinality label for metrics and logs.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            QueueRefusal::Full => "full",
-            QueueRefusal::Shed => "shed",
-            QueueRefusal::TimedOut => "timed_out",
-            QueueRefusal::Closed => "closed",
-        }
-    }
-}
-
-/// What the queue holds now, for metrics and the status page.
-#[derive(Debug, Clone, PartialEq)]
-pub struct QueueSnapshot {
-    /// Entries waiting.
-    pub len: usize,
-    /// The bound (`scheduling.max_queued`).
-    pub max_queued: usize,
-    /// Entries waiting per class, lowest class first.
-    pub by_class: [(Priority, usize); 3],
-    /// Entries waiting per tenant (tenants with none are left out), by name.
-    pub by_tenant: Vec<(Arc<str>, usize)>,
-    /// How long the oldest waiting entry has waited (zero when empty).
-    pub oldest_wait: Duration,
-    /// Entries released per second over the last 10 s.
-    pub drain_rate: f64,
-}
 
 /// A pool's bounded, class-ordered, weighted-fair queue; share it as `Arc<FairQueue>`.
 pub struct FairQueue {
@@ -144,6 +76,7 @@ struct Waiting {
     /// The tenant's virtual finish after this entry (its charge).
     charged: VTime,
     cost: u64,
+    under_share: bool,
     joined: Instant,
     wake: oneshot::Sender<Outcome>,
 }
@@ -222,7 +155,7 @@ impl FairQueue {
         // new-flow rule does: a light tenant is served at the next free room instead of
         // after one turn of every backlogged tenant. It is charged as usual, so it cannot
         // take more than its share this way.
-        let sparse = flow.queued == 0 && flow.finish <= lane.clock;
+        let sparse = entry.under_share || (flow.queued == 0 && flow.finish <= lane.clock);
         let key = Key {
             finish: if sparse { lane.clock } else { charged },
             id,
@@ -237,6 +170,7 @@ impl FairQueue {
                 start,
                 charged,
                 cost: entry.cost,
+                under_share: entry.under_share,
                 joined: now,
                 wake: tx,
             },
@@ -259,26 +193,52 @@ impl FairQueue {
     ///
     /// `fits` runs under the queue's lock: it must not call into this queue.
     pub fn release(&self, mut fits: impl FnMut(u64) -> bool) -> usize {
+        self.release_with(|head| fits(head.cost))
+    }
+
+    /// [`FairQueue::release`], asking `fits` about the whole [`Head`].
+    pub fn release_with(&self, mut fits: impl FnMut(&Head) -> bool) -> usize {
         let mut state = lock(&self.state);
         let mut admitted = 0;
-        while let Some((lane, key, cost)) = state.head() {
-            if !fits(cost) {
+        while let Some((_, key, head)) = state.head() {
+            if !fits(&head) || !state.serve(key.id) {
                 break;
             }
-            let Some(waiting) = state.remove(key.id, true) else {
-                break;
-            };
-            let lane = &mut state.lanes[lane];
-            lane.clock = lane.clock.max(waiting.start);
-            let clock = lane.clock;
-            // Forget tenants with nothing queued whose finish the clock has passed: they
-            // would start at the clock anyway.
-            lane.flows.retain(|_, f| f.queued > 0 || f.finish > clock);
-            lane.settle();
-            // Sent under the lock: a ticket that finds its entry gone finds its outcome.
-            let _ = waiting.wake.send(Ok(()));
-            state.drain.record(Instant::now());
             admitted += 1;
+        }
+        admitted
+    }
+
+    /// Hand turns out past the head, in order, only to entries of `tenants` that `fits`
+    /// says may go: room kept for their own tenant (`fleet::share`), which takes nothing
+    /// the heads before them could use. Returns how many were admitted.
+    ///
+    /// `fits` runs under the queue's lock: it must not call into this queue.
+    pub fn release_own(&self, tenants: &[Arc<str>], mut fits: impl FnMut(&Head) -> bool) -> usize {
+        if tenants.is_empty() {
+            return 0;
+        }
+        let mut state = lock(&self.state);
+        let candidates: Vec<(u64, Head)> = state
+            .lanes
+            .iter()
+            .rev()
+            .flat_map(|lane| lane.queue.iter())
+            .filter(|(_, w)| tenants.contains(&w.tenant))
+            .map(|(key, w)| {
+                let head = Head {
+                    tenant: w.tenant.clone(),
+                    cost: w.cost,
+                    under_share: w.under_share,
+                };
+                (key.id, head)
+            })
+            .collect();
+        let mut admitted = 0;
+        for (id, head) in candidates {
+            if fits(&head) && state.serve(id) {
+                admitted += 1;
+            }
         }
         admitted
     }
@@ -422,12 +382,39 @@ impl fmt::Debug for Ticket {
 
 impl State {
     /// The entry to release next: its lane, key and cost.
-    fn head(&self) -> Option<(usize, Key, u64)> {
+    fn head(&self) -> Option<(usize, Key, Head)> {
         self.lanes.iter().enumerate().rev().find_map(|(l, lane)| {
-            lane.queue
-                .first_key_value()
-                .map(|(key, waiting)| (l, *key, waiting.cost))
+            lane.queue.first_key_value().map(|(key, waiting)| {
+                let head = Head {
+                    tenant: waiting.tenant.clone(),
+                    cost: waiting.cost,
+                    under_share: waiting.under_share,
+                };
+                (l, *key, head)
+            })
         })
+    }
+
+    /// Give entry `id` its turn: out of the queue, its lane's clock moved to its start, its
+    /// ticket woken. False when it is gone already.
+    fn serve(&mut self, id: u64) -> bool {
+        let Some(&(index, _)) = self.places.get(&id) else {
+            return false;
+        };
+        let Some(waiting) = self.remove(id, true) else {
+            return false;
+        };
+        let lane = &mut self.lanes[index];
+        lane.clock = lane.clock.max(waiting.start);
+        let clock = lane.clock;
+        // Forget tenants with nothing queued whose finish the clock has passed: they
+        // would start at the clock anyway.
+        lane.flows.retain(|_, f| f.queued > 0 || f.finish > clock);
+        lane.settle();
+        // Sent under the lock: a ticket that finds its entry gone finds its outcome.
+        let _ = waiting.wake.send(Ok(()));
+        self.drain.record(Instant::now());
+        true
     }
 
     /// Take entry `id` out of the queue, keeping its tenant's flow consistent: a `served`

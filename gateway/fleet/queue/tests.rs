@@ -11,6 +11,7 @@ fn entry(tenant: &str, weight: u32, class: Priority, cost: u64) -> QueueEntry {
         class,
         cost,
         deadline: Instant::now() + HOUR,
+        under_share: false,
     }
 }
 
@@ -414,4 +415,45 @@ async fn a_sparse_tenant_goes_ahead_of_the_backlogged_tenants_heads() {
         next_three.iter().filter(|t| &***t == "light").count() <= 1,
         "{next_three:?}"
     );
+}
+
+#[test]
+fn a_tenant_under_its_share_goes_ahead_and_its_head_says_so() {
+    let q = FairQueue::new(8);
+    let _a1 = q.join(std_entry("a", 10)).unwrap();
+    let _a2 = q.join(std_entry("a", 10)).unwrap();
+    // b has one queued already, so only its share makes it go ahead.
+    let _b1 = q.join(std_entry("b", 10)).unwrap();
+    let _b2 = q
+        .join(QueueEntry {
+            under_share: true,
+            ..std_entry("b", 7)
+        })
+        .unwrap();
+    let mut heads = Vec::new();
+    q.release_with(|head| {
+        heads.push(head.clone());
+        true
+    });
+    // a1 and b1 are sparse; b2 (below its share) goes ahead of a2, the backlog's head.
+    // Without its share it would finish at 10 + 7, after a2's 10.
+    let costs: Vec<(u64, bool)> = heads.iter().map(|h| (h.cost, h.under_share)).collect();
+    assert_eq!(costs, [(10, false), (10, false), (7, true), (10, false)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_own_passes_a_head_that_does_not_fit_only_for_the_named_tenants() {
+    let q = FairQueue::new(8);
+    let mut big = q.join(std_entry("a", 100)).unwrap();
+    let mut light = q.join(std_entry("light", 10)).unwrap();
+    let mut other = q.join(std_entry("b", 10)).unwrap();
+    // The head (100) does not fit 50: nothing is released in order.
+    assert_eq!(q.release(|cost| cost <= 50), 0);
+    // Light's own room lets it pass the head; b is not named.
+    let tenants = [Arc::from("light")];
+    assert_eq!(q.release_own(&tenants, |head| head.cost <= 50), 1);
+    assert_eq!(outcome(&mut light), Some(Ok(())));
+    assert_eq!(outcome(&mut big), None);
+    assert_eq!(outcome(&mut other), None);
+    assert_eq!(q.len(), 2);
 }

@@ -36,6 +36,7 @@ use tower::Service;
 
 use crate::body::{BoxBody, BoxError};
 use crate::error::GatewayError;
+use crate::fleet::ShareHold;
 use crate::load::{BufferBudget, BufferPermit, InFlightSlot};
 use crate::metrics;
 use crate::stack::api::InferenceRequest;
@@ -168,6 +169,7 @@ impl Dispatch {
             slot,
             cost,
             overcommit,
+            share,
         } = plan;
         match target.as_ref() {
             Target::Unified(load) => {
@@ -214,7 +216,7 @@ impl Dispatch {
                             .await;
                     }
                 }
-                let guard = TargetGuard::new(target, slot);
+                let guard = TargetGuard::new(target, slot, share);
                 let mut answer = relay.answer(&worker, &mut leg, response, guard).await?;
                 leg.finish("ok");
                 answer.extensions_mut().insert(ServedBy {
@@ -225,7 +227,7 @@ impl Dispatch {
             }
             Target::Disaggregated { prefill, decode } => {
                 let bytes = engine_body::build(parsed, &pool, Some(prefill.worker()), &rid)?;
-                let guard = TargetGuard::new(target.clone(), slot);
+                let guard = TargetGuard::new(target.clone(), slot, share);
                 let mut decode_count = Leg::start(decode.worker(), tenant, trace);
                 // Each leg is its own span: the engines' traceparents name different parents.
                 let decode_trace = decode_count.propagation();
@@ -311,17 +313,26 @@ impl Post<'_> {
     }
 }
 
-/// Kept alive in the body: the worker loads and the pool's in-flight slot end when the
-/// stream ends.
+/// Kept alive in the body: the worker loads, the pool's in-flight slot and the tenant's
+/// share of the pool end when the stream ends.
 #[derive(Debug, Clone)]
 pub(crate) struct TargetGuard {
+    // Fields drop in order: the tenant's share first, so that when the workers' room is
+    // given back (and the waiting requests pump), the room kept for the tenant already
+    // counts it (`fleet::share`).
+    _share: Option<Arc<ShareHold>>,
     _target: Arc<Target>,
     _slot: Option<Arc<InFlightSlot>>,
 }
 
 impl TargetGuard {
-    fn new(target: Arc<Target>, slot: Option<Arc<InFlightSlot>>) -> Self {
+    fn new(
+        target: Arc<Target>,
+        slot: Option<Arc<InFlightSlot>>,
+        share: Option<Arc<ShareHold>>,
+    ) -> Self {
         Self {
+            _share: share,
             _target: target,
             _slot: slot,
         }

@@ -27,12 +27,12 @@ mod wait;
 
 pub use pick::{pick_other_unified, pick_workers};
 pub use route::{Route, RouteLayer};
-pub use wait::{Claimed, Scheduling, Unclaimed, Waiter};
+pub use wait::{Claimed, Scheduling, Sharer, Unclaimed, Waiter};
 
 use std::sync::Arc;
 
 use crate::error::GatewayError;
-use crate::fleet::{retry_after, Fleet, KvCost, Pool, Worker, WorkerLoad};
+use crate::fleet::{retry_after, Fleet, KvCost, Pool, ShareHold, Worker, WorkerLoad};
 use crate::load::InFlightSlot;
 use crate::stack::api::InferenceRequest;
 
@@ -83,6 +83,8 @@ pub struct RoutePlan {
     pub cost: KvCost,
     /// `[scheduling] kv_overcommit` the workers were claimed under (a retry uses it too).
     pub overcommit: f64,
+    /// The tenant's KV counted against its fair share of the pool, until the body ends.
+    pub share: Option<Arc<ShareHold>>,
 }
 
 /// Which workers served a request (a response extension set by dispatch): the audit

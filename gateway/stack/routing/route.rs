@@ -6,7 +6,7 @@ use http::{HeaderMap, HeaderValue, Request};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::wait::{self, Scheduling, Unclaimed, Waiter};
+use super::wait::{self, Scheduling, Sharer, Unclaimed, Waiter};
 use super::{
     choose_pool, no_eligible_worker, AdmittedPools, ChosenPool, PoolChoice, RequestCost, RoutePlan,
 };
@@ -98,19 +98,23 @@ impl Route {
             sticky.as_deref(),
             choice.as_deref(),
         )?;
-        let waiter = || Waiter {
+        let sharer = Sharer {
             tenant: auth.map_or_else(
                 || Arc::from(crate::tenant::ANONYMOUS_TENANT),
                 |a| a.tenant.clone(),
             ),
             weight: auth.map_or(1, |a| a.policy.weight),
+        };
+        let waiter = || Waiter {
+            tenant: sharer.tenant.clone(),
+            weight: sharer.weight,
             class: extensions
                 .get::<RequestPriority>()
                 .map_or(Priority::Standard, |p| p.0),
             client_timeout: client_timeout(request.headers()),
             request_id: RequestId::of(request).map(|id| id.as_str().to_owned()),
         };
-        match wait::claim(&pool, cost, self.scheduling, waiter, &self.audit).await {
+        match wait::claim(&pool, cost, self.scheduling, &sharer, waiter, &self.audit).await {
             Ok(claimed) => Ok((
                 RoutePlan {
                     pool,
@@ -118,6 +122,7 @@ impl Route {
                     slot,
                     cost,
                     overcommit: self.scheduling.overcommit,
+                    share: claimed.share.map(Arc::new),
                 },
                 claimed.waited,
             )),

@@ -25,7 +25,7 @@ use super::pick::{claim_with_room, could_ever_fit, holding_workers, pick_workers
 use super::Target;
 use crate::audit::AuditLog;
 use crate::config::{Priority, SchedulingConfig};
-use crate::fleet::{KvCost, Pool, QueueEntry, QueueRefusal};
+use crate::fleet::{keeps_fit, Head, KvCost, Pool, QueueEntry, QueueRefusal, Reserve, ShareHold};
 use crate::metrics;
 
 /// `[scheduling]` as routing applies it (taken per generation: a reload changes it for the
@@ -35,6 +35,8 @@ pub struct Scheduling {
     pub enabled: bool,
     pub queue_timeout: Duration,
     pub overcommit: f64,
+    /// `fair_share_reserve`: the most of a pool kept for tenants below their share.
+    pub reserve: f64,
 }
 
 impl Scheduling {
@@ -44,6 +46,7 @@ impl Scheduling {
             enabled: config.enabled,
             queue_timeout: config.queue_timeout,
             overcommit: config.kv_overcommit,
+            reserve: config.fair_share_reserve,
         }
     }
 }
@@ -72,6 +75,15 @@ pub struct Claimed {
     pub target: Target,
     /// None: it did not queue.
     pub waited: Option<Duration>,
+    /// Its KV counted against its tenant's fair share (None with scheduling off).
+    pub share: Option<ShareHold>,
+}
+
+/// The tenant a request counts against, and its weight.
+#[derive(Debug, Clone)]
+pub struct Sharer {
+    pub tenant: Arc<str>,
+    pub weight: u32,
 }
 
 /// Why a request got no workers.
@@ -93,6 +105,7 @@ pub async fn claim(
     pool: &Arc<Pool>,
     cost: KvCost,
     scheduling: Scheduling,
+    sharer: &Sharer,
     waiter: impl FnOnce() -> Waiter,
     audit: &AuditLog,
 ) -> Result<Claimed, Unclaimed> {
@@ -102,15 +115,26 @@ pub async fn claim(
             .map(|target| Claimed {
                 target,
                 waited: None,
+                share: None,
             })
             .ok_or(Unclaimed::NoEligibleWorker);
     }
+    let hold = || {
+        let Sharer { tenant, weight } = sharer.clone();
+        Some(pool.shares.hold(tenant, weight, cost.total))
+    };
+    let mut under_share = under_share(pool, sharer, scheduling);
     if pool.queue.is_empty() && pool.promised.total() == 0 {
         if let Some(target) = claim_with_room(pool, cost, overcommit) {
-            return Ok(Claimed {
-                target,
-                waited: None,
-            });
+            // Checked after the claim, so that concurrent claims see each other: one that
+            // took room kept for another tenant gives it back and queues.
+            if kept_room_intact(pool, sharer, scheduling) {
+                return Ok(Claimed {
+                    target,
+                    waited: None,
+                    share: hold(),
+                });
+            }
         }
     }
     let waiter = &waiter();
@@ -119,6 +143,10 @@ pub async fn claim(
     });
     let deadline = Instant::now() + timeout;
     let started = Instant::now();
+    // Its tenant counts as active (for fair shares) while it waits.
+    let _waiting = pool
+        .shares
+        .waiting(sharer.tenant.clone(), sharer.weight, cost.total);
     loop {
         let entry = QueueEntry {
             tenant: waiter.tenant.clone(),
@@ -126,6 +154,7 @@ pub async fn claim(
             class: waiter.class,
             cost: cost.total,
             deadline,
+            under_share,
         };
         let mut ticket = match pool.queue.join(entry) {
             Ok(ticket) => ticket,
@@ -137,7 +166,7 @@ pub async fn claim(
             let freed = pool.room_freed().notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            pump(pool, overcommit);
+            pump(pool, scheduling);
             tokio::select! {
                 biased;
                 turn = ticket.turn() => break turn,
@@ -166,9 +195,11 @@ pub async fn claim(
                     return Ok(Claimed {
                         target,
                         waited: Some(waited),
+                        share: hold(),
                     });
                 }
                 // Another release took the room first: queue again, same deadline.
+                under_share = self::under_share(pool, sharer, scheduling);
                 if Instant::now() >= deadline {
                     let reason = QueueRefusal::TimedOut;
                     return Err(refused(pool, waiter, reason, started, audit));
@@ -179,34 +210,87 @@ pub async fn claim(
     }
 }
 
-/// Release the queue's heads in order while a worker's room fits them, counting the room
-/// down as they go (each then claims for itself, atomically).
-fn pump(pool: &Pool, overcommit: f64) {
-    let _one_pump = pool.promised.pumping();
-    // The promises first, then the room (see `fleet::Promised`).
+/// Whether the request's tenant is below its fair share of `pool` (`fleet::share`).
+fn under_share(pool: &Pool, sharer: &Sharer, scheduling: Scheduling) -> bool {
+    if scheduling.reserve <= 0.0 {
+        return false;
+    }
+    let capacity = pool.kv_capacity(scheduling.overcommit);
+    pool.shares
+        .under_share(&sharer.tenant, sharer.weight, capacity)
+}
+
+/// Whether the room kept for the tenants below their share, other than `sharer`'s own, is
+/// still free ([`crate::fleet::TenantShares`]).
+fn kept_room_intact(pool: &Pool, sharer: &Sharer, scheduling: Scheduling) -> bool {
+    let capacity = pool.kv_capacity(scheduling.overcommit);
+    let reserve = pool.shares.reserve(capacity, scheduling.reserve);
+    if reserve.is_empty() {
+        return true;
+    }
+    let rooms = rooms(pool, scheduling.overcommit);
+    keeps_fit(
+        &rooms,
+        reserve.from_others_than(&sharer.tenant),
+        reserve.slot,
+    )
+}
+
+/// The eligible request-holding workers' room, less the room promised to released
+/// requests (taken from the largest rooms first, as their claims will).
+fn rooms(pool: &Pool, overcommit: f64) -> Vec<u64> {
     let mut owed = pool.promised.total();
     let mut rooms: Vec<u64> = holding_workers(pool)
         .iter()
         .filter(|w| w.is_eligible())
         .filter_map(|w| w.room(overcommit))
         .collect();
-    // Promised room is taken from the largest rooms first, as those claims will take them.
     rooms.sort_unstable_by(|a, b| b.cmp(a));
     for room in rooms.iter_mut() {
         let taken = owed.min(*room);
         *room -= taken;
         owed -= taken;
     }
-    pool.queue.release(
-        |cost| match rooms.iter_mut().filter(|r| **r >= cost).max_by_key(|r| **r) {
-            Some(room) => {
-                *room -= cost;
-                pool.promised.add(cost);
-                true
-            }
-            None => false,
-        },
-    );
+    rooms
+}
+
+/// Count `head` into the roomiest worker of `rooms` that fits it, leaving the room kept for
+/// the other tenants (in whole slots; a tenant's own kept room is its to take). False: it
+/// does not fit.
+fn take(rooms: &mut [u64], head: &Head, reserve: &Reserve) -> bool {
+    let Some(i) = (0..rooms.len())
+        .filter(|&i| rooms[i] >= head.cost)
+        .max_by_key(|&i| rooms[i])
+    else {
+        return false;
+    };
+    rooms[i] -= head.cost;
+    if !keeps_fit(rooms, reserve.from_others_than(&head.tenant), reserve.slot) {
+        rooms[i] += head.cost;
+        return false;
+    }
+    true
+}
+
+/// Release the queue's heads in order while a worker's room fits them, counting the room
+/// down as they go (each then claims for itself, atomically). Heads whose tenants are at or
+/// above their share leave the room kept for those below.
+fn pump(pool: &Pool, scheduling: Scheduling) {
+    let _one_pump = pool.promised.pumping();
+    let capacity = pool.kv_capacity(scheduling.overcommit);
+    let reserve = pool.shares.reserve(capacity, scheduling.reserve);
+    // The promises first, then the room (see `fleet::Promised`).
+    let mut rooms = rooms(pool, scheduling.overcommit);
+    let mut release = |head: &Head| {
+        let fits = take(&mut rooms, head, &reserve);
+        if fits {
+            pool.promised.add(head.cost);
+        }
+        fits
+    };
+    pool.queue.release_with(&mut release);
+    // Past a head that does not fit, a request may still take its own tenant's kept room.
+    pool.queue.release_own(&reserve.tenants(), &mut release);
 }
 
 /// The queue's depth by class, as a gauge.
@@ -256,5 +340,56 @@ fn refused(
     Unclaimed::Refused {
         reason,
         retry_after,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::TenantShares;
+
+    fn head(tenant: &str, cost: u64) -> Head {
+        Head {
+            tenant: Arc::from(tenant),
+            cost,
+            under_share: false,
+        }
+    }
+
+    #[test]
+    fn a_head_takes_the_roomiest_worker_that_fits() {
+        let mut rooms = vec![300, 500, 100];
+        let none = Reserve::default();
+        assert!(take(&mut rooms, &head("a", 200), &none));
+        assert_eq!(rooms, [300, 300, 100]);
+        assert!(!take(&mut rooms, &head("a", 301), &none));
+        assert_eq!(
+            rooms,
+            [300, 300, 100],
+            "a head that does not fit takes nothing"
+        );
+    }
+
+    #[test]
+    fn a_tenants_kept_room_is_taken_only_by_that_tenant() {
+        // Light held one request of 100 and gave it back: 100 is kept for it.
+        let shares = Arc::new(TenantShares::default());
+        drop(shares.hold(Arc::from("light"), 1, 100));
+        let _flood = shares.hold(Arc::from("flood"), 1, 700);
+        // The flood has more waiting: above its share, nothing kept for it.
+        let _waiting = shares.waiting(Arc::from("flood"), 1, 700);
+        let reserve = shares.reserve(1000, 0.5);
+        assert_eq!(reserve.from_others_than("flood"), 100);
+        let mut rooms = vec![150, 100];
+        assert!(take(&mut rooms, &head("flood", 50), &reserve));
+        assert_eq!(rooms, [100, 100]);
+        assert!(take(&mut rooms, &head("other", 100), &reserve));
+        assert!(
+            !take(&mut rooms, &head("other", 100), &reserve),
+            "the last slot is kept for light"
+        );
+        assert_eq!(rooms, [100, 0]);
+        assert!(take(&mut rooms, &head("light", 100), &reserve));
+        assert_eq!(rooms, [0, 0]);
     }
 }
