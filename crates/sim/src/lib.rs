@@ -22,7 +22,7 @@
 //!
 //! Files: `config` (settings, roles, faults), `kv_pool` (pages), `scheduler` (running batch
 //! and waiting queue), `rooms` + `bootstrap` (the KV hand-off), `request` (parsing),
-//! `schedule` (checks, roles, faults), `native` / `openai` / `reply` (response shapes),
+//! `schedule` (checks, roles, faults), `limits` (the length limits each fault mode applies), `native` / `openai` / `reply` (response shapes),
 //! `stream` (SSE body), `server` (routes), `load` (`/v1/loads`, `/get_load`), `metrics`
 //! (`/metrics`), `listen` (accept loop), `cli` (`kvgate sim-engine` and the `kvgate-sim`
 //! binary), `mock` (`kvgate mock-engine`: no pool, no faults, answers prepared once per body,
@@ -35,6 +35,7 @@ mod cli;
 mod config;
 mod engine;
 mod kv_pool;
+mod limits;
 mod listen;
 mod load;
 mod loadgen;

@@ -10,6 +10,7 @@ use super::bootstrap;
 use super::config::{SimFault, SimRole};
 use super::engine::SimEngine;
 use super::kv_pool::{Allocation, PoolError};
+use super::limits::{clip_max_new, input_limit, input_too_long};
 use super::request::{self, Sample};
 use super::rooms::{AbortInfo, RoomState};
 use super::scheduler::{Demand, Running};
@@ -71,13 +72,6 @@ fn abort(message: String, status_code: Option<u16>) -> Finish {
         status_code,
         err_type: None,
     })
-}
-
-fn input_too_long(len: usize, max: usize) -> String {
-    format!(
-        "Input length ({len} tokens) exceeds the maximum allowed length ({max} tokens). \
-         Use a shorter input or enable --allow-auto-truncate."
-    )
 }
 
 fn pool_abort(err: &PoolError) -> Finish {
@@ -148,38 +142,6 @@ fn context_check(engine: &SimEngine, input: usize, max_new: usize) -> Option<Fin
         });
     }
     None
-}
-
-/// The scheduler clips `max_new_tokens` so the sequence fits `max_req_len` (under
-/// [`SimFault::StaleKv`], the context length's: the pool is not looked at).
-fn clip_max_new(engine: &SimEngine, input: usize, max_new: usize) -> usize {
-    if engine.config.fault == SimFault::LlamaCppLimits {
-        return max_new.min(llama_cpp_n_ctx(engine).saturating_sub(input));
-    }
-    let max_req_len = if engine.config.fault == SimFault::StaleKv {
-        engine.config.context_length.saturating_sub(1)
-    } else {
-        engine.config.max_req_len()
-    };
-    max_new.min(max_req_len.saturating_sub(input + 1))
-}
-
-/// The scheduler's input limit: `max_req_input_len`, or under [`SimFault::StaleKv`] the
-/// one its context length alone gives (the v3 shape admits by context, not by pool).
-fn input_limit(engine: &SimEngine) -> usize {
-    if engine.config.fault == SimFault::LlamaCppLimits {
-        return llama_cpp_n_ctx(engine);
-    }
-    if engine.config.fault == SimFault::StaleKv {
-        engine.config.context_length.saturating_sub(6)
-    } else {
-        engine.config.max_req_input_len()
-    }
-}
-
-/// The capacity under [`SimFault::LlamaCppLimits`]: llama.cpp's `n_ctx`.
-fn llama_cpp_n_ctx(engine: &SimEngine) -> usize {
-    engine.config.context_length.min(engine.config.kv_tokens)
 }
 
 /// What `sample` asks of the scheduler: `kv_tokens` reserved, its prompt's length.
