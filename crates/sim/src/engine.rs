@@ -7,17 +7,20 @@ use tokio::sync::{watch, Notify};
 
 use super::bootstrap::BootstrapClient;
 use super::config::SimConfig;
+use super::prefix_cache::PrefixCache;
 use super::rooms::Rooms;
 use super::scheduler::Scheduler;
 use super::stats::{ReceivedRequest, SimStats, SimStatsSnapshot};
 use kvgate_tokenize::ModelTokenizer;
 
-/// One engine: its scheduler (running batch, waiting queue, KV pool), rooms, counters and
-/// received-request log.
+/// One engine: its scheduler (running batch, waiting queue, KV pool), prefix cache, rooms,
+/// counters and received-request log.
 pub struct SimEngine {
     pub(crate) config: SimConfig,
     pub(crate) tokenizer: Arc<ModelTokenizer>,
     pub(crate) scheduler: Arc<Scheduler>,
+    /// The prefix cache; `None` with `disable_radix_cache`.
+    pub(crate) prefix_cache: Option<Arc<PrefixCache>>,
     pub(crate) rooms: Arc<Rooms>,
     pub(crate) stats: Arc<SimStats>,
     pub(crate) client: BootstrapClient,
@@ -45,6 +48,7 @@ impl SimEngine {
         let load = self.scheduler.load();
         snapshot.running_reqs = load.running as u64;
         snapshot.waiting_reqs = load.waiting as u64;
+        snapshot.prefix_cache_blocks = self.prefix_cache.as_ref().map_or(0, |c| c.len() as u64);
         snapshot
     }
 

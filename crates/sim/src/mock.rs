@@ -302,8 +302,11 @@ impl Mock {
             .map(|s| SampleResult {
                 rid: s.rid.clone(),
                 prompt_tokens: s.input_ids.len(),
+                // No pool, no prefix cache: nothing is ever cached.
+                cached_tokens: 0,
                 output_ids: ids.get(..n).unwrap_or_default().to_vec(),
                 finish: Finish::Length { length: n },
+                cache_insert: None,
             })
             .collect()
     }
