@@ -273,7 +273,7 @@ impl Mock {
         let reply = match api {
             Api::Generate => native::reply(&req, &results, &self.tokenizer, 0.0),
             Api::Chat | Api::Completions => {
-                openai::reply(&req, &self.config.model, &results, &self.tokenizer)
+                openai::reply(&req, &self.config, &results, &self.tokenizer)
             }
         };
         match reply {

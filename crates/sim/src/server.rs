@@ -187,9 +187,7 @@ async fn generation(
     let tokenizer = &engine.tokenizer;
     let reply = match api {
         Api::Generate => native::reply(&req, &results, tokenizer, e2e),
-        Api::Chat | Api::Completions => {
-            openai::reply(&req, &engine.config.model, &results, tokenizer)
-        }
+        Api::Chat | Api::Completions => openai::reply(&req, &engine.config, &results, tokenizer),
     };
     match reply {
         Reply::Full { status, body } => {
