@@ -27,8 +27,8 @@ pub struct SimEngine {
     pub(crate) shutdown: watch::Receiver<bool>,
     /// Port of the bootstrap listener, when this engine runs one.
     pub(crate) bootstrap_port: Option<u16>,
-    /// Woken whenever a stream ends or sends a token event, so tests can wait on counters
-    /// without sleeping.
+    /// Woken whenever a stream starts, ends or sends a token event, so tests can wait on
+    /// counters without sleeping.
     pub(crate) changed: Arc<Notify>,
 }
 
@@ -73,8 +73,9 @@ impl SimEngine {
         self.scheduler.pool().used_tokens()
     }
 
-    /// Waits up to `timeout` until `done(stats)` holds (re-checked whenever a stream ends or
-    /// sends a token event, or the scheduler's queue or batch changes); returns the last snapshot either way, `Ok` when it held.
+    /// Waits up to `timeout` until `done(stats)` holds (re-checked whenever a stream starts,
+    /// ends or sends a token event, or the scheduler's queue or batch changes); returns the
+    /// last snapshot either way, `Ok` when it held.
     pub async fn wait_for_stats(
         &self,
         timeout: Duration,

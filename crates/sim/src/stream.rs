@@ -108,6 +108,8 @@ impl SseBody {
         changed: Arc<Notify>,
     ) -> Self {
         bump(&stats.streams_started);
+        // Its request was scheduled, looked up and charged: tests may wait for this.
+        changed.notify_waiters();
         Self {
             events: events.into(),
             pace,
