@@ -22,7 +22,8 @@
 //! evicts the least recently used *leaf* (a block no cached block continues), as SGLang's
 //! radix cache evicts leaves first: every cached block stays reachable from its chain's
 //! first block, so nothing cached is ever dead weight. A lookup or insert touches every
-//! block of the matched chain, so an ancestor is never older than its newest descendant.
+//! block of the chain it goes through, so pages many prompts share (a system prompt) stay
+//! recent while a branch nobody comes back to ages out.
 //!
 //! The cache is its own account, separate from the KV pool's pages (`kv_pool.rs`): like
 //! SGLang's evictable radix-cache pages, it never takes room from the running batch.
