@@ -436,6 +436,46 @@ async fn usage_asked_for_the_check_is_stripped_unless_the_client_asked() {
 }
 
 #[tokio::test]
+async fn cached_tokens_the_engine_reports_pass_the_guard() {
+    // An engine whose prefix cache finds a repeated prompt and says so in its usage.
+    let engine = engine_with(SimConfig {
+        enable_cache_report: true,
+        ..sim(SimRole::Unified, SimFault::None, 40960, true)
+    })
+    .await;
+    let pools = unified_pool("u", &[worker(&engine, None)]);
+    let gw = gateway(&config_with_pools(WINDOW, &pools)).await;
+    let base = format!("http://{}", gw.data_addr());
+    let prompt = words(60);
+    for chat in [false, true] {
+        let (path, body) = ask(chat, &prompt, false, 4);
+        let url = format!("{base}{path}");
+        post(&url, Some(KEY), &body).await;
+        let reply = post(&url, Some(KEY), &body).await;
+        assert!(succeeded(&reply, false), "{}", reply.text());
+        let cached = if chat {
+            &reply.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+        } else {
+            &reply.json()["meta_info"]["cached_tokens"]
+        };
+        assert!(cached.as_u64().is_some_and(|c| c > 0), "{}", reply.text());
+        // Streamed: in every /generate event's meta_info, in chat's final usage chunk.
+        let (_, mut body) = ask(chat, &prompt, true, 4);
+        if chat {
+            body["stream_options"] = json!({"include_usage": true});
+        }
+        let reply = post(&url, Some(KEY), &body).await;
+        assert!(succeeded(&reply, true), "{}", reply.text());
+        assert!(
+            reply.text().contains("\"cached_tokens\":"),
+            "{}",
+            reply.text()
+        );
+    }
+    gw.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_hanging_engine_times_out_with_504() {
     let engine = engine_with(sim(SimRole::Unified, SimFault::Hang, 40960, true)).await;
     let text = config_with_pools(WINDOW, &unified_pool("u", &[worker(&engine, None)]))

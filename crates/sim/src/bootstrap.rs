@@ -4,8 +4,10 @@
 //!
 //! - `GET /rooms/{room}?wait_ms=N` long-polls up to `N` ms (default 0, at most 60 000) for
 //!   the room to be published, then answers
-//!   - `200 {"room", "status": "ready", "tokens": [...], "prompt_tokens"}`: the KV content
-//!     (token ids standing in for KV vectors). Handing it out frees the prefill's pages.
+//!   - `200 {"room", "status": "ready", "tokens": [...], "prompt_tokens", "cached_tokens"}`:
+//!     the KV content (token ids standing in for KV vectors), the prompt's length and the
+//!     part of it the prefill found in its prefix cache. Handing it out frees the
+//!     prefill's pages.
 //!   - `200 {"room", "status": "aborted", "message", "status_code", "err_type"}`
 //!   - `404 {"room", "status": "pending"}` when nothing was published within the wait.
 //! - `GET /health` → `200 {"status": "ok"}`.
@@ -70,11 +72,13 @@ pub(crate) async fn handle(
         Some(RoomState::Ready {
             tokens,
             prompt_tokens,
+            cached_tokens,
         }) => {
             bump(&stats.kv_transfers);
             json_response(
                 StatusCode::OK,
-                &json!({"room": room, "status": "ready", "tokens": *tokens, "prompt_tokens": prompt_tokens}),
+                &json!({"room": room, "status": "ready", "tokens": *tokens,
+                        "prompt_tokens": prompt_tokens, "cached_tokens": cached_tokens}),
             )
         }
         Some(RoomState::Aborted(abort)) => json_response(
@@ -158,9 +162,15 @@ pub(crate) async fn fetch(
                 .get("prompt_tokens")
                 .and_then(|p| p.as_u64())
                 .map_or(tokens.len(), |p| usize::try_from(p).unwrap_or(usize::MAX));
+            // Absent (an older prefill): nothing was found cached.
+            let cached_tokens = value
+                .get("cached_tokens")
+                .and_then(|c| c.as_u64())
+                .map_or(0, |c| usize::try_from(c).unwrap_or(usize::MAX));
             Ok(RoomState::Ready {
                 tokens: Arc::new(tokens),
                 prompt_tokens,
+                cached_tokens,
             })
         }
         Some("aborted") => Ok(RoomState::Aborted(AbortInfo {

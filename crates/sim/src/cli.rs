@@ -87,6 +87,18 @@ pub struct SimArgs {
     /// more wait in the first-come-first-served queue. Unset: only the KV pool bounds it.
     #[arg(long, value_name = "N")]
     pub max_running_requests: Option<NonZeroUsize>,
+    /// No prefix cache (SGLang's --disable-radix-cache): every prompt token is computed and
+    /// cached_tokens is always 0. Without it, prompts reuse the full KV pages of earlier
+    /// prompts of the same cache_salt / extra_key.
+    #[arg(long)]
+    pub disable_radix_cache: bool,
+    /// Bound of the prefix cache in tokens, when smaller than --kv-tokens (its default).
+    #[arg(long, value_name = "TOKENS")]
+    pub prefix_cache_tokens: Option<usize>,
+    /// Report cached tokens in OpenAI usage as prompt_tokens_details.cached_tokens
+    /// (SGLang's --enable-cache-report); /generate reports meta_info.cached_tokens always.
+    #[arg(long)]
+    pub enable_cache_report: bool,
 }
 
 /// Why the simulated engine could not start.
@@ -137,6 +149,9 @@ pub async fn run_cli(args: SimArgs) -> Result<(), SimError> {
         first_token_latency: Duration::from_millis(args.first_token_ms),
         prefill_token_latency: Duration::from_micros(args.prefill_token_latency_us),
         max_running_requests: args.max_running_requests,
+        disable_radix_cache: args.disable_radix_cache,
+        prefix_cache_tokens: args.prefix_cache_tokens,
+        enable_cache_report: args.enable_cache_report,
         ..SimConfig::default()
     };
     let running = super::spawn(config, Arc::new(tokenizer), http, bootstrap)
@@ -211,8 +226,15 @@ mod tests {
             "250",
             "--max-running-requests",
             "8",
+            "--disable-radix-cache",
+            "--prefix-cache-tokens",
+            "1024",
+            "--enable-cache-report",
         ])
         .unwrap();
+        assert!(cli.args.disable_radix_cache);
+        assert_eq!(cli.args.prefix_cache_tokens, Some(1024));
+        assert!(cli.args.enable_cache_report);
         assert_eq!(cli.args.prefill_token_latency_us, 250);
         assert_eq!(cli.args.max_running_requests, NonZeroUsize::new(8));
         assert_eq!(cli.args.token_latency_ms, 5);
@@ -227,6 +249,10 @@ mod tests {
         assert_eq!(defaults.args.first_token_ms, 0);
         assert_eq!(defaults.args.prefill_token_latency_us, 0);
         assert_eq!(defaults.args.max_running_requests, None);
+        // The prefix cache is on by default, as SGLang's radix cache; the report is off.
+        assert!(!defaults.args.disable_radix_cache);
+        assert_eq!(defaults.args.prefix_cache_tokens, None);
+        assert!(!defaults.args.enable_cache_report);
         // Zero running requests would admit nothing: refused at parse time.
         assert!(Cli::try_parse_from([
             "sim-engine",

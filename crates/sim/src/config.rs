@@ -48,6 +48,17 @@ pub struct SimConfig {
     /// `max_req_input_len` derived from it) when it differs from the real `kv_tokens`: an
     /// engine that overstates its pool. `None`: the real size.
     pub reported_kv_tokens: Option<usize>,
+    /// SGLang's `--disable-radix-cache`: no prefix cache, every prompt token is computed
+    /// and `cached_tokens` is always 0. Off (the default, as in SGLang): prompts reuse the
+    /// full pages of earlier prompts of the same cache partition (`prefix_cache.rs`).
+    pub disable_radix_cache: bool,
+    /// Bound of the prefix cache in tokens, below the KV pool's (rounded down to full
+    /// pages). `None` (the default): the pool's size, `kv_tokens`.
+    pub prefix_cache_tokens: Option<usize>,
+    /// SGLang's `--enable-cache-report`: OpenAI `usage` carries `prompt_tokens_details:
+    /// {"cached_tokens": N}`. Off (the default, as in SGLang): `prompt_tokens_details` is
+    /// null. `/generate`'s `meta_info.cached_tokens` is reported either way.
+    pub enable_cache_report: bool,
 }
 
 impl Default for SimConfig {
@@ -67,6 +78,9 @@ impl Default for SimConfig {
             version: "0.5.22-sim".to_string(),
             server_info: true,
             reported_kv_tokens: None,
+            disable_radix_cache: false,
+            prefix_cache_tokens: None,
+            enable_cache_report: false,
         }
     }
 }
@@ -88,6 +102,18 @@ impl SimConfig {
     pub fn prefill_time(&self, prompt_tokens: usize) -> Duration {
         let tokens = u32::try_from(prompt_tokens).unwrap_or(u32::MAX);
         self.prefill_token_latency.saturating_mul(tokens)
+    }
+
+    /// The prefix cache's bound in tokens, `None` with the radix cache disabled: the KV
+    /// pool, or `prefix_cache_tokens` where that is smaller.
+    pub fn prefix_cache_capacity(&self) -> Option<usize> {
+        if self.disable_radix_cache {
+            return None;
+        }
+        Some(
+            self.prefix_cache_tokens
+                .map_or(self.kv_tokens, |t| t.min(self.kv_tokens)),
+        )
     }
 
     /// The KV pool the engine reports: `reported_kv_tokens`, or the real `kv_tokens`.

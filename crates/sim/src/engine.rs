@@ -7,25 +7,28 @@ use tokio::sync::{watch, Notify};
 
 use super::bootstrap::BootstrapClient;
 use super::config::SimConfig;
+use super::prefix_cache::PrefixCache;
 use super::rooms::Rooms;
 use super::scheduler::Scheduler;
 use super::stats::{ReceivedRequest, SimStats, SimStatsSnapshot};
 use kvgate_tokenize::ModelTokenizer;
 
-/// One engine: its scheduler (running batch, waiting queue, KV pool), rooms, counters and
-/// received-request log.
+/// One engine: its scheduler (running batch, waiting queue, KV pool), prefix cache, rooms,
+/// counters and received-request log.
 pub struct SimEngine {
     pub(crate) config: SimConfig,
     pub(crate) tokenizer: Arc<ModelTokenizer>,
     pub(crate) scheduler: Arc<Scheduler>,
+    /// The prefix cache; `None` with `disable_radix_cache`.
+    pub(crate) prefix_cache: Option<Arc<PrefixCache>>,
     pub(crate) rooms: Arc<Rooms>,
     pub(crate) stats: Arc<SimStats>,
     pub(crate) client: BootstrapClient,
     pub(crate) shutdown: watch::Receiver<bool>,
     /// Port of the bootstrap listener, when this engine runs one.
     pub(crate) bootstrap_port: Option<u16>,
-    /// Woken whenever a stream ends or sends a token event, so tests can wait on counters
-    /// without sleeping.
+    /// Woken whenever a stream starts, ends or sends a token event, so tests can wait on
+    /// counters without sleeping.
     pub(crate) changed: Arc<Notify>,
 }
 
@@ -45,6 +48,7 @@ impl SimEngine {
         let load = self.scheduler.load();
         snapshot.running_reqs = load.running as u64;
         snapshot.waiting_reqs = load.waiting as u64;
+        snapshot.prefix_cache_blocks = self.prefix_cache.as_ref().map_or(0, |c| c.len() as u64);
         snapshot
     }
 
@@ -69,8 +73,9 @@ impl SimEngine {
         self.scheduler.pool().used_tokens()
     }
 
-    /// Waits up to `timeout` until `done(stats)` holds (re-checked whenever a stream ends or
-    /// sends a token event, or the scheduler's queue or batch changes); returns the last snapshot either way, `Ok` when it held.
+    /// Waits up to `timeout` until `done(stats)` holds (re-checked whenever a stream starts,
+    /// ends or sends a token event, or the scheduler's queue or batch changes); returns the
+    /// last snapshot either way, `Ok` when it held.
     pub async fn wait_for_stats(
         &self,
         timeout: Duration,

@@ -18,11 +18,18 @@
 //! Saturation shows as it does on a real engine: a request enters the running batch only
 //! when its KV fits the pool (and the batch is under `max_running_requests`); the others wait
 //! in a first-come-first-served queue, which `/v1/loads`, `/get_load` and `/metrics` report.
-//! A prompt's prefill takes time in proportion to its length (`prefill_token_latency`).
+//! A prompt's prefill takes time in proportion to its uncached length
+//! (`prefill_token_latency`).
+//!
+//! Prompts share KV through a prefix cache, as SGLang's radix cache does: full pages of
+//! earlier prompts, kept per cache partition (`cache_salt`, `extra_key`) within the pool's
+//! size and evicted least recently used first, are found again by later prompts that start
+//! the same way, reported as `cached_tokens` and not computed again.
 //!
 //! Files: `config` (settings, roles, faults), `kv_pool` (pages), `scheduler` (running batch
 //! and waiting queue), `rooms` + `bootstrap` (the KV hand-off), `request` (parsing),
-//! `schedule` (checks, roles, faults), `native` / `openai` / `reply` (response shapes),
+//! `schedule` (checks, roles, faults), `limits` (the length limits each fault mode applies),
+//! `prefix_cache` (the cache itself), `prefill` (a prefill's lookup, charge and insert), `native` / `openai` / `reply` (response shapes),
 //! `stream` (SSE body), `server` (routes), `load` (`/v1/loads`, `/get_load`), `metrics`
 //! (`/metrics`), `listen` (accept loop), `cli` (`kvgate sim-engine` and the `kvgate-sim`
 //! binary), `mock` (`kvgate mock-engine`: no pool, no faults, answers prepared once per body,
@@ -35,6 +42,7 @@ mod cli;
 mod config;
 mod engine;
 mod kv_pool;
+mod limits;
 mod listen;
 mod load;
 mod loadgen;
@@ -43,6 +51,8 @@ mod mock;
 mod mock_answer;
 mod native;
 mod openai;
+mod prefill;
+mod prefix_cache;
 mod reply;
 mod request;
 mod rooms;
@@ -69,6 +79,7 @@ pub use stats::{ReceivedRequest, SimStatsSnapshot};
 
 use kv_pool::KvPool;
 use kvgate_tokenize::ModelTokenizer;
+use prefix_cache::PrefixCache;
 use rooms::Rooms;
 use scheduler::Scheduler;
 use stats::SimStats;
@@ -119,10 +130,14 @@ pub async fn spawn(
         config.max_running_requests,
         config.bootstrap_timeout,
     );
+    let prefix_cache = config
+        .prefix_cache_capacity()
+        .map(|tokens| Arc::new(PrefixCache::new(config.page_size, tokens)));
     let engine = Arc::new(SimEngine {
         config,
         tokenizer,
         scheduler,
+        prefix_cache,
         rooms: Arc::new(Rooms::default()),
         stats,
         client: bootstrap::client(),

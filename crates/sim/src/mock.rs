@@ -273,7 +273,7 @@ impl Mock {
         let reply = match api {
             Api::Generate => native::reply(&req, &results, &self.tokenizer, 0.0),
             Api::Chat | Api::Completions => {
-                openai::reply(&req, &self.config.model, &results, &self.tokenizer)
+                openai::reply(&req, &self.config, &results, &self.tokenizer)
             }
         };
         match reply {
@@ -302,8 +302,11 @@ impl Mock {
             .map(|s| SampleResult {
                 rid: s.rid.clone(),
                 prompt_tokens: s.input_ids.len(),
+                // No pool, no prefix cache: nothing is ever cached.
+                cached_tokens: 0,
                 output_ids: ids.get(..n).unwrap_or_default().to_vec(),
                 finish: Finish::Length { length: n },
+                cache_insert: None,
             })
             .collect()
     }

@@ -18,7 +18,7 @@ fn meta_info(result: &SampleResult, completion: usize, finish: Value, e2e: f64) 
         "finish_reason": finish,
         "prompt_tokens": result.prompt_tokens,
         "completion_tokens": completion,
-        "cached_tokens": 0,
+        "cached_tokens": result.cached_tokens,
         "e2e_latency": e2e,
     })
 }

@@ -3,6 +3,7 @@
 
 use serde_json::{json, Value};
 
+use super::config::SimConfig;
 use super::reply::{delta, finish_str, matched_stop, text, text_steps, unix_now, Event, Reply};
 use super::request::{Api, GenRequest};
 use super::schedule::{Finish, SampleResult};
@@ -20,26 +21,36 @@ pub(crate) fn error_object(message: &str, status: u16) -> Value {
     json!({"object": "error", "message": message, "type": kind, "param": null, "code": status})
 }
 
-fn usage(results: &[SampleResult]) -> Value {
+/// The `usage` of a whole answer. `prompt_tokens_details` holds the cached tokens only with
+/// `--enable-cache-report`, as SGLang's `UsageProcessor` does; null otherwise.
+fn usage(results: &[SampleResult], cache_report: bool) -> Value {
     let prompt: usize = results.iter().map(|r| r.prompt_tokens).sum();
     let completion: usize = results.iter().map(|r| r.output_ids.len()).sum();
+    let details = if cache_report {
+        let cached: usize = results.iter().map(|r| r.cached_tokens).sum();
+        json!({"cached_tokens": cached})
+    } else {
+        Value::Null
+    };
     json!({
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-        "prompt_tokens_details": null,
+        "prompt_tokens_details": details,
     })
 }
 
 /// Builds the reply of a chat or completions request.
 pub(crate) fn reply(
     req: &GenRequest,
-    model: &str,
+    config: &SimConfig,
     results: &[SampleResult],
     tokenizer: &ModelTokenizer,
 ) -> Reply {
+    let model = config.model.as_str();
+    let cache_report = config.enable_cache_report;
     if req.stream {
-        return Reply::Stream(stream(req, model, results, tokenizer));
+        return Reply::Stream(stream(req, model, cache_report, results, tokenizer));
     }
     if let Some((status, message)) = results.iter().find_map(|r| r.finish.error_status()) {
         return Reply::Full {
@@ -76,7 +87,7 @@ pub(crate) fn reply(
         status: 200,
         body: json!({
             "id": req.id, "object": object, "created": unix_now(), "model": model,
-            "choices": choices, "usage": usage(results),
+            "choices": choices, "usage": usage(results, cache_report),
         }),
     }
 }
@@ -84,6 +95,7 @@ pub(crate) fn reply(
 fn stream(
     req: &GenRequest,
     model: &str,
+    cache_report: bool,
     results: &[SampleResult],
     tokenizer: &ModelTokenizer,
 ) -> Vec<Event> {
@@ -183,7 +195,7 @@ fn stream(
     if req.include_usage && !failed {
         let usage = json!({
             "id": req.id, "object": object, "created": created, "model": model,
-            "choices": [], "usage": usage(results),
+            "choices": [], "usage": usage(results, cache_report),
         });
         events.push(Event::json(false, &usage));
     }

@@ -9,6 +9,7 @@ use std::hash::{BuildHasher, Hasher};
 use serde_json::Value;
 
 use super::config::{SimConfig, SimRole, DEFAULT_BOOTSTRAP_PORT};
+use super::prefix_cache::Partition;
 use kvgate_tokenize::ModelTokenizer;
 
 /// SGLang's default `max_new_tokens` (native API and chat without `max_tokens`).
@@ -38,6 +39,8 @@ pub(crate) struct Sample {
     pub(crate) input_ids: Vec<u32>,
     pub(crate) rid: String,
     pub(crate) bootstrap: Option<Target>,
+    /// The prefix-cache partition (`cache_salt`, `extra_key`) its prompt belongs to.
+    pub(crate) partition: Partition,
 }
 
 /// A generation request, whatever API it came from.
@@ -204,6 +207,10 @@ pub(crate) fn parse_with(
             input_ids,
             rid,
             bootstrap,
+            partition: Partition {
+                cache_salt: cache_key(body, "cache_salt", i, n)?,
+                extra_key: cache_key(body, "extra_key", i, n)?,
+            },
         });
     }
     let stream = match body.get("stream") {
@@ -362,6 +369,19 @@ fn per_sample<'a>(
         Some(Value::Array(list)) if list.len() == n => Ok(list.get(i).filter(|v| !v.is_null())),
         Some(Value::Array(_)) => Err(bad(format!("{key} must have one entry per prompt ({n})"))),
         Some(v) => Ok(Some(v)),
+    }
+}
+
+/// A cache partition field (`cache_salt`, `extra_key`) of sample `i`: a string for every
+/// sample or a list with one per sample, as SGLang takes both; absent, null and `""` are
+/// all the default partition (SGLang turns `""` into `None`).
+fn cache_key(body: &Value, key: &str, i: usize, n: usize) -> Result<String, ParseError> {
+    match per_sample(body, key, i, n)? {
+        None => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(_) => Err(bad(format!(
+            "{key} must be a string, or a list with one string per prompt"
+        ))),
     }
 }
 

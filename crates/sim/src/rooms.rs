@@ -30,10 +30,13 @@ pub(crate) struct AbortInfo {
 pub(crate) enum RoomState {
     /// Not published yet.
     Pending,
-    /// KV content and the prompt length the prefill reports for it.
+    /// KV content, the prompt length the prefill reports for it, and how much of the
+    /// prompt the prefill found in its prefix cache (the decode reports it, as SGLang's
+    /// decode takes `cached_tokens` from the prefill's transferred metadata).
     Ready {
         tokens: Arc<Vec<u32>>,
         prompt_tokens: usize,
+        cached_tokens: usize,
     },
     /// The prefill aborted the request.
     Aborted(AbortInfo),

@@ -10,6 +10,8 @@ use super::bootstrap;
 use super::config::{SimFault, SimRole};
 use super::engine::SimEngine;
 use super::kv_pool::{Allocation, PoolError};
+use super::limits::{clip_max_new, input_limit, input_too_long};
+use super::prefill::{self, CacheInsert};
 use super::request::{self, Sample};
 use super::rooms::{AbortInfo, RoomState};
 use super::scheduler::{Demand, Running};
@@ -61,8 +63,19 @@ impl Finish {
 pub(crate) struct SampleResult {
     pub(crate) rid: String,
     pub(crate) prompt_tokens: usize,
+    /// Prompt tokens found in the prefix cache (a decode: those its prefill found).
+    pub(crate) cached_tokens: usize,
     pub(crate) output_ids: Vec<u32>,
     pub(crate) finish: Finish,
+    /// A unified engine's prompt to cache once its prefill is over (taken by `server.rs`).
+    pub(crate) cache_insert: Option<CacheInsert>,
+}
+
+impl SampleResult {
+    /// Prompt tokens the prefill computes: those not found in the cache.
+    pub(crate) fn uncached_tokens(&self) -> usize {
+        self.prompt_tokens.saturating_sub(self.cached_tokens)
+    }
 }
 
 fn abort(message: String, status_code: Option<u16>) -> Finish {
@@ -71,13 +84,6 @@ fn abort(message: String, status_code: Option<u16>) -> Finish {
         status_code,
         err_type: None,
     })
-}
-
-fn input_too_long(len: usize, max: usize) -> String {
-    format!(
-        "Input length ({len} tokens) exceeds the maximum allowed length ({max} tokens). \
-         Use a shorter input or enable --allow-auto-truncate."
-    )
 }
 
 fn pool_abort(err: &PoolError) -> Finish {
@@ -97,8 +103,10 @@ pub(crate) async fn run_sample(
     let mut result = SampleResult {
         rid: sample.rid.clone(),
         prompt_tokens: sample.input_ids.len(),
+        cached_tokens: 0,
         output_ids: Vec::new(),
         finish: Finish::Length { length: 0 },
+        cache_insert: None,
     };
     let hold = match context_check(engine, sample.input_ids.len(), max_new_tokens) {
         Some(rejected) => {
@@ -148,38 +156,6 @@ fn context_check(engine: &SimEngine, input: usize, max_new: usize) -> Option<Fin
         });
     }
     None
-}
-
-/// The scheduler clips `max_new_tokens` so the sequence fits `max_req_len` (under
-/// [`SimFault::StaleKv`], the context length's: the pool is not looked at).
-fn clip_max_new(engine: &SimEngine, input: usize, max_new: usize) -> usize {
-    if engine.config.fault == SimFault::LlamaCppLimits {
-        return max_new.min(llama_cpp_n_ctx(engine).saturating_sub(input));
-    }
-    let max_req_len = if engine.config.fault == SimFault::StaleKv {
-        engine.config.context_length.saturating_sub(1)
-    } else {
-        engine.config.max_req_len()
-    };
-    max_new.min(max_req_len.saturating_sub(input + 1))
-}
-
-/// The scheduler's input limit: `max_req_input_len`, or under [`SimFault::StaleKv`] the
-/// one its context length alone gives (the v3 shape admits by context, not by pool).
-fn input_limit(engine: &SimEngine) -> usize {
-    if engine.config.fault == SimFault::LlamaCppLimits {
-        return llama_cpp_n_ctx(engine);
-    }
-    if engine.config.fault == SimFault::StaleKv {
-        engine.config.context_length.saturating_sub(6)
-    } else {
-        engine.config.max_req_input_len()
-    }
-}
-
-/// The capacity under [`SimFault::LlamaCppLimits`]: llama.cpp's `n_ctx`.
-fn llama_cpp_n_ctx(engine: &SimEngine) -> usize {
-    engine.config.context_length.min(engine.config.kv_tokens)
 }
 
 /// What `sample` asks of the scheduler: `kv_tokens` reserved, its prompt's length.
@@ -300,6 +276,8 @@ async fn unified(
     if engine.config.fault != SimFault::SilentLeak || pages.content().is_empty() {
         pages.write(&sample.input_ids);
     }
+    result.cached_tokens = prefill::lookup(engine, sample);
+    result.cache_insert = CacheInsert::of(engine, sample);
     generate(engine, &pages, input, max_new, result);
     Some(pages)
 }
@@ -354,6 +332,8 @@ async fn prefill(engine: &SimEngine, sample: &Sample, result: &mut SampleResult)
         match engine.scheduler.admit(demand(sample, input, input)).await {
             Ok(pages) => {
                 pages.write(&sample.input_ids);
+                result.cached_tokens = prefill::lookup(engine, sample);
+                result.cache_insert = CacheInsert::of(engine, sample);
                 Ok(pages)
             }
             Err(err) => Err(err),
@@ -361,15 +341,20 @@ async fn prefill(engine: &SimEngine, sample: &Sample, result: &mut SampleResult)
     };
     match pages {
         Ok(pages) => {
-            // Computing the KV takes the prefill time, in the running batch; the decode
-            // waiting on the room sees it as a later publish.
-            let prefill = engine.config.prefill_time(result.prompt_tokens);
-            if !prefill.is_zero() {
-                tokio::time::sleep(prefill).await;
+            // Computing the KV of the uncached tokens takes the prefill time, in the running
+            // batch; the decode waiting on the room sees it as a later publish.
+            let compute = prefill::charge(engine, result.uncached_tokens());
+            if !compute.is_zero() {
+                tokio::time::sleep(compute).await;
+            }
+            // The prefill is over: its prompt is cached (the fault paths have no insert).
+            if let Some(insert) = result.cache_insert.take() {
+                insert.commit();
             }
             let state = RoomState::Ready {
                 tokens: std::sync::Arc::new(pages.content()),
                 prompt_tokens: result.prompt_tokens,
+                cached_tokens: result.cached_tokens,
             };
             // Done with the batch; the pages wait in the room for the decode's transfer.
             publish(state, Some(pages.leave_batch()));
@@ -410,7 +395,11 @@ async fn decode(
         Some(RoomState::Ready {
             tokens,
             prompt_tokens,
-        }) => (tokens, prompt_tokens),
+            cached_tokens,
+        }) => {
+            result.cached_tokens = cached_tokens;
+            (tokens, prompt_tokens)
+        }
         Some(RoomState::Aborted(info)) => {
             result.finish = Finish::Abort(info);
             return None;

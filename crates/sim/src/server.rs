@@ -15,9 +15,10 @@ use super::engine::SimEngine;
 use super::listen::{full, json_response, Body, ResetConnection};
 use super::native;
 use super::openai;
+use super::prefill::{self, CacheInsert};
 use super::reply::{unix_now, Reply};
 use super::request::{self, Api, ParseError};
-use super::schedule;
+use super::schedule::{self, SampleResult};
 use super::scheduler::Demand;
 use super::stats::ReceivedRequest;
 use super::stream::{Pace, SseBody};
@@ -168,30 +169,38 @@ async fn generation(
         pages.extend(hold);
     }
     let e2e = started.elapsed().as_secs_f64();
-    // A unified engine computes the prompts' KV before the first token; a prefill worker
-    // spent that time before publishing, and a decode received the KV ready-made.
+    // A unified engine computes the prompts' uncached KV before the first token; a prefill
+    // worker spent that time before publishing, and a decode received the KV ready-made.
     let prefill = match engine.config.role {
         SimRole::Unified => {
-            let prompt_tokens = results.iter().map(|r| r.prompt_tokens).sum();
-            engine.config.prefill_time(prompt_tokens)
+            let uncached = results.iter().map(SampleResult::uncached_tokens).sum();
+            prefill::charge(engine, uncached)
         }
         SimRole::Prefill | SimRole::Decode => std::time::Duration::ZERO,
     };
     let pace = Pace::of(&engine.config).after_prefill(prefill);
+    // Unified prompts enter the prefix cache when their prefill is over: at the first token.
+    let inserts: Vec<CacheInsert> = results
+        .iter_mut()
+        .filter_map(|r| r.cache_insert.take())
+        .collect();
     let tokenizer = &engine.tokenizer;
     let reply = match api {
         Api::Generate => native::reply(&req, &results, tokenizer, e2e),
-        Api::Chat | Api::Completions => {
-            openai::reply(&req, &engine.config.model, &results, tokenizer)
-        }
+        Api::Chat | Api::Completions => openai::reply(&req, &engine.config, &results, tokenizer),
     };
     match reply {
         Reply::Full { status, body } => {
             // A non-streaming answer still takes as long as generating its tokens.
             let tokens: usize = results.iter().map(|r| r.output_ids.len()).sum();
             if !pace.is_zero() && tokens > 0 {
+                tokio::time::sleep(pace.first).await;
+            }
+            // The prefill is over by the first token: from now on the prompts are cache hits.
+            inserts.into_iter().for_each(CacheInsert::commit);
+            if !pace.is_zero() && tokens > 1 {
                 let later = u32::try_from(tokens - 1).unwrap_or(u32::MAX);
-                tokio::time::sleep(pace.first + pace.every.saturating_mul(later)).await;
+                tokio::time::sleep(pace.every.saturating_mul(later)).await;
             }
             drop(pages);
             let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -228,7 +237,8 @@ async fn generation(
                 Arc::clone(&engine.stats),
                 Arc::clone(&engine.changed),
             )
-            .stalling(stall);
+            .stalling(stall)
+            .caching(inserts);
             let mut response = Response::new(body.boxed_unsync());
             response.headers_mut().insert(
                 hyper::header::CONTENT_TYPE,
@@ -304,6 +314,8 @@ fn server_info(engine: &SimEngine) -> Value {
         "disaggregation_bootstrap_port": engine.bootstrap_port.unwrap_or(DEFAULT_BOOTSTRAP_PORT),
         "disaggregation_transfer_backend": "sim",
         "allow_auto_truncate": false,
+        "disable_radix_cache": c.disable_radix_cache,
+        "enable_cache_report": c.enable_cache_report,
         "sim_fault": format!("{:?}", c.fault),
         "scheduler_info": scheduler.clone(),
         "internal_states": [scheduler],

@@ -58,6 +58,15 @@ pub struct SimStatsSnapshot {
     pub peak_waiting: u64,
     /// The most KV tokens (allocated pages times page size) ever held, read at each admission.
     pub peak_kv_tokens: u64,
+    /// Prompt tokens of the prefills this engine ran (unified and prefill roles; a decode
+    /// runs none): `sglang:prompt_tokens_total`.
+    pub prompt_tokens: u64,
+    /// Of those, tokens found in the prefix cache: `sglang:cached_tokens_total`.
+    pub cached_tokens: u64,
+    /// Prompt tokens charged `prefill_token_latency` each: the uncached ones.
+    pub prefill_tokens_charged: u64,
+    /// Blocks (full KV pages of prompts) in the prefix cache now.
+    pub prefix_cache_blocks: u64,
 }
 
 /// Live counters behind [`SimStatsSnapshot`].
@@ -77,6 +86,9 @@ pub(crate) struct SimStats {
     pub(crate) scheduled: AtomicU64,
     pub(crate) admitted: AtomicU64,
     pub(crate) queued: AtomicU64,
+    pub(crate) prompt_tokens: AtomicU64,
+    pub(crate) cached_tokens: AtomicU64,
+    pub(crate) prefill_tokens_charged: AtomicU64,
     peak_running: AtomicU64,
     peak_waiting: AtomicU64,
     peak_kv_tokens: AtomicU64,
@@ -87,7 +99,12 @@ pub(crate) struct SimStats {
 
 /// Adds one to a counter.
 pub(crate) fn bump(counter: &AtomicU64) {
-    counter.fetch_add(1, Ordering::Relaxed);
+    add(counter, 1);
+}
+
+/// Adds `n` to a counter.
+pub(crate) fn add(counter: &AtomicU64, n: usize) {
+    counter.fetch_add(n as u64, Ordering::Relaxed);
 }
 
 impl SimStats {
@@ -156,6 +173,11 @@ impl SimStats {
             peak_running: get(&self.peak_running),
             peak_waiting: get(&self.peak_waiting),
             peak_kv_tokens: get(&self.peak_kv_tokens),
+            prompt_tokens: get(&self.prompt_tokens),
+            cached_tokens: get(&self.cached_tokens),
+            prefill_tokens_charged: get(&self.prefill_tokens_charged),
+            // The cache belongs to the engine; it fills this in.
+            prefix_cache_blocks: 0,
         }
     }
 }

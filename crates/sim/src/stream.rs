@@ -23,6 +23,7 @@ use tokio::sync::Notify;
 use tokio::time::Sleep;
 
 use super::config::SimConfig;
+use super::prefill::CacheInsert;
 use super::reply::Event;
 use super::scheduler::Running;
 use super::stats::{bump, SimStats};
@@ -77,6 +78,9 @@ pub(crate) struct SseBody {
     changed: Arc<Notify>,
     /// After the last event, stay silent with the connection open instead of ending.
     stall: bool,
+    /// Prompts to cache when their prefill is over: as the first token event leaves (or at
+    /// the end, for a stream without one). A client gone before that caches nothing.
+    inserts: Vec<CacheInsert>,
 }
 
 impl SseBody {
@@ -84,6 +88,16 @@ impl SseBody {
     pub(crate) fn stalling(mut self, stall: bool) -> Self {
         self.stall = stall;
         self
+    }
+
+    /// Cache these prompts once their prefill is over (see `inserts`).
+    pub(crate) fn caching(mut self, inserts: Vec<CacheInsert>) -> Self {
+        self.inserts = inserts;
+        self
+    }
+
+    fn commit_inserts(&mut self) {
+        self.inserts.drain(..).for_each(CacheInsert::commit);
     }
 
     pub(crate) fn new(
@@ -94,6 +108,8 @@ impl SseBody {
         changed: Arc<Notify>,
     ) -> Self {
         bump(&stats.streams_started);
+        // Its request was scheduled, looked up and charged: tests may wait for this.
+        changed.notify_waiters();
         Self {
             events: events.into(),
             pace,
@@ -105,6 +121,7 @@ impl SseBody {
             stats,
             changed,
             stall: false,
+            inserts: Vec::new(),
         }
     }
 }
@@ -133,6 +150,7 @@ impl Body for SseBody {
                 }
                 if !this.done {
                     this.done = true;
+                    this.commit_inserts();
                     this.pages.clear();
                     bump(&this.stats.streams_completed);
                     this.changed.notify_waiters();
@@ -153,6 +171,9 @@ impl Body for SseBody {
             let data = front.data.clone();
             this.events.pop_front();
             if token {
+                if this.tokens_sent == 0 {
+                    this.commit_inserts();
+                }
                 this.tokens_sent += 1;
                 bump(&this.stats.token_events_sent);
                 this.changed.notify_waiters();
