@@ -57,9 +57,12 @@ pub(super) struct Measured {
     pub tokens: PromptTokens,
     pub max_new: MaxNew,
     pub pending: Option<Pending>,
+    /// A chat: its key (None for templates that read the clock) and, when it was rendered
+    /// here, the rendered prompt (prefix routing hashes its token ids: `blocks`).
+    pub chat: Option<(Option<ChatKey>, Option<Arc<str>>)>,
 }
 
-fn template_error(e: TokenizeError) -> GatewayError {
+pub(super) fn template_error(e: TokenizeError) -> GatewayError {
     match e {
         TokenizeError::NoChatTemplate => GatewayError::invalid(
             "this model has no chat template; use /v1/completions or /generate",
@@ -77,7 +80,7 @@ fn template_error(e: TokenizeError) -> GatewayError {
 
 /// A raw field (`api::raw`) as values; it was parsed once already, so this only fails
 /// when nesting is too deep for a value tree.
-fn parse_raw(raw: &str, field: &str) -> Result<Value, GatewayError> {
+pub(super) fn parse_raw(raw: &str, field: &str) -> Result<Value, GatewayError> {
     serde_json::from_str(raw).map_err(|e| {
         GatewayError::invalid(format!("`{field}` could not be read: {e}"), Some(field))
     })
@@ -118,6 +121,7 @@ pub(super) fn measure(
                             tokens: PromptTokens::Exact(n as u64),
                             max_new: s.max_new,
                             pending: None,
+                            chat: Some((key, None)),
                         });
                     }
                     // Not seen before: only now is the conversation parsed into values,
@@ -127,22 +131,26 @@ pub(super) fn measure(
                     let rendered = tokenizer
                         .apply_chat_template(&messages, tools.as_ref(), true)
                         .map_err(template_error)?;
-                    (
-                        PromptTokens::AtMost(
-                            tokenizer.token_upper_bound(rendered.len(), false) as u64
+                    let rendered: Arc<str> = Arc::from(rendered);
+                    return Ok(Measured {
+                        tokens: PromptTokens::AtMost(
+                            tokenizer.token_upper_bound(rendered.len(), false) as u64,
                         ),
-                        Some(Pending {
-                            text: Arc::from(rendered),
+                        max_new: s.max_new,
+                        pending: Some(Pending {
+                            text: rendered.clone(),
                             chat: true,
                             key,
                         }),
-                    )
+                        chat: Some((key, Some(rendered))),
+                    });
                 }
             };
             Ok(Measured {
                 tokens,
                 max_new: s.max_new,
                 pending,
+                chat: None,
             })
         })
         .collect::<Result<_, GatewayError>>()?;
