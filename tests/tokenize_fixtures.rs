@@ -143,6 +143,13 @@ fn check_chat(case: &Value) -> Result<(), String> {
     if tok.ids_fast(&rendered, false).map_err(|e| e.to_string())? != want_ids {
         return Err("ids_fast differs".into());
     }
+    if tok
+        .ids_rendered_chat(&rendered)
+        .map_err(|e| e.to_string())?
+        != want_ids
+    {
+        return Err("ids_rendered_chat differs".into());
+    }
     let fast = tok
         .count_fast(&rendered, false)
         .map_err(|e| e.to_string())?;

@@ -209,6 +209,22 @@ impl ModelTokenizer {
         Ok(ids)
     }
 
+    /// The ids of a rendered chat prompt (`add_special_tokens = false`, as for templated
+    /// chat), equal to `encode(rendered, false)`. Like [`Self::count_rendered_chat`], the
+    /// ids of the text segments between added tokens are cached (bounded, shared by all
+    /// callers), so a conversation that grew by one message only encodes the new text.
+    pub fn ids_rendered_chat(&self, rendered: &str) -> Result<Vec<u32>, TokenizeError> {
+        if let Ok(fast) = &self.fast {
+            let mut ids = Vec::with_capacity(rendered.len() / 3 + 4);
+            match fast.ids_segments(self.inner.get_model(), rendered, &mut ids) {
+                Ok(()) => return Ok(ids),
+                Err(fast::Halt::Encode(e)) => return Err(TokenizeError::Encode(e)),
+                Err(fast::Halt::Fallback | fast::Halt::Over) => {}
+            }
+        }
+        self.encode(rendered, false)
+    }
+
     /// Number of tokens of `text` (see the module's counting rules).
     pub fn count(&self, text: &str, add_special_tokens: bool) -> Result<usize, TokenizeError> {
         let encoding = self

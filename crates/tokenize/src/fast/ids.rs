@@ -9,6 +9,10 @@
 //! shared, bounded, text-verified cache ([`super::cache::IdsCache`]); the rest go to the
 //! real BPE model (merges are never re-implemented). Anything the fast path does not model
 //! halts with [`Halt::Fallback`], and the caller uses the library's encode.
+//!
+//! A rendered chat ([`FastCounter::ids_segments`]) is split at added tokens first, as the
+//! library does, and the ids of each long text segment between them are cached (bounded,
+//! text-verified): a conversation that grew by one message only encodes the new text.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -16,7 +20,7 @@ use std::collections::HashMap;
 use tokenizers::{Model, ModelWrapper};
 
 use super::split::{AddedMatcher, Halt, Piece};
-use super::FastCounter;
+use super::{FastCounter, SEGMENT_CACHE_MIN_BYTES};
 
 impl FastCounter {
     /// Appends the ids of `text` (without post-processor specials) to `out`.
@@ -34,6 +38,45 @@ impl FastCounter {
             out,
         };
         collect.text(text)
+    }
+}
+
+impl FastCounter {
+    /// Appends the ids of a rendered chat (`text` without post-processor specials) to
+    /// `out`, reusing the ids of the text segments between added tokens that earlier calls
+    /// have seen.
+    pub(crate) fn ids_segments(
+        &self,
+        model: &ModelWrapper,
+        text: &str,
+        out: &mut Vec<u32>,
+    ) -> Result<(), Halt> {
+        let mut collect = Collect {
+            fc: self,
+            model,
+            local: HashMap::default(),
+            buf: String::new(),
+            out,
+        };
+        AddedMatcher::split(self.raw_tokens.as_ref(), text, &mut |piece| match piece {
+            Piece::Token(i) => collect.added(&self.raw_token_ids, i),
+            Piece::Text(t) if t.len() < SEGMENT_CACHE_MIN_BYTES => collect.segment(t),
+            Piece::Text(t) => {
+                let out = &mut *collect.out;
+                if self
+                    .segment_ids
+                    .get_with(t, |ids| out.extend_from_slice(ids))
+                    .is_some()
+                {
+                    return Ok(());
+                }
+                let start = collect.out.len();
+                collect.segment(t)?;
+                let ids = collect.out[start..].to_vec().into_boxed_slice();
+                self.segment_ids.insert(t, ids);
+                Ok(())
+            }
+        })
     }
 }
 

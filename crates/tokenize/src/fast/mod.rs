@@ -107,6 +107,8 @@ pub(crate) struct FastCounter {
     segments: CountCache,
     /// The ids of pre-tokens seen before (the ids path, [`ids`]).
     piece_ids: IdsCache,
+    /// The ids of rendered-chat segments seen before (the ids path's `ids_segments`).
+    segment_ids: IdsCache,
     /// The ids of the added tokens `raw_tokens` and `normalized_tokens` match, by pattern.
     raw_token_ids: Vec<u32>,
     normalized_token_ids: Vec<u32>,
@@ -134,6 +136,7 @@ impl FastCounter {
             pieces: CountCache::new(config.piece_cache_entries, config.piece_cache_entries * 64),
             segments: CountCache::new(config.segment_cache_entries, config.segment_cache_bytes),
             piece_ids: IdsCache::new(config.piece_cache_entries, config.piece_cache_entries * 64),
+            segment_ids: IdsCache::new(config.segment_cache_entries, config.segment_cache_bytes),
             raw_token_ids: plan.raw_token_ids,
             normalized_token_ids: plan.normalized_token_ids,
             config,

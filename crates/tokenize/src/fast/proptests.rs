@@ -169,6 +169,11 @@ fn check(tok: &ModelTokenizer, text: &str, limit: usize) -> Result<(), TestCaseE
         }
         prop_assert!(n <= tok.token_upper_bound(text.len(), ast));
     }
+    let raw_ids = tok.encode(text, false).ok();
+    // Twice: the second call is served from the segment ids cache.
+    for _ in 0..2 {
+        prop_assert_eq!(tok.ids_rendered_chat(text).ok(), raw_ids.clone());
+    }
     let raw = tok.count(text, false).ok();
     // Twice: the second call is served from the segment cache.
     prop_assert_eq!(tok.count_rendered_chat(text).ok(), raw);
@@ -214,10 +219,9 @@ fn appended_conversations_count_exactly() {
                 tok.count_rendered_chat(&rendered).unwrap(),
                 tok.count(&rendered, false).unwrap()
             );
-            assert_eq!(
-                tok.ids_fast(&rendered, false).unwrap(),
-                tok.encode(&rendered, false).unwrap()
-            );
+            let ids = tok.encode(&rendered, false).unwrap();
+            assert_eq!(tok.ids_fast(&rendered, false).unwrap(), ids);
+            assert_eq!(tok.ids_rendered_chat(&rendered).unwrap(), ids);
         }
     }
 }
