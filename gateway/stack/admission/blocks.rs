@@ -130,9 +130,22 @@ enum Work {
     Text(Arc<str>, bool),
 }
 
+/// Whether a request for `model` may need its prompt blocks: prefix routing is on and one
+/// of the model's pools chooses by prefix (admission then encodes a small first prompt
+/// instead of only counting it: the ids give the count too).
+pub(super) fn wanted(state: &AdmissionState, model: &str) -> bool {
+    state.prefix.is_some()
+        && state
+            .fleet
+            .pools_of(model)
+            .iter()
+            .any(|p| p.prefix.is_some())
+}
+
 /// The prompt blocks of an admitted request, when one of its `admitted` pools chooses its
 /// worker by prefix (None otherwise: nothing is computed). `measured` is admission's
-/// measure of its samples.
+/// measure of its samples. An error (the prompt or template could not be read again, which
+/// admission's own reading of them rules out) leaves the request to be routed by load.
 pub(super) fn start(
     state: &AdmissionState,
     tokenizer: &Arc<ModelTokenizer>,
@@ -155,6 +168,16 @@ pub(super) fn start(
         return Ok(None);
     }
     let key = first.chat.as_ref().and_then(|(key, _)| *key);
+    let remember = |blocks: Arc<[u64]>| {
+        if let Some(key) = key {
+            prefix.chains.insert(key, blocks.clone());
+        }
+        Some(ready(Some(blocks)))
+    };
+    // Counted inline from its ids (the common case): hashing them is all that is left.
+    if let Some(ids) = &first.ids {
+        return Ok(remember(Arc::from(chain(ids, prefix.block_size))));
+    }
     if let Some(cached) = key.and_then(|k| prefix.chains.get(k)) {
         return Ok(Some(ready(Some(cached))));
     }

@@ -194,7 +194,8 @@ pub async fn admit(
     parsed.directives.default_max_new_tokens = default_new;
     let mut measured = {
         let samples = prompt::samples(parsed, default_new)?;
-        count::measure(&samples, &model.tokenizer)?
+        let ids_first = blocks::wanted(state, &parsed.model);
+        count::measure(&samples, &model.tokenizer, ids_first)?
     };
     let window = model.context_window;
     let fanout = parsed.fanout()?;
@@ -264,7 +265,12 @@ pub async fn admit(
     if let Some(n) = clamped {
         parsed.directives.default_max_new_tokens = Some(n);
     }
-    let blocks = blocks::start(state, &model.tokenizer, parsed, &measured, &admitted)?;
+    // Affinity is an optimisation: a request whose blocks cannot be had is routed by load.
+    let blocks = blocks::start(state, &model.tokenizer, parsed, &measured, &admitted)
+        .unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "prompt blocks not computed: routed by load");
+            None
+        });
     let mut count = TokenCount::new(&measured, max_new, &model.tokenizer, &state.permits);
     count.clamped_max_new = clamped;
     count.window = window;
