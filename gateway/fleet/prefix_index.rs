@@ -124,6 +124,18 @@ impl PrefixIndex {
         } else {
             1
         };
+        Self::with_shards(workers, max_blocks, max_age, shards)
+    }
+
+    /// [`PrefixIndex::new`] with `shards` shards (at least 1): the bench compares one lock
+    /// with the sharded index.
+    pub fn with_shards(
+        workers: usize,
+        max_blocks: usize,
+        max_age: Duration,
+        shards: usize,
+    ) -> Self {
+        let shards = shards.max(1);
         Self {
             shards: (0..shards).map(|_| Mutex::new(Shard::new())).collect(),
             per_shard: (max_blocks / shards).max(1),
@@ -158,10 +170,15 @@ impl PrefixIndex {
         u32::try_from(ticks(now.saturating_duration_since(self.born))).unwrap_or(u32::MAX)
     }
 
+    /// Keys are hashes: their high bits pick the shard evenly.
+    fn shard_of(&self, key: u64) -> usize {
+        (key >> 32) as usize % self.shards.len()
+    }
+
     fn shard(&self, key: u64) -> MutexGuard<'_, Shard> {
-        // Keys are hashes: their top bits pick the shard evenly.
-        let i = (key >> 60) as usize % self.shards.len();
-        self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
+        self.shards[self.shard_of(key)]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// Purge the entries of every candidate whose epoch moved on since the index last saw
@@ -262,14 +279,30 @@ impl PrefixIndex {
             }
             return;
         }
-        // One lock per shard, not per key; each shard still sees its keys last first.
-        for (i, shard) in self.shards.iter().enumerate() {
-            let mine = |key: &&u64| (**key >> 60) as usize % self.shards.len() == i;
-            if !keys.iter().any(|k| mine(&k)) {
+        // One lock per shard, not per key: the keys are grouped by shard first (a counting
+        // sort), each group last key first.
+        let n = self.shards.len();
+        let of: Vec<usize> = keys.iter().map(|&k| self.shard_of(k)).collect();
+        let mut starts = vec![0usize; n + 1];
+        for &s in &of {
+            starts[s + 1] += 1;
+        }
+        for s in 0..n {
+            starts[s + 1] += starts[s];
+        }
+        let mut fill = starts.clone();
+        let mut grouped = vec![0u64; keys.len()];
+        for (&key, &s) in keys.iter().zip(&of).rev() {
+            grouped[fill[s]] = key;
+            fill[s] += 1;
+        }
+        for (s, shard) in self.shards.iter().enumerate() {
+            let group = &grouped[starts[s]..starts[s + 1]];
+            if group.is_empty() {
                 continue;
             }
             let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
-            for &key in keys.iter().rev().filter(mine) {
+            for &key in group {
                 shard.put(key, holder, self.per_shard, expired_before);
             }
         }

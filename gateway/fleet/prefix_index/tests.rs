@@ -4,10 +4,10 @@ fn worker(slot: usize) -> Candidate {
     Candidate { slot, epoch: 0 }
 }
 
-/// Distinct keys spread over every shard (the top bits pick the shard).
+/// Distinct keys spread over every shard (as block keys, they look random).
 fn keys(from: u64, n: u64) -> Vec<u64> {
     (from..from + n)
-        .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i << 59))
+        .map(|i| crate::stack::routing::blocks::chain(&[i as u32], 1)[0])
         .collect()
 }
 
