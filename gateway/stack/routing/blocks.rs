@@ -93,7 +93,10 @@ mod tests {
     fn the_hash_is_fixed_across_builds_and_replicas() {
         // Pinned: replicas (and builds) sharing an index must agree on every key.
         let ids: Vec<u32> = (0..32).collect();
-        assert_eq!(chain(&ids, 16), [0x0e47_e0d6_fe39_cf99, 0x243e_cbee_7af6_8d47]);
+        assert_eq!(
+            chain(&ids, 16),
+            [0x0e47_e0d6_fe39_cf99, 0x243e_cbee_7af6_8d47]
+        );
         assert_eq!(
             seeded(&chain(&ids, 16), SHARED_PARTITION),
             [0x78be_d736_aea8_796e, 0x63f9_da62_9cc2_ff7a]
