@@ -3,8 +3,8 @@
 //! cache), unless that worker is busier than the least loaded one by `balance_margin`
 //! (issue 31).
 //!
-//! Read per generation: `enabled`, `block_size` and `balance_margin` apply to the requests
-//! after a reload; `max_blocks` and `max_age` to a pool's index when the pool is built.
+//! Read per generation: `enabled`, `block_size`, `balance_margin` and `share_with_replicas`
+//! apply after a reload; `max_blocks` and `max_age` to a pool's index when it is built.
 
 use serde::Deserialize;
 use std::time::Duration;
@@ -33,6 +33,9 @@ pub struct PrefixRoutingConfig {
     /// How long a block sent to a worker is taken to stay in its cache.
     #[serde(with = "humantime_serde")]
     pub max_age: Duration,
+    /// With `[limits]` in Redis: share the indexes with the other replicas through it
+    /// (approximately, about every 250 ms, never on the request path).
+    pub share_with_replicas: bool,
 }
 
 impl Default for PrefixRoutingConfig {
@@ -43,6 +46,7 @@ impl Default for PrefixRoutingConfig {
             balance_margin: 0.25,
             max_blocks: 262_144,
             max_age: Duration::from_secs(600),
+            share_with_replicas: true,
         }
     }
 }

@@ -121,8 +121,9 @@ fn prefix_routing_defaults_and_parses() {
     assert_eq!((p.block_size, p.max_blocks), (16, 262_144));
     assert_eq!(p.balance_margin, 0.25);
     assert_eq!(p.max_age, Duration::from_secs(600));
+    assert!(p.share_with_replicas);
     let text = format!(
-        "[prefix_routing]\nenabled = false\nblock_size = 64\nbalance_margin = 0.5\nmax_blocks = 1000\nmax_age = \"90s\"\n{ONE_TENANT}"
+        "[prefix_routing]\nenabled = false\nblock_size = 64\nbalance_margin = 0.5\nmax_blocks = 1000\nmax_age = \"90s\"\nshare_with_replicas = false\n{ONE_TENANT}"
     );
     let cfg = Config::from_toml(&text, &repo().join("config/inline.toml")).unwrap();
     let p = &cfg.prefix_routing;
@@ -130,6 +131,7 @@ fn prefix_routing_defaults_and_parses() {
     assert_eq!((p.block_size, p.max_blocks), (64, 1000));
     assert_eq!(p.balance_margin, 0.5);
     assert_eq!(p.max_age, Duration::from_secs(90));
+    assert!(!p.share_with_replicas);
 }
 
 #[test]

@@ -18,7 +18,8 @@
 //! - `queue`: a full pool's bounded gateway queue: priority classes, weighted fair
 //!   queuing across tenants (`[scheduling]`; issue 30).
 //! - `prefix_index`: which prompt blocks were recently sent to which worker of a pool
-//!   (`[prefix_routing]`; issue 31).
+//!   (`[prefix_routing]`; issue 31); `prefix_outbox` and `prefix_share`: the indexes
+//!   shared between replicas through Redis, approximately, off the request path.
 
 mod discovery;
 mod health;
@@ -27,6 +28,8 @@ mod load;
 mod load_poll;
 mod pool;
 mod prefix_index;
+mod prefix_outbox;
+mod prefix_share;
 mod promised;
 mod queue;
 mod window;
@@ -45,6 +48,8 @@ pub use load::{
 pub use load_poll::poll_loads;
 pub use pool::{OutcomeWatch, Pool, PoolWorkers};
 pub use prefix_index::{Candidate, IndexSize, PrefixCounters, PrefixIndex};
+pub use prefix_outbox::Outbox;
+pub use prefix_share::{share_loop, PrefixShare};
 pub use promised::Promised;
 pub use queue::{FairQueue, QueueEntry, QueueRefusal, QueueSnapshot, Ticket};
 pub use window::{Outcome, Rates, SignalWindow};

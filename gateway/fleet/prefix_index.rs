@@ -26,6 +26,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+use super::prefix_outbox::Outbox;
+
 /// Workers remembered per key; a fifth replaces the one sent there longest ago.
 pub const HOLDERS: usize = 4;
 /// Shards of a large index (a small one has one, so its bound is exact).
@@ -102,6 +104,8 @@ pub struct PrefixIndex {
     /// Per slot: the worker's cache epoch the index last saw (a change purges its entries).
     seen: Box<[AtomicU64]>,
     counters: OnceLock<PrefixCounters>,
+    /// This replica's inserts for the other replicas (`prefix_share`).
+    pub outbox: Outbox,
 }
 
 /// The pool's prefix-routing counters (`metrics::PREFIX_*`), looked up once: every request
@@ -143,6 +147,7 @@ impl PrefixIndex {
             born: Instant::now(),
             seen: (0..workers).map(|_| AtomicU64::new(0)).collect(),
             counters: OnceLock::new(),
+            outbox: Outbox::default(),
         }
     }
 
@@ -306,6 +311,11 @@ impl PrefixIndex {
                 shard.put(key, holder, self.per_shard, expired_before);
             }
         }
+    }
+
+    /// How long a block sent to a worker counts.
+    pub fn max_age(&self) -> Duration {
+        TICK.saturating_mul(u32::try_from(self.max_age_ticks).unwrap_or(u32::MAX))
     }
 
     /// The keys held now, and the bound.

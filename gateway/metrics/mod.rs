@@ -64,6 +64,9 @@ pub const PREFIX_ROUTE_TOTAL: &str = "kvgate_prefix_route_total";
 pub const PREFIX_PROMPT_BLOCKS_TOTAL: &str = "kvgate_prefix_prompt_blocks_total";
 /// Of those, the blocks the chosen worker was known to hold already, by pool.
 pub const PREFIX_MATCHED_BLOCKS_TOTAL: &str = "kvgate_prefix_matched_blocks_total";
+/// 1 while this replica shares its prefix indexes through Redis, 0 after a failure until it
+/// answers again (gauge; only with `[limits]` in Redis).
+pub const PREFIX_SHARED_OK: &str = "kvgate_prefix_shared_ok";
 /// Time a request waited in a pool's gateway queue before its turn, by pool and class.
 pub const QUEUE_WAIT_SECONDS: &str = "kvgate_queue_wait_seconds";
 /// Requests the gateway queue refused, by pool, tenant, class and reason (full, shed,
@@ -162,6 +165,10 @@ fn describe_all() {
     describe_counter!(
         PREFIX_PROMPT_BLOCKS_TOTAL,
         "Full KV blocks of the prompts routed by prefix"
+    );
+    describe_gauge!(
+        PREFIX_SHARED_OK,
+        "1 while prefix indexes are shared with the other replicas through Redis"
     );
     describe_counter!(
         PREFIX_MATCHED_BLOCKS_TOTAL,

@@ -190,7 +190,7 @@ impl Dispatch {
                 {
                     // Nothing was sent: another worker may take it, if the budget allows.
                     if let Some(other) =
-                        pick_other_unified(&pool, &worker, cost, overcommit, prefix_keys.as_deref())
+                        pick_other_unified(&pool, &worker, cost, overcommit, prefix_keys.as_ref())
                             .filter(|_| self.retries.withdraw())
                     {
                         tracing::warn!(error = %e, request_id = rid.as_str(), "connect failed; retrying on another worker");

@@ -205,6 +205,8 @@ impl Affinity<'_> {
             .find(|(slot, _)| *slot == candidate.slot)
             .map_or(0, |(_, n)| *n);
         self.index.insert(&self.keys, candidate, Instant::now());
+        // For the other replicas (only kept while they are shared with: `prefix_share`).
+        self.index.outbox.push(candidate.slot, &self.keys);
         let counters = self.index.counters(&self.pool.name);
         match outcome {
             Outcome::Hit => counters.hit.increment(1),
@@ -218,9 +220,11 @@ impl Affinity<'_> {
 
 /// A request routed by prefix went to `worker` after all (a retry on another worker):
 /// remember its `keys` there.
-pub fn taken_instead(pool: &Pool, worker: &Worker, keys: &[u64]) {
+pub fn taken_instead(pool: &Pool, worker: &Worker, keys: &Arc<[u64]>) {
     if let Some(index) = &pool.prefix {
-        index.insert(keys, worker.prefix_candidate(), Instant::now());
+        let candidate = worker.prefix_candidate();
+        index.insert(keys, candidate, Instant::now());
+        index.outbox.push(candidate.slot, keys);
     }
 }
 

@@ -156,7 +156,7 @@ pub fn pick_other_unified(
     failed: &Worker,
     cost: KvCost,
     overcommit: f64,
-    prefix_keys: Option<&[u64]>,
+    prefix_keys: Option<&Arc<[u64]>>,
 ) -> Option<Target> {
     let PoolWorkers::Unified(ws) = &pool.workers else {
         return None;
