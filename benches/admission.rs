@@ -61,7 +61,7 @@ fn bench(c: &mut Criterion) {
             rt.block_on(async {
                 let mut parsed =
                     parse_inference(Endpoint::ChatCompletions, &body, &catalog).unwrap();
-                let (count, pools) =
+                let (count, pools, _blocks) =
                     kvgate::stack::admission::admit(&state, &mut parsed, None, None)
                         .await
                         .unwrap();

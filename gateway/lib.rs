@@ -84,6 +84,7 @@ use http::{Request, Response};
 use http_body::Body;
 use std::any::Any;
 use std::convert::Infallible;
+use std::sync::Arc;
 use tower::{Service, ServiceBuilder};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
@@ -106,7 +107,7 @@ use crate::stack::observe::Observe;
 use crate::stack::rate_limit::RateLimit;
 use crate::stack::request_id::RequestIdLayer;
 use crate::stack::rescue::Rescue;
-use crate::stack::routing::{Route, Scheduling};
+use crate::stack::routing::{PrefixRouting, Route, Scheduling};
 use crate::stack::stage_span::{StageName, StageSpanLayer};
 use crate::stack::tenant_rules::TenantRules;
 use crate::stack::trace_context::TraceContext;
@@ -176,12 +177,17 @@ where
             RateLimit::layer(shared.limiter.clone()),
         ))
         // Pool by weight, then the eligible workers with the most KV room (I3: unknown
-        // capacity never serves); with none, a turn in the pool's fair queue ([scheduling]).
+        // capacity never serves), the one holding the prompt's prefix first within a load
+        // margin ([prefix_routing]); with none, a turn in the pool's fair queue ([scheduling]).
         .layer(StageSpanLayer::new(
             StageName::Route,
             Route::layer(
                 generation.fleet.clone(),
                 Scheduling::from_config(&generation.config.scheduling),
+                PrefixRouting::from_config(
+                    &generation.config.prefix_routing,
+                    Arc::new(shared.isolation.salter.clone()),
+                ),
                 shared.audit.clone(),
             ),
         ))

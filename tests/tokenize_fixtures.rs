@@ -1,6 +1,6 @@
 //! The reference fixtures of `tests/fixtures/tokenize/` (Python `tokenizers` 0.23.3 and
 //! `transformers` 5.24.0): every id list, count and rendered chat must match exactly, through
-//! the plain encode and through every fast counting entry point.
+//! the plain encode and through every fast counting entry point (and the fast ids path).
 
 use std::path::PathBuf;
 use std::sync::LazyLock;
@@ -84,6 +84,9 @@ fn check_text(case: &Value) -> Result<(), String> {
     if with != expected_with {
         return Err("encode(text, add_special_tokens) is not raw + documented BOS".into());
     }
+    if tok.ids_fast(text, ast).map_err(|e| e.to_string())? != with {
+        return Err("ids_fast(text, add_special_tokens) differs from encode".into());
+    }
     let fast = tok.count_fast(text, ast).map_err(|e| e.to_string())?;
     if fast != with.len() || tok.count(text, ast).map_err(|e| e.to_string())? != with.len() {
         return Err(format!("count_fast {fast} != encode len {}", with.len()));
@@ -136,6 +139,16 @@ fn check_chat(case: &Value) -> Result<(), String> {
     let want_ids = ids_of(&case["ids"]);
     if tok.encode(&rendered, false).map_err(|e| e.to_string())? != want_ids {
         return Err("ids differ".into());
+    }
+    if tok.ids_fast(&rendered, false).map_err(|e| e.to_string())? != want_ids {
+        return Err("ids_fast differs".into());
+    }
+    if tok
+        .ids_rendered_chat(&rendered)
+        .map_err(|e| e.to_string())?
+        != want_ids
+    {
+        return Err("ids_rendered_chat differs".into());
     }
     let fast = tok
         .count_fast(&rendered, false)

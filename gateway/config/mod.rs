@@ -20,6 +20,7 @@ mod isolation;
 mod limits;
 mod models;
 mod pools;
+mod prefix_routing;
 mod preflight;
 mod priority;
 mod rollout;
@@ -46,6 +47,7 @@ pub use isolation::{IsolationConfig, LeakMode};
 pub use limits::{LimitsBackend, LimitsConfig, LimitsFailurePolicy};
 pub use models::ModelConfig;
 pub use pools::{EngineKind, PoolConfig, PoolMode};
+pub use prefix_routing::PrefixRoutingConfig;
 pub use preflight::PreflightConfig;
 pub use priority::{Priority, PriorityError};
 pub use rollout::{PromotionConfig, RollbackMargins, RolloutConfig};
@@ -115,6 +117,9 @@ pub struct Config {
     /// The per-pool gateway queue used while a pool is full (applies on reload).
     #[serde(default)]
     pub scheduling: SchedulingConfig,
+    /// Inside a pool, prefer the worker that holds a request's prompt prefix in its cache.
+    #[serde(default)]
+    pub prefix_routing: PrefixRoutingConfig,
     /// Canary rollouts: a canary pool beside a stable one, with automatic rollback.
     #[serde(default)]
     pub rollouts: Vec<RolloutConfig>,
@@ -195,6 +200,7 @@ impl Config {
         self.limits.check()?;
         self.admission.check()?;
         self.scheduling.check()?;
+        self.prefix_routing.check()?;
         models::check_models(&mut self.models, base)?;
         pools::check_pools(&self.pools)?;
         validate::pools_name_models(&self.models, &self.pools)?;

@@ -114,6 +114,27 @@ fn scheduling_and_tenant_priorities_default() {
 }
 
 #[test]
+fn prefix_routing_defaults_and_parses() {
+    let cfg = Config::from_toml(ONE_TENANT, &repo().join("config/inline.toml")).unwrap();
+    let p = &cfg.prefix_routing;
+    assert!(p.enabled);
+    assert_eq!((p.block_size, p.max_blocks), (16, 262_144));
+    assert_eq!(p.balance_margin, 0.25);
+    assert_eq!(p.max_age, Duration::from_secs(600));
+    assert!(p.share_with_replicas);
+    let text = format!(
+        "[prefix_routing]\nenabled = false\nblock_size = 64\nbalance_margin = 0.5\nmax_blocks = 1000\nmax_age = \"90s\"\nshare_with_replicas = false\n{ONE_TENANT}"
+    );
+    let cfg = Config::from_toml(&text, &repo().join("config/inline.toml")).unwrap();
+    let p = &cfg.prefix_routing;
+    assert!(!p.enabled);
+    assert_eq!((p.block_size, p.max_blocks), (64, 1000));
+    assert_eq!(p.balance_margin, 0.5);
+    assert_eq!(p.max_age, Duration::from_secs(90));
+    assert!(!p.share_with_replicas);
+}
+
+#[test]
 fn tenant_priorities_parse_and_a_low_maximum_names_the_fix() {
     let text = format!(
         "[scheduling]\nmax_queued = 8\nqueue_timeout = \"2s\"\nkv_overcommit = 1.25\n{ONE_TENANT}weight = 3\npriority = \"sheddable\"\nmax_priority = \"critical\"\n"

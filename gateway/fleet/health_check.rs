@@ -33,6 +33,8 @@ async fn check_worker(worker: Arc<Worker>, upstream: &Upstream, timeout: Duratio
     match worker.health().probe(result) {
         ProbeVerdict::Steady => {}
         ProbeVerdict::WentDown => {
+            // Its engine may restart without its cache: the prefix index forgets it.
+            worker.left_service();
             tracing::warn!(
                 pool = %worker.pool, role = worker.role.as_str(), worker = %worker.authority,
                 path = worker.health_path(), error = ?error,

@@ -17,6 +17,9 @@
 //! - `window`: each pool's sliding window of outcomes (canary rollouts compare them).
 //! - `queue`: a full pool's bounded gateway queue: priority classes, weighted fair
 //!   queuing across tenants (`[scheduling]`; issue 30).
+//! - `prefix_index`: which prompt blocks were recently sent to which worker of a pool
+//!   (`[prefix_routing]`; issue 31); `prefix_outbox` and `prefix_share`: the indexes
+//!   shared between replicas through Redis, approximately, off the request path.
 
 mod discovery;
 mod health;
@@ -24,6 +27,9 @@ mod health_check;
 mod load;
 mod load_poll;
 mod pool;
+mod prefix_index;
+mod prefix_outbox;
+mod prefix_share;
 mod promised;
 mod queue;
 mod share;
@@ -37,11 +43,14 @@ pub use health::{
 };
 pub use health_check::{check_all, report_ejection};
 pub use load::{
-    parse_sglang_loads, parse_vllm_metrics, prometheus_samples, room_of, EngineLoad, KvCost,
-    STALE_AFTER_INTERVALS,
+    allowed, parse_sglang_loads, parse_vllm_metrics, prometheus_samples, room_of, EngineLoad,
+    KvCost, STALE_AFTER_INTERVALS,
 };
 pub use load_poll::poll_loads;
 pub use pool::{OutcomeWatch, Pool, PoolWorkers};
+pub use prefix_index::{Candidate, IndexSize, PrefixCounters, PrefixIndex};
+pub use prefix_outbox::Outbox;
+pub use prefix_share::{share_loop, PrefixShare};
 pub use promised::Promised;
 pub use queue::{FairQueue, Head, QueueEntry, QueueRefusal, QueueSnapshot, Ticket};
 pub use share::{keeps_fit, Reserve, ShareHold, TenantShares, WaitingMark};
@@ -115,6 +124,7 @@ impl Fleet {
                         min.as_ref(),
                         &health,
                         config.scheduling.max_queued,
+                        &config.prefix_routing,
                     ))
                 })
             })

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
-    EjectionGroup, FairQueue, HealthPolicy, Promised, Role, SignalWindow, TenantShares, Worker,
+    EjectionGroup, FairQueue, HealthPolicy, PrefixIndex, Promised, Role, SignalWindow,
+    TenantShares, Worker,
 };
-use crate::config::{EngineKind, EngineVersion, PoolConfig, PoolMode};
+use crate::config::{EngineKind, EngineVersion, PoolConfig, PoolMode, PrefixRoutingConfig};
 use crate::load::InFlightLimit;
 
 /// Looks at a pool's signal window after a request of the pool was counted in it: the
@@ -63,19 +64,27 @@ pub struct Pool {
     pub promised: Promised,
     /// Each tenant's KV here against its fair share, and the room kept for tenants below it.
     pub shares: Arc<TenantShares>,
+    /// Whether its engines get each tenant's `cache_salt` (their prefix caches are then
+    /// partitioned by tenant; otherwise shared by all).
+    pub cache_salt: bool,
+    /// Which prompt blocks were recently sent to which of its prefix workers (unified, or
+    /// PD prefill); None when it has only one, so there is nothing to choose.
+    pub prefix: Option<PrefixIndex>,
 }
 
 impl Pool {
     /// Build a pool from validated config; its signals cover `window`, workers whose
     /// engine is older than `min_version` may not serve, and `health` governs probes and
     /// ejections (counted per role: never more than its share of the prefill, decode or
-    /// unified workers at once); its gateway queue holds at most `max_queued` requests.
+    /// unified workers at once); its gateway queue holds at most `max_queued` requests, its
+    /// prefix index `prefix.max_blocks` blocks.
     pub fn new(
         config: &PoolConfig,
         window: Duration,
         min_version: Option<&EngineVersion>,
         health: &Arc<HealthPolicy>,
         max_queued: usize,
+        prefix: &PrefixRoutingConfig,
     ) -> Self {
         let name: Arc<str> = Arc::from(config.name.as_str());
         let health_path = config
@@ -89,8 +98,10 @@ impl Pool {
         let build = |list: &[crate::config::WorkerConfig], role| {
             let group = Arc::new(EjectionGroup::new(list.len(), health.max_ejected_share));
             list.iter()
-                .map(|w| {
+                .enumerate()
+                .map(|(slot, w)| {
                     let worker = Worker::new(name.clone(), role, w)
+                        .with_slot(slot)
                         .with_versions(config.version.as_deref(), min_version.cloned())
                         .with_health(health.clone(), group.clone(), &health_path)
                         .with_room_freed(room_freed.clone());
@@ -105,6 +116,12 @@ impl Pool {
                 decode: build(&config.decode, Role::Decode),
             },
         };
+        let prefix_workers = match config.mode {
+            PoolMode::Unified => config.workers.len(),
+            PoolMode::Disaggregated => config.prefill.len(),
+        };
+        let prefix = (prefix_workers > 1)
+            .then(|| PrefixIndex::new(prefix_workers, prefix.max_blocks, prefix.max_age));
         Self {
             name: name.clone(),
             model: config.model.clone(),
@@ -125,6 +142,8 @@ impl Pool {
             queue: FairQueue::new(max_queued),
             promised: Promised::default(),
             shares: Arc::default(),
+            cache_salt: config.cache_salt,
+            prefix,
         }
     }
 
@@ -149,6 +168,15 @@ impl Pool {
     ) -> bool {
         self.tenants.as_ref().is_none_or(|t| t.contains(tenant))
             && pinned.is_none_or(|p| p.contains(&*self.name))
+    }
+
+    /// The workers a request's prompt prefix chooses among: unified, or PD prefill (decode
+    /// workers are chosen by load: they receive the prompt's KV from the prefill worker).
+    pub fn prefix_workers(&self) -> &[Arc<Worker>] {
+        match &self.workers {
+            PoolWorkers::Unified(ws) => ws,
+            PoolWorkers::Disaggregated { prefill, .. } => prefill,
+        }
     }
 
     /// Every worker with its role.

@@ -7,7 +7,7 @@
 //! Its live load (`claim`: outstanding requests and the KV they hold, the engine's own
 //! report, the room left) is in `worker/claim.rs`, over [`super::load`].
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use tokio::sync::Notify;
@@ -100,6 +100,11 @@ pub struct Worker {
     outstanding_gauge: std::sync::OnceLock<::metrics::Gauge>,
     /// kvgate's account of the KV held here, and the engine's last load report.
     kv: KvAccount,
+    /// Its place among its pool's workers of its role (the pool's prefix index names it so).
+    slot: usize,
+    /// Moves on whenever it leaves service (drained, ejected, down): what the pool's prefix
+    /// index remembers of it from before no longer counts (see `worker/cache.rs`).
+    cache_epoch: AtomicU64,
 }
 
 impl Worker {
@@ -132,7 +137,15 @@ impl Worker {
             outstanding: AtomicUsize::new(0),
             outstanding_gauge: std::sync::OnceLock::new(),
             kv: KvAccount::new(Arc::new(Notify::new())),
+            slot: 0,
+            cache_epoch: AtomicU64::new(0),
         }
+    }
+
+    /// Its place among its pool's workers of its role.
+    pub fn with_slot(mut self, slot: usize) -> Self {
+        self.slot = slot;
+        self
     }
 
     /// Wake `room_freed` (its pool's) when this worker's room grows.
@@ -170,6 +183,7 @@ impl Worker {
     /// unreadable answer, guard trip); enough in a row eject the worker.
     pub fn request_failed(&self, cause: &'static str) {
         if let Some(ejection) = self.health.failure(std::time::Instant::now(), cause) {
+            self.left_service();
             super::report_ejection(self, &ejection);
         }
     }
@@ -181,6 +195,7 @@ impl Worker {
             .health
             .failure_by(std::time::Instant::now(), cause, tenant)
         {
+            self.left_service();
             super::report_ejection(self, &ejection);
         }
     }
@@ -225,7 +240,10 @@ impl Worker {
 
     /// Stop (or resume) giving this worker new requests; in-flight ones are not touched.
     pub fn set_draining(&self, draining: bool) {
-        self.draining.store(draining, Ordering::Relaxed);
+        let was = self.draining.swap(draining, Ordering::Relaxed);
+        if draining && !was {
+            self.left_service();
+        }
         self.publish_gauges();
     }
 
@@ -437,6 +455,7 @@ impl crate::upstream::Peer for Worker {
     }
 }
 
+mod cache;
 pub(super) mod claim;
 #[cfg(test)]
 mod tests;

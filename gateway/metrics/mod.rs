@@ -56,6 +56,17 @@ pub const CONNECTIONS_OPEN: &str = "kvgate_connections_open";
 pub const LOAD_SHED_TOTAL: &str = "kvgate_load_shed_total";
 /// Requests waiting in a pool's gateway queue, by pool and class (gauge).
 pub const QUEUE_DEPTH: &str = "kvgate_queue_depth";
+/// Requests routed inside a pool that chooses by prompt prefix, by pool and outcome: `hit`
+/// (the worker holding the longest prefix), `miss` (no worker held any of it) or
+/// `balanced` (the prefix's worker was busier than the least loaded by over the margin).
+pub const PREFIX_ROUTE_TOTAL: &str = "kvgate_prefix_route_total";
+/// Full prompt blocks of the requests routed by prefix, by pool.
+pub const PREFIX_PROMPT_BLOCKS_TOTAL: &str = "kvgate_prefix_prompt_blocks_total";
+/// Of those, the blocks the chosen worker was known to hold already, by pool.
+pub const PREFIX_MATCHED_BLOCKS_TOTAL: &str = "kvgate_prefix_matched_blocks_total";
+/// 1 while this replica shares its prefix indexes through Redis, 0 after a failure until it
+/// answers again (gauge; only with `[limits]` in Redis).
+pub const PREFIX_SHARED_OK: &str = "kvgate_prefix_shared_ok";
 /// Time a request waited in a pool's gateway queue before its turn, by pool and class.
 pub const QUEUE_WAIT_SECONDS: &str = "kvgate_queue_wait_seconds";
 /// Requests the gateway queue refused, by pool, tenant, class and reason (full, shed,
@@ -147,6 +158,22 @@ fn describe_all() {
         "1 if configured and discovered KV capacity disagree"
     );
     describe_gauge!(CONNECTIONS_OPEN, "Open data-port connections");
+    describe_counter!(
+        PREFIX_ROUTE_TOTAL,
+        "Requests routed by prompt prefix inside a pool: hit, miss or balanced"
+    );
+    describe_counter!(
+        PREFIX_PROMPT_BLOCKS_TOTAL,
+        "Full KV blocks of the prompts routed by prefix"
+    );
+    describe_gauge!(
+        PREFIX_SHARED_OK,
+        "1 while prefix indexes are shared with the other replicas through Redis"
+    );
+    describe_counter!(
+        PREFIX_MATCHED_BLOCKS_TOTAL,
+        "KV blocks the chosen worker was known to hold already"
+    );
     describe_counter!(LOAD_SHED_TOTAL, "Requests refused at a load ceiling");
     describe_gauge!(QUEUE_DEPTH, "Requests waiting in a pool's gateway queue");
     describe_histogram!(

@@ -21,7 +21,8 @@
 //!
 //! # Fast counting
 //!
-//! Plain encoding is CPU work (≈ 2 MB/s on one core). [`ModelTokenizer::count_fast`],
+//! Plain encoding is CPU work (≈ 2 MB/s on one core). [`ModelTokenizer::ids_fast`] gives
+//! `encode`'s ids through the same steps as the count-only path. [`ModelTokenizer::count_fast`],
 //! [`ModelTokenizer::count_up_to`] and [`ModelTokenizer::count_rendered_chat`] give the
 //! same numbers as [`ModelTokenizer::count`] through a count-only path (see `fast`'s docs
 //! for its design and exactness argument) that is an order of magnitude faster, stops
@@ -75,6 +76,9 @@ pub struct ModelTokenizer {
     extra_eos: Option<u32>,
     /// Tokens the `tokenizer.json` post-processor adds with special tokens.
     post_processor_tokens: usize,
+    /// The ids the post-processor puts before and after a text's own (None: it does
+    /// something else, and the ids path falls back to the plain encode).
+    post_processor_ids: Option<Around>,
     /// The count-only path, when the configuration is one it models exactly.
     fast: Result<fast::FastCounter, String>,
     /// Counts of whole conversations seen before.
@@ -142,6 +146,7 @@ impl ModelTokenizer {
             .encode_fast("", true)
             .map_err(|e| TokenizeError::Encode(e.to_string()))?;
         let already = |id: Option<u32>| id.is_some_and(|id| probe.get_ids().contains(&id));
+        let post_processor_ids = around(&inner)?;
         let extra_bos = bos_token_id.filter(|_| config.add_bos_token && !already(bos_token_id));
         let extra_eos = eos_token_id.filter(|_| config.add_eos_token && !already(eos_token_id));
         Ok(Self {
@@ -151,6 +156,7 @@ impl ModelTokenizer {
             extra_bos,
             extra_eos,
             post_processor_tokens,
+            post_processor_ids,
             fast,
             chat_counts: chat_cache::ChatCountCache::new(),
         })
@@ -170,6 +176,53 @@ impl ModelTokenizer {
         ids.extend_from_slice(encoding.get_ids());
         ids.extend(self.extra_eos);
         Ok(ids)
+    }
+
+    /// Exactly `encode(text, add_special_tokens)`, through the fast path's steps (see
+    /// `fast::ids`): no offsets or per-token strings, each distinct pre-token looked up
+    /// once, pre-tokens seen before from a shared cache. Configurations or inputs the fast
+    /// path does not model take the plain encode.
+    pub fn ids_fast(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+    ) -> Result<Vec<u32>, TokenizeError> {
+        let (Ok(fast), Some((before, after))) = (&self.fast, &self.post_processor_ids) else {
+            return self.encode(text, add_special_tokens);
+        };
+        let mut ids = Vec::with_capacity(text.len() / 3 + 4);
+        if add_special_tokens {
+            ids.extend(self.extra_bos);
+            ids.extend_from_slice(before);
+        }
+        match fast.ids(self.inner.get_model(), text, &mut ids) {
+            Ok(()) => {}
+            Err(fast::Halt::Encode(e)) => return Err(TokenizeError::Encode(e)),
+            Err(fast::Halt::Fallback | fast::Halt::Over) => {
+                return self.encode(text, add_special_tokens)
+            }
+        }
+        if add_special_tokens {
+            ids.extend_from_slice(after);
+            ids.extend(self.extra_eos);
+        }
+        Ok(ids)
+    }
+
+    /// The ids of a rendered chat prompt (`add_special_tokens = false`, as for templated
+    /// chat), equal to `encode(rendered, false)`. Like [`Self::count_rendered_chat`], the
+    /// ids of the text segments between added tokens are cached (bounded, shared by all
+    /// callers), so a conversation that grew by one message only encodes the new text.
+    pub fn ids_rendered_chat(&self, rendered: &str) -> Result<Vec<u32>, TokenizeError> {
+        if let Ok(fast) = &self.fast {
+            let mut ids = Vec::with_capacity(rendered.len() / 3 + 4);
+            match fast.ids_segments(self.inner.get_model(), rendered, &mut ids) {
+                Ok(()) => return Ok(ids),
+                Err(fast::Halt::Encode(e)) => return Err(TokenizeError::Encode(e)),
+                Err(fast::Halt::Fallback | fast::Halt::Over) => {}
+            }
+        }
+        self.encode(rendered, false)
     }
 
     /// Number of tokens of `text` (see the module's counting rules).
@@ -338,6 +391,29 @@ impl ModelTokenizer {
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }
+}
+
+/// Ids put before and after a text's own.
+type Around = (Vec<u32>, Vec<u32>);
+
+/// The ids the post-processor adds before and after a text's own, found by encoding a
+/// probe with and without special tokens; None when the text's ids are not a contiguous
+/// part of the result (a post-processor that rewrites them).
+fn around(inner: &tokenizers::Tokenizer) -> Result<Option<Around>, TokenizeError> {
+    let encode = |special: bool| {
+        inner
+            .encode_fast("probe", special)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| TokenizeError::Encode(e.to_string()))
+    };
+    let (with, without) = (encode(true)?, encode(false)?);
+    if without.is_empty() {
+        return Ok(None);
+    }
+    Ok(with
+        .windows(without.len())
+        .position(|w| w == without.as_slice())
+        .map(|at| (with[..at].to_vec(), with[at + without.len()..].to_vec())))
 }
 
 /// What `tokenizer_config.json` contributes.

@@ -135,3 +135,19 @@ fn missing_template_and_bad_files_are_errors() {
         Some("<s>")
     );
 }
+
+#[test]
+fn the_ids_path_is_taken_not_the_fallback() {
+    let text = "Hello <|im_start|> world 你好\n\n  indented <｜User｜> e\u{301} done";
+    for tok in [&*QWEN3, &*DEEPSEEK] {
+        assert!(tok.post_processor_ids.is_some());
+        let fast = tok.fast.as_ref().unwrap();
+        let mut ids = Vec::new();
+        fast.ids(tok.inner.get_model(), text, &mut ids).unwrap();
+        assert_eq!(ids, tok.encode(text, false).unwrap());
+        assert_eq!(
+            tok.ids_fast(text, true).unwrap(),
+            tok.encode(text, true).unwrap()
+        );
+    }
+}

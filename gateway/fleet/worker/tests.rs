@@ -88,3 +88,27 @@ fn a_worker_on_trial_is_claimed_by_one_request_at_a_time() {
     let (a, b) = (w.claim(0), w.claim(0));
     assert!(a.is_some() && b.is_some());
 }
+
+#[test]
+fn leaving_service_moves_the_cache_epoch_on() {
+    let policy = Arc::new(HealthPolicy {
+        consecutive_failures: 1,
+        ..HealthPolicy::default()
+    });
+    let w = worker(Some(1000), Role::Unified).with_slot(3).with_health(
+        policy,
+        Arc::new(EjectionGroup::new(2, 1.0)),
+        "/health",
+    );
+    assert_eq!(
+        w.prefix_candidate(),
+        crate::fleet::Candidate { slot: 3, epoch: 0 }
+    );
+    w.set_draining(true);
+    assert_eq!(w.cache_epoch(), 1, "drained");
+    w.set_draining(true);
+    w.set_draining(false);
+    assert_eq!(w.cache_epoch(), 1, "only the drain itself counts");
+    w.request_failed("status_5xx");
+    assert_eq!(w.cache_epoch(), 2, "ejected");
+}

@@ -3,7 +3,7 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `GET /pools` | pools and workers: capacity, version, eligibility, weight, live rates, the pool's gateway queue |
+//! | `GET /pools` | pools and workers: capacity, version, eligibility, weight, live rates, the pool's gateway queue and prefix index |
 //! | `POST /pools/{pool}/weight` `{"weight": N}` | set a pool's traffic weight |
 //! | `POST /pools/{pool}/workers/{host:port}/drain` | no new requests; in-flight ones finish |
 //! | `POST /pools/{pool}/workers/{host:port}/undrain` | take requests again |
@@ -211,8 +211,26 @@ pub fn pool_json(pool: &Pool, now: Instant, overcommit: f64) -> Value {
         "window_seconds": pool.signals.length().as_secs_f64(),
         "rates": rates_json(&pool.signals.rates(now)),
         "queue": queue_json(&pool.queue),
+        "prefix_index": prefix_index_json(pool),
         "workers": workers,
     })
+}
+
+/// A pool's prefix index (`[prefix_routing]`): the blocks it remembers and its bound; null
+/// for a pool with one unified or prefill worker (nothing to choose).
+pub fn prefix_index_json(pool: &Pool) -> Value {
+    let Some(index) = &pool.prefix else {
+        return Value::Null;
+    };
+    // Workers that left service since the last request leave the index first.
+    let workers: Vec<_> = pool
+        .prefix_workers()
+        .iter()
+        .map(|w| w.prefix_candidate())
+        .collect();
+    index.sync(&workers);
+    let size = index.size();
+    json!({"blocks": size.blocks, "max_blocks": size.max_blocks})
 }
 
 /// A pool's gateway queue (issue 30): what waits, by class and by tenant, the oldest wait,

@@ -14,7 +14,7 @@ use crate::generation::Generation;
 use crate::rollout::Rollouts;
 use crate::runtime::StartError;
 use crate::shared::Shared;
-use crate::stack::admission::{AdmissionState, ModelAdmission};
+use crate::stack::admission::{AdmissionState, ModelAdmission, PrefixHashing};
 use crate::stack::api::ModelCatalog;
 use crate::stack::auth::ApiKeys;
 use crate::stack::guard::GuardState;
@@ -52,10 +52,14 @@ pub(crate) fn build(
         .iter()
         .map(|(name, m)| (name.clone(), m.tokenizer.clone()))
         .collect();
+    let prefix = &config.prefix_routing;
     let admission = Arc::new(AdmissionState {
         models,
         fleet: fleet.clone(),
         permits: shared.count_permits.clone(),
+        prefix: prefix
+            .enabled
+            .then(|| PrefixHashing::new(prefix.block_size)),
     });
     // The salt secret and the leak detector's memory are the process's: a reload keeps them.
     let isolation = Arc::new(IsolationState::new(&config, tokenizers, &shared.isolation));

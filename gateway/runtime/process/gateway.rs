@@ -12,7 +12,7 @@ use crate::audit::AuditLog;
 use crate::build_stack;
 use crate::config::Config;
 use crate::config::{LimitsBackend, LimitsFailurePolicy};
-use crate::fleet::{discover_all, Fleet};
+use crate::fleet::{discover_all, share_loop, Fleet, PrefixShare};
 use crate::generation::Generation;
 use crate::load::{BufferBudget, InFlightLimit};
 use crate::rollout::{sync_loop, Rollouts, SharedDecisions};
@@ -236,6 +236,19 @@ impl Gateway {
             self.shared_decisions(),
             shutdown.clone(),
         )));
+        if let Some(share) = self.prefix_share() {
+            let live = self.live.clone();
+            let mut stop = shutdown.clone();
+            tasks.push(tokio::spawn(share_loop(
+                move || {
+                    let generation = live.current();
+                    let p = &generation.config.prefix_routing;
+                    (p.enabled && p.share_with_replicas).then(|| generation.fleet.clone())
+                },
+                share,
+                async move { stop.wait().await },
+            )));
+        }
         tasks.push(tokio::spawn(housekeeping_loop(
             self.shared.limiter.clone(),
             self.shared.isolation.store.clone(),
@@ -315,6 +328,23 @@ impl Gateway {
             audit: self.shared.audit,
             reloader,
         })
+    }
+
+    /// Where prefix indexes are shared: the limits' Redis, when `[limits]` uses one (the
+    /// loop asks the config in force whether to share at all).
+    fn prefix_share(&self) -> Option<Arc<PrefixShare>> {
+        let limits = &self.config.limits;
+        if limits.backend != LimitsBackend::Redis {
+            return None;
+        }
+        let url = limits.redis_url.as_deref()?;
+        match PrefixShare::new(url, &limits.key_prefix, self.shared.replica.clone()) {
+            Ok(share) => Some(Arc::new(share)),
+            Err(e) => {
+                tracing::warn!(error = %redact_in(&e.to_string(), url), "prefix indexes stay per replica: the Redis URL is unusable");
+                None
+            }
+        }
     }
 
     /// Where rollout decisions are shared: the limits' Redis, when `[limits]` uses one.

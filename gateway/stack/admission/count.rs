@@ -57,9 +57,14 @@ pub(super) struct Measured {
     pub tokens: PromptTokens,
     pub max_new: MaxNew,
     pub pending: Option<Pending>,
+    /// A chat: its key (None for templates that read the clock) and, when it was rendered
+    /// here, the rendered prompt (prefix routing hashes its token ids: `blocks`).
+    pub chat: Option<(Option<ChatKey>, Option<Arc<str>>)>,
+    /// Its token ids, when counted inline for prefix routing (`measure`'s `ids_first`).
+    pub ids: Option<Vec<u32>>,
 }
 
-fn template_error(e: TokenizeError) -> GatewayError {
+pub(super) fn template_error(e: TokenizeError) -> GatewayError {
     match e {
         TokenizeError::NoChatTemplate => GatewayError::invalid(
             "this model has no chat template; use /v1/completions or /generate",
@@ -77,7 +82,7 @@ fn template_error(e: TokenizeError) -> GatewayError {
 
 /// A raw field (`api::raw`) as values; it was parsed once already, so this only fails
 /// when nesting is too deep for a value tree.
-fn parse_raw(raw: &str, field: &str) -> Result<Value, GatewayError> {
+pub(super) fn parse_raw(raw: &str, field: &str) -> Result<Value, GatewayError> {
     serde_json::from_str(raw).map_err(|e| {
         GatewayError::invalid(format!("`{field}` could not be read: {e}"), Some(field))
     })
@@ -93,9 +98,12 @@ pub const INLINE_COUNT_BYTES: usize = 16 * 1024;
 const COUNT_SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Bound (or count, for token ids and small prompts) every sample; renders chats.
+/// `ids_first`: the first sample's token ids are wanted (prefix routing), so a small one is
+/// encoded rather than only counted.
 pub(super) fn measure(
     samples: &[Sample<'_>],
     tokenizer: &ModelTokenizer,
+    ids_first: bool,
 ) -> Result<Vec<Measured>, GatewayError> {
     let mut measured: Vec<Measured> = samples
         .iter()
@@ -118,6 +126,8 @@ pub(super) fn measure(
                             tokens: PromptTokens::Exact(n as u64),
                             max_new: s.max_new,
                             pending: None,
+                            chat: Some((key, None)),
+                            ids: None,
                         });
                     }
                     // Not seen before: only now is the conversation parsed into values,
@@ -127,22 +137,28 @@ pub(super) fn measure(
                     let rendered = tokenizer
                         .apply_chat_template(&messages, tools.as_ref(), true)
                         .map_err(template_error)?;
-                    (
-                        PromptTokens::AtMost(
-                            tokenizer.token_upper_bound(rendered.len(), false) as u64
+                    let rendered: Arc<str> = Arc::from(rendered);
+                    return Ok(Measured {
+                        tokens: PromptTokens::AtMost(
+                            tokenizer.token_upper_bound(rendered.len(), false) as u64,
                         ),
-                        Some(Pending {
-                            text: Arc::from(rendered),
+                        max_new: s.max_new,
+                        pending: Some(Pending {
+                            text: rendered.clone(),
                             chat: true,
                             key,
                         }),
-                    )
+                        chat: Some((key, Some(rendered))),
+                        ids: None,
+                    });
                 }
             };
             Ok(Measured {
                 tokens,
                 max_new: s.max_new,
                 pending,
+                chat: None,
+                ids: None,
             })
         })
         .collect::<Result<_, GatewayError>>()?;
@@ -153,15 +169,34 @@ pub(super) fn measure(
         .map(|p| p.text.len())
         .sum();
     if small <= INLINE_COUNT_BYTES {
-        for m in &mut measured {
+        for (i, m) in measured.iter_mut().enumerate() {
             if let Some(p) = m.pending.take() {
-                let n = count_one(tokenizer, &p)
-                    .map_err(|e| GatewayError::Internal(format!("counting tokens: {e}")))?;
-                m.tokens = PromptTokens::Exact(n);
+                let counting = |e| GatewayError::Internal(format!("counting tokens: {e}"));
+                if i == 0 && ids_first {
+                    // The ids give the exact count too: the prompt is tokenized once.
+                    let ids = ids_one(tokenizer, &p).map_err(counting)?;
+                    m.tokens = PromptTokens::Exact(ids.len() as u64);
+                    m.ids = Some(ids);
+                } else {
+                    m.tokens = PromptTokens::Exact(count_one(tokenizer, &p).map_err(counting)?);
+                }
             }
         }
     }
     Ok(measured)
+}
+
+/// The token ids of a pending prompt (what [`count_one`] counts), remembering a chat's
+/// count.
+fn ids_one(tokenizer: &ModelTokenizer, p: &Pending) -> Result<Vec<u32>, TokenizeError> {
+    if !p.chat {
+        return tokenizer.ids_fast(&p.text, true);
+    }
+    let ids = tokenizer.ids_rendered_chat(&p.text)?;
+    if let Some(key) = p.key {
+        tokenizer.remember_chat_count(key, ids.len());
+    }
+    Ok(ids)
 }
 
 /// Count every pending sample exactly, on the blocking pool (a refusal reports the exact
@@ -379,15 +414,15 @@ mod tests {
         let exact = tok.count(&rendered, false).unwrap() as u64;
         let key = tok.chat_key(&text, None).unwrap();
         assert_eq!(tok.cached_chat_count(key), None);
-        let first = measure(&[sample(&text)], &tok).unwrap();
+        let first = measure(&[sample(&text)], &tok, false).unwrap();
         assert_eq!(first[0].tokens, PromptTokens::Exact(exact));
         assert_eq!(tok.cached_chat_count(key), Some(exact as usize));
-        let again = measure(&[sample(&text)], &tok).unwrap();
+        let again = measure(&[sample(&text)], &tok, true).unwrap();
         assert_eq!(again[0].tokens, PromptTokens::Exact(exact));
         // One character more is another conversation, counted afresh.
         let other = json!([{"role": "system", "content": "Be brief."},
                            {"role": "user", "content": "What is a KV page?!"}]);
-        let counted = measure(&[sample(&other.to_string())], &tok).unwrap();
+        let counted = measure(&[sample(&other.to_string())], &tok, true).unwrap();
         let rendered = tok.apply_chat_template(&other, None, true).unwrap();
         assert_eq!(
             counted[0].tokens,

@@ -8,14 +8,17 @@
 //! with a byte bound and counts exactly only when the bound does not settle it.
 //!
 //! Reads: `InferenceRequest`. Writes: [`TokenCount`] (also as routing's `RequestCost`: the
-//! KV the request will hold) and [`AdmittedPools`]; records the new-token default it
-//! assumed (model default or tenant cap) as an engine directive.
+//! KV the request will hold), [`AdmittedPools`] and, for requests to pools that choose
+//! their worker by prompt prefix, routing's `RequestBlocks` (`blocks`); records the
+//! new-token default it assumed (model default or tenant cap) as an engine directive.
 
+mod blocks;
 mod budget;
 mod count;
 mod prompt;
 
 pub use crate::stack::routing::AdmittedPools;
+pub use blocks::{PrefixHashing, PromptBlocks};
 pub use budget::{
     sglang_max_req_input_len, worker_input_limit, Bound, PoolBudget, Violation, WorkerBound,
 };
@@ -32,7 +35,7 @@ use crate::error::GatewayError;
 use crate::fleet::Fleet;
 use crate::stack::api::InferenceRequest;
 use crate::stack::auth::{AuthContext, TenantPolicy};
-use crate::stack::routing::{PoolChoice, RequestCost};
+use crate::stack::routing::{PoolChoice, RequestBlocks, RequestCost};
 use crate::stack::stage::{Next, Stage, StageFuture, StageLayer};
 use count::Measured;
 use kvgate_tokenize::ModelTokenizer;
@@ -96,8 +99,12 @@ pub struct ModelAdmission {
 pub struct AdmissionState {
     pub models: HashMap<String, ModelAdmission>,
     pub fleet: Arc<Fleet>,
-    /// Bounds concurrent exact counts on the blocking pool.
+    /// Bounds concurrent exact counts (and long prompts' block hashing) on the blocking
+    /// pool.
     pub permits: Arc<Semaphore>,
+    /// Hashing prompts into KV blocks for prefix-aware routing (None: `[prefix_routing]`
+    /// is off).
+    pub prefix: Option<PrefixHashing>,
 }
 
 /// The admission stage.
@@ -132,8 +139,11 @@ impl Stage for Admit {
                 .get_mut::<InferenceRequest>()
                 .ok_or_else(|| GatewayError::Internal("admission ran before parsing".into()))?;
             let tenant = auth.as_ref().map(|a| &*a.policy);
-            let (count, pools) = admit(&state, parsed, tenant, choice.as_deref()).await?;
+            let (count, pools, blocks) = admit(&state, parsed, tenant, choice.as_deref()).await?;
             let clamped = count.clamped_max_new;
+            if let Some(blocks) = blocks {
+                request.extensions_mut().insert(blocks);
+            }
             // Routing claims workers for what the request will hold in their KV.
             request
                 .extensions_mut()
@@ -154,12 +164,13 @@ impl Stage for Admit {
 
 /// The admission decision for one parsed request; `choice` is the pool the client named
 /// (`x-kvgate-pool`, already allowed for the tenant), the only one it may then land on.
+/// With it, the prompt's KV blocks when an admitted pool chooses its worker by prefix.
 pub async fn admit(
     state: &AdmissionState,
     parsed: &mut InferenceRequest,
     tenant: Option<&TenantPolicy>,
     choice: Option<&str>,
-) -> Result<(TokenCount, AdmittedPools), GatewayError> {
+) -> Result<(TokenCount, AdmittedPools, Option<RequestBlocks>), GatewayError> {
     let model = state.models.get(&parsed.model).ok_or_else(|| {
         GatewayError::Internal(format!("no tokenizer loaded for `{}`", parsed.model))
     })?;
@@ -183,7 +194,8 @@ pub async fn admit(
     parsed.directives.default_max_new_tokens = default_new;
     let mut measured = {
         let samples = prompt::samples(parsed, default_new)?;
-        count::measure(&samples, &model.tokenizer)?
+        let ids_first = blocks::wanted(state, &parsed.model);
+        count::measure(&samples, &model.tokenizer, ids_first)?
     };
     let window = model.context_window;
     let fanout = parsed.fanout()?;
@@ -253,11 +265,17 @@ pub async fn admit(
     if let Some(n) = clamped {
         parsed.directives.default_max_new_tokens = Some(n);
     }
+    // Affinity is an optimisation: a request whose blocks cannot be had is routed by load.
+    let blocks = blocks::start(state, &model.tokenizer, parsed, &measured, &admitted)
+        .unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "prompt blocks not computed: routed by load");
+            None
+        });
     let mut count = TokenCount::new(&measured, max_new, &model.tokenizer, &state.permits);
     count.clamped_max_new = clamped;
     count.window = window;
     count.fanout = fanout.max(1);
-    Ok((count, AdmittedPools(admitted.into())))
+    Ok((count, AdmittedPools(admitted.into()), blocks))
 }
 
 /// The pools that could serve this request for this tenant: the model's pools the tenant

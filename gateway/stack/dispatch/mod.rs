@@ -170,6 +170,7 @@ impl Dispatch {
             cost,
             overcommit,
             share,
+            prefix_keys,
         } = plan;
         match target.as_ref() {
             Target::Unified(load) => {
@@ -190,8 +191,9 @@ impl Dispatch {
                 if let Err(e @ GatewayError::UpstreamUnavailable { connect: true, .. }) = &response
                 {
                     // Nothing was sent: another worker may take it, if the budget allows.
-                    if let Some(other) = pick_other_unified(&pool, &worker, cost, overcommit)
-                        .filter(|_| self.retries.withdraw())
+                    if let Some(other) =
+                        pick_other_unified(&pool, &worker, cost, overcommit, prefix_keys.as_ref())
+                            .filter(|_| self.retries.withdraw())
                     {
                         tracing::warn!(error = %e, request_id = rid.as_str(), "connect failed; retrying on another worker");
                         ::metrics::counter!(metrics::UPSTREAM_RETRIES_TOTAL, "pool" => pool.name.to_string(), "reason" => "connect")

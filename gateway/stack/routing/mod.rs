@@ -16,19 +16,29 @@
 //! When no worker of the chosen pool has room, the request waits its turn in the pool's
 //! gateway queue (weighted-fair across tenants within priority classes; see `wait`).
 //!
+//! Inside the pool, a worker recently sent the longest prefix of the prompt goes first
+//! (`[prefix_routing]`, see `affinity`) unless it is busier than the least loaded by the
+//! configured margin.
+//!
 //! Reads: `InferenceRequest`, `AdmittedPools`, `AuthContext`, `PoolChoice`, `RequestCost`
-//! (the request's KV cost), `RequestPriority`, `RequestId`. Writes: the [`RoutePlan`]
+//! (the request's KV cost), `RequestBlocks` (its prompt's KV blocks), `RequestPriority`,
+//! `RequestId`. Writes: the [`RoutePlan`]
 //! extension, whose worker loads live until the response body ends; a request that waited
 //! answers with `x-kvgate-queued-ms`.
 
+mod affinity;
+pub mod blocks;
 mod pick;
 mod route;
+mod take;
 mod wait;
 
-pub use pick::{pick_other_unified, pick_workers};
+pub use affinity::{Affinity, Outcome, Preference, PrefixRouting};
 pub use route::{Route, RouteLayer};
+pub use take::{pick_other_unified, pick_workers};
 pub use wait::{Claimed, Scheduling, Sharer, Unclaimed, Waiter};
 
+use futures_util::future::BoxFuture;
 use std::sync::Arc;
 
 use crate::error::GatewayError;
@@ -61,6 +71,31 @@ pub trait KvCostEstimate: Send + Sync + std::fmt::Debug {
 #[derive(Debug, Clone)]
 pub struct RequestCost(pub Arc<dyn KvCostEstimate>);
 
+/// A request's prompt as KV blocks, as admission computes it (its token ids hashed into
+/// chained block hashes, [`blocks::chain`]). A trait so this stage needs nothing of
+/// admission's.
+pub trait BlockChain: Send + Sync + std::fmt::Debug {
+    /// The chained hashes of the full blocks of the request's (first) prompt, in order;
+    /// waits while they are computed off the async threads. None when there are none to
+    /// be had (the tokenizer failed, or no thread was free to compute them).
+    fn chain(&self) -> BoxFuture<'static, Option<Arc<[u64]>>>;
+}
+
+/// A tenant's prefix-cache partition as the engines see it: isolation's `CacheSalter`
+/// derives the tenant's salt from a secret, and this is that salt as a seed for the
+/// tenant's block keys ([`blocks::seeded`]). A trait so this stage needs nothing of
+/// isolation's.
+pub trait CachePartitions: Send + Sync + std::fmt::Debug {
+    /// The partition of `tenant` on pools that send it its salt.
+    fn partition(&self, tenant: &str) -> u64;
+}
+
+/// The request's [`BlockChain`] (written by admission for requests to pools that route by
+/// prefix, `[prefix_routing]`); routing prefers the worker holding their longest prefix.
+/// Absent: by load only.
+#[derive(Debug, Clone)]
+pub struct RequestBlocks(pub Arc<dyn BlockChain>);
+
 /// The workers chosen for one request; their loads end with the response body.
 #[derive(Debug)]
 pub enum Target {
@@ -85,6 +120,9 @@ pub struct RoutePlan {
     pub overcommit: f64,
     /// The tenant's KV counted against its fair share of the pool, until the body ends.
     pub share: Option<Arc<ShareHold>>,
+    /// The prompt's block keys in the pool's cache partition, when the pool chooses by
+    /// prefix: a retry on another worker is remembered in the pool's index too.
+    pub prefix_keys: Option<Arc<[u64]>>,
 }
 
 /// Which workers served a request (a response extension set by dispatch): the audit

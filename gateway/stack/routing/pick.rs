@@ -12,42 +12,13 @@
 //! ([`claim_with_room`]) and otherwise waits in the pool's queue (`wait.rs`); the
 //! least-outstanding fallback serves `enabled = false` and requests no worker could ever
 //! hold.
+//!
+//! `take.rs` takes a pool's workers by these rules, role by role.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use super::Target;
-use crate::fleet::{KvCost, Pool, PoolWorkers, Role, Worker, WorkerLoad};
-
-/// The workers of `pool` for `cost`, only where it fits in their room now (most room
-/// first), each taken atomically ([`Worker::claim_within`]): None when no worker of a role
-/// has room.
-pub fn claim_with_room(pool: &Pool, cost: KvCost, overcommit: f64) -> Option<Target> {
-    take_workers(pool, cost, overcommit, claim_fitting)
-}
-
-/// How one role's worker is taken: from the workers, their cursor, the cost and overcommit.
-type ClaimFn = fn(&[Arc<Worker>], &AtomicUsize, u64, f64) -> Option<WorkerLoad>;
-
-/// The unified or decode worker (holding `cost.total`) and, in a PD pool, a prefill worker
-/// (holding `cost.prompt`: its leg hands the KV to decode), each taken by `claim`.
-fn take_workers(pool: &Pool, cost: KvCost, overcommit: f64, claim: ClaimFn) -> Option<Target> {
-    match &pool.workers {
-        PoolWorkers::Unified(ws) => Some(Target::Unified(claim(
-            ws,
-            pool.cursor(Role::Unified),
-            cost.total,
-            overcommit,
-        )?)),
-        PoolWorkers::Disaggregated { prefill, decode } => {
-            // The decode side first: it holds the whole request (a prefill load taken
-            // first would be given back at once when decode is full).
-            let decode = claim(decode, pool.cursor(Role::Decode), cost.total, overcommit)?;
-            let prefill = claim(prefill, pool.cursor(Role::Prefill), cost.prompt, overcommit)?;
-            Some(Target::Disaggregated { prefill, decode })
-        }
-    }
-}
+use crate::fleet::{KvCost, Pool, PoolWorkers, Worker, WorkerLoad};
 
 /// The workers that take the queue's turns: decode (or unified) workers hold a whole
 /// request, so their room decides whether the head of the queue fits.
@@ -70,7 +41,7 @@ pub fn could_ever_fit(pool: &Pool, cost: KvCost, overcommit: f64) -> bool {
 
 /// The eligible worker with the most room for its size that fits `cost`, taken atomically;
 /// a worker another request filled in the meantime is passed over for the next best.
-fn claim_fitting(
+pub(super) fn claim_fitting(
     workers: &[Arc<Worker>],
     cursor: &AtomicUsize,
     cost: u64,
@@ -121,37 +92,6 @@ fn claim_first(
             .collect();
         candidates = &left;
     }
-}
-
-/// Choose the workers of `pool` for one request costing `cost` KV tokens (most room, then
-/// least outstanding, round-robin on ties). The unified or decode worker holds
-/// `cost.total`, a prefill worker `cost.prompt` (its leg hands the KV to decode).
-pub fn pick_workers(pool: &Pool, cost: KvCost, overcommit: f64) -> Option<Target> {
-    take_workers(pool, cost, overcommit, claim_best)
-}
-
-/// Another eligible worker of a unified `pool` than `failed` (a retry after a connect
-/// failure) for the same `cost`, chosen as [`pick_workers`] does.
-pub fn pick_other_unified(
-    pool: &Pool,
-    failed: &Worker,
-    cost: KvCost,
-    overcommit: f64,
-) -> Option<Target> {
-    let PoolWorkers::Unified(ws) = &pool.workers else {
-        return None;
-    };
-    let others: Vec<Arc<Worker>> = ws
-        .iter()
-        .filter(|w| w.authority != failed.authority)
-        .cloned()
-        .collect();
-    Some(Target::Unified(claim_best(
-        &others,
-        pool.cursor(Role::Unified),
-        cost.total,
-        overcommit,
-    )?))
 }
 
 /// Least outstanding requests among eligible workers; ties go round-robin from `cursor`,

@@ -6,9 +6,11 @@ use http::{HeaderMap, HeaderValue, Request};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::affinity::PrefixRouting;
 use super::wait::{self, Scheduling, Sharer, Unclaimed, Waiter};
 use super::{
-    choose_pool, no_eligible_worker, AdmittedPools, ChosenPool, PoolChoice, RequestCost, RoutePlan,
+    choose_pool, no_eligible_worker, AdmittedPools, ChosenPool, PoolChoice, RequestBlocks,
+    RequestCost, RoutePlan,
 };
 use crate::audit::AuditLog;
 use crate::config::Priority;
@@ -32,6 +34,7 @@ const CLIENT_TIMEOUT_HEADER: &str = "x-stainless-timeout";
 pub struct Route {
     fleet: Arc<Fleet>,
     scheduling: Scheduling,
+    prefix: Arc<PrefixRouting>,
     audit: AuditLog,
 }
 
@@ -39,11 +42,18 @@ pub struct Route {
 pub type RouteLayer = StageLayer<Route>;
 
 impl Route {
-    /// Route over `fleet`'s pools, queueing by `scheduling`; queue refusals are audited.
-    pub fn layer(fleet: Arc<Fleet>, scheduling: Scheduling, audit: AuditLog) -> RouteLayer {
+    /// Route over `fleet`'s pools, queueing by `scheduling`, preferring the workers that
+    /// hold a prompt's prefix by `prefix`; queue refusals are audited.
+    pub fn layer(
+        fleet: Arc<Fleet>,
+        scheduling: Scheduling,
+        prefix: PrefixRouting,
+        audit: AuditLog,
+    ) -> RouteLayer {
         StageLayer::new(Route {
             fleet,
             scheduling,
+            prefix: Arc::new(prefix),
             audit,
         })
     }
@@ -114,7 +124,26 @@ impl Route {
             client_timeout: client_timeout(request.headers()),
             request_id: RequestId::of(request).map(|id| id.as_str().to_owned()),
         };
-        match wait::claim(&pool, cost, self.scheduling, &sharer, waiter, &self.audit).await {
+        let claimed = {
+            // The prompt's blocks in the pool's cache partition (the partition is the tenant
+            // isolation will salt the request with, on pools that salt).
+            let blocks = extensions.get::<RequestBlocks>();
+            let tenant = auth.map(|a| &*a.tenant);
+            let affinity = self.prefix.affinity(&pool, blocks, tenant).await;
+            let claimed = wait::claim(
+                &pool,
+                cost,
+                self.scheduling,
+                &sharer,
+                affinity.as_ref(),
+                waiter,
+                &self.audit,
+            )
+            .await;
+            (claimed, affinity.map(|a| a.keys().clone()))
+        };
+        let (claimed, prefix_keys) = claimed;
+        match claimed {
             Ok(claimed) => Ok((
                 RoutePlan {
                     pool,
@@ -123,6 +152,7 @@ impl Route {
                     cost,
                     overcommit: self.scheduling.overcommit,
                     share: claimed.share.map(Arc::new),
+                    prefix_keys,
                 },
                 claimed.waited,
             )),

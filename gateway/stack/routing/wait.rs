@@ -9,7 +9,7 @@
 //!   room) and then *pumps* the queue: heads are released in the queue's order (class,
 //!   then weighted-fair finish time) while a worker's room, counted down as they are
 //!   released, still fits them. A released request then takes its workers atomically
-//!   ([`super::pick::claim_with_room`]): kvgate never promises an engine more KV than its
+//!   ([`super::take::claim_with_room`]): kvgate never promises an engine more KV than its
 //!   pool × `kv_overcommit`. One that loses that race (another release took the room) queues
 //!   again with the same deadline.
 //! - A request waits at most `[scheduling] queue_timeout`, and never past the client's own
@@ -21,7 +21,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-use super::pick::{claim_with_room, could_ever_fit, holding_workers, pick_workers};
+use super::affinity::Affinity;
+use super::pick::{could_ever_fit, holding_workers};
+use super::take::{claim_with_room, pick_workers};
 use super::Target;
 use crate::audit::AuditLog;
 use crate::config::{Priority, SchedulingConfig};
@@ -99,19 +101,22 @@ pub enum Unclaimed {
 }
 
 /// The workers of `pool` for a request costing `cost`: at once where it fits, else after
-/// waiting its turn in the pool's queue (see the module docs). `waiter` says who waits; it
-/// is asked only when the request queues (the common path allocates nothing for it).
+/// waiting its turn in the pool's queue (see the module docs); among the workers that fit,
+/// the one holding the prompt's prefix first when there is an `affinity` (it never makes a
+/// request wait). `waiter` says who waits; it is asked only when the request queues (the
+/// common path allocates nothing for it).
 pub async fn claim(
     pool: &Arc<Pool>,
     cost: KvCost,
     scheduling: Scheduling,
     sharer: &Sharer,
+    affinity: Option<&Affinity<'_>>,
     waiter: impl FnOnce() -> Waiter,
     audit: &AuditLog,
 ) -> Result<Claimed, Unclaimed> {
     let overcommit = scheduling.overcommit;
     if !scheduling.enabled || !could_ever_fit(pool, cost, overcommit) {
-        return pick_workers(pool, cost, overcommit)
+        return pick_workers(pool, cost, overcommit, affinity)
             .map(|target| Claimed {
                 target,
                 waited: None,
@@ -125,7 +130,7 @@ pub async fn claim(
     };
     let mut under_share = under_share(pool, sharer, scheduling);
     if pool.queue.is_empty() && pool.promised.total() == 0 {
-        if let Some(target) = claim_with_room(pool, cost, overcommit) {
+        if let Some(target) = claim_with_room(pool, cost, overcommit, affinity) {
             // Checked after the claim, so that concurrent claims see each other: one that
             // took room kept for another tenant gives it back and queues.
             if kept_room_intact(pool, sharer, scheduling) {
@@ -176,7 +181,7 @@ pub async fn claim(
         publish_depth(pool);
         match turn {
             Ok(()) => {
-                let claimed = claim_with_room(pool, cost, overcommit);
+                let claimed = claim_with_room(pool, cost, overcommit, affinity);
                 // Claimed (now in the worker's account) or lost: either way the promise
                 // ends, after the claim (see `fleet::Promised`); a pump that counted both
                 // released less than it could, so the others pump again.

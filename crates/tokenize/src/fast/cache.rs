@@ -1,4 +1,5 @@
-//! Bounded, thread-safe caches of token counts: per pre-token and per chat segment.
+//! Bounded, thread-safe caches keyed by text: token counts per pre-token and per chat
+//! segment, and the token ids of pre-tokens (the ids path, `fast::ids`).
 //!
 //! Both are keyed by the *text itself* (compared byte for byte on every hit), not by a
 //! hash alone: a hash collision, accidental or crafted by a tenant, could otherwise make a
@@ -21,17 +22,49 @@ type Hasher = foldhash::fast::FixedState;
 
 const SHARDS: usize = 16;
 
-/// One shard: two generations of `text → count`.
-#[derive(Default)]
-struct Generations {
-    hot: HashMap<Box<str>, u32, Hasher>,
-    cold: HashMap<Box<str>, u32, Hasher>,
+/// What a cache holds per text, and the bytes it weighs beyond its key.
+pub(crate) trait Cached {
+    fn extra_bytes(&self) -> usize;
+}
+
+impl Cached for u32 {
+    fn extra_bytes(&self) -> usize {
+        0
+    }
+}
+
+impl Cached for Box<[u32]> {
+    fn extra_bytes(&self) -> usize {
+        std::mem::size_of_val::<[u32]>(self)
+    }
+}
+
+/// One shard: two generations of `text → value`.
+struct Generations<V> {
+    hot: HashMap<Box<str>, V, Hasher>,
+    cold: HashMap<Box<str>, V, Hasher>,
     hot_bytes: usize,
 }
 
+impl<V> Default for Generations<V> {
+    fn default() -> Self {
+        Self {
+            hot: HashMap::default(),
+            cold: HashMap::default(),
+            hot_bytes: 0,
+        }
+    }
+}
+
 /// A sharded, bounded `text → token count` map.
-pub(crate) struct CountCache {
-    shards: Vec<Mutex<Generations>>,
+pub(crate) type CountCache = TextCache<u32>;
+
+/// A sharded, bounded `text → token ids` map.
+pub(crate) type IdsCache = TextCache<Box<[u32]>>;
+
+/// A sharded, bounded `text → value` map.
+pub(crate) struct TextCache<V> {
+    shards: Vec<Mutex<Generations<V>>>,
     hasher: Hasher,
     /// Per shard and generation: at most this many entries…
     gen_entries: usize,
@@ -39,9 +72,9 @@ pub(crate) struct CountCache {
     gen_bytes: usize,
 }
 
-impl CountCache {
-    /// A cache holding at most `max_entries` entries of at most `max_bytes` key bytes in all
-    /// (`0` entries disables it).
+impl<V: Cached> TextCache<V> {
+    /// A cache holding at most `max_entries` entries of at most `max_bytes` key (and value)
+    /// bytes in all (`0` entries disables it).
     pub(crate) fn new(max_entries: usize, max_bytes: usize) -> Self {
         Self {
             shards: (0..SHARDS)
@@ -53,7 +86,7 @@ impl CountCache {
         }
     }
 
-    fn shard(&self, key: &str) -> Option<&Mutex<Generations>> {
+    fn shard(&self, key: &str) -> Option<&Mutex<Generations<V>>> {
         if self.gen_entries == 0 {
             return None;
         }
@@ -63,42 +96,46 @@ impl CountCache {
         self.shards.get(index)
     }
 
-    /// The cached count of `key`, if any.
-    pub(crate) fn get(&self, key: &str) -> Option<u32> {
+    /// `read` of the value cached for `key`, if any (read under the shard's lock: a value
+    /// is used in place, never cloned).
+    pub(crate) fn get_with<R>(&self, key: &str, read: impl FnOnce(&V) -> R) -> Option<R> {
         let shard = self.shard(key)?;
         // A panic while holding the lock cannot leave a map half-updated in a way that
-        // gives a wrong count (inserts are single calls), so a poisoned lock is still usable.
+        // gives a wrong value (inserts are single calls), so a poisoned lock is still usable.
         let mut g = shard.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(&n) = g.hot.get(key) {
-            return Some(n);
+        if let Some(v) = g.hot.get(key) {
+            return Some(read(v));
         }
-        let (k, n) = g.cold.remove_entry(key)?;
-        Self::insert_hot(&mut g, k, n, self.gen_entries, self.gen_bytes);
-        Some(n)
+        let (k, v) = g.cold.remove_entry(key)?;
+        let out = read(&v);
+        Self::insert_hot(&mut g, k, v, self.gen_entries, self.gen_bytes);
+        Some(out)
     }
 
-    /// Remembers `key → count` (keys longer than a generation's byte budget are not kept).
-    pub(crate) fn insert(&self, key: &str, count: u32) {
+    /// Remembers `key → value` (entries heavier than a generation's byte budget are not
+    /// kept).
+    pub(crate) fn insert(&self, key: &str, value: V) {
         let Some(shard) = self.shard(key) else {
             return;
         };
-        if key.len() > self.gen_bytes {
+        if key.len() + value.extra_bytes() > self.gen_bytes {
             return;
         }
         let mut g = shard.lock().unwrap_or_else(PoisonError::into_inner);
         if g.hot.contains_key(key) {
             return;
         }
-        Self::insert_hot(&mut g, key.into(), count, self.gen_entries, self.gen_bytes);
+        Self::insert_hot(&mut g, key.into(), value, self.gen_entries, self.gen_bytes);
     }
 
-    fn insert_hot(g: &mut Generations, key: Box<str>, count: u32, entries: usize, bytes: usize) {
-        if g.hot.len() >= entries || g.hot_bytes + key.len() > bytes {
+    fn insert_hot(g: &mut Generations<V>, key: Box<str>, value: V, entries: usize, bytes: usize) {
+        let weight = key.len() + value.extra_bytes();
+        if g.hot.len() >= entries || g.hot_bytes + weight > bytes {
             g.cold = std::mem::take(&mut g.hot);
             g.hot_bytes = 0;
         }
-        g.hot_bytes += key.len();
-        g.hot.insert(key, count);
+        g.hot_bytes += weight;
+        g.hot.insert(key, value);
     }
 
     /// Number of entries held (both generations), for tests.
@@ -111,6 +148,13 @@ impl CountCache {
                 g.hot.len() + g.cold.len()
             })
             .sum()
+    }
+}
+
+impl TextCache<u32> {
+    /// The cached count of `key`, if any.
+    pub(crate) fn get(&self, key: &str) -> Option<u32> {
+        self.get_with(key, |&n| n)
     }
 }
 

@@ -32,8 +32,12 @@ pub(crate) struct Plan {
     pub(crate) split_patterns: Vec<String>,
     /// Added tokens matched on the raw text (`normalized: false`).
     pub(crate) raw_tokens: Vec<String>,
+    /// Their ids, in the same order.
+    pub(crate) raw_token_ids: Vec<u32>,
     /// Added tokens matched on normalized text (`normalized: true`).
     pub(crate) normalized_tokens: Vec<String>,
+    /// Their ids, in the same order.
+    pub(crate) normalized_token_ids: Vec<u32>,
 }
 
 #[derive(Deserialize)]
@@ -55,6 +59,7 @@ struct File {
 
 #[derive(Deserialize)]
 struct AddedToken {
+    id: u32,
     content: String,
     #[serde(default)]
     single_word: bool,
@@ -92,7 +97,9 @@ pub(crate) fn plan(tokenizer_json: &str) -> Result<Plan, String> {
     let normalize = normalizer(&file.normalizer)?;
     let split_patterns = pre_tokenizer(&file.pre_tokenizer)?;
     let mut raw_tokens = Vec::new();
+    let mut raw_token_ids = Vec::new();
     let mut normalized_tokens = Vec::new();
+    let mut normalized_token_ids = Vec::new();
     for t in file.added_tokens {
         if t.single_word || t.lstrip || t.rstrip {
             return Err(format!(
@@ -109,15 +116,19 @@ pub(crate) fn plan(tokenizer_json: &str) -> Result<Plan, String> {
                 return Err("normalized added tokens with a non-identity normalizer".into());
             }
             normalized_tokens.push(t.content);
+            normalized_token_ids.push(t.id);
         } else {
             raw_tokens.push(t.content);
+            raw_token_ids.push(t.id);
         }
     }
     Ok(Plan {
         normalize,
         split_patterns,
         raw_tokens,
+        raw_token_ids,
         normalized_tokens,
+        normalized_token_ids,
     })
 }
 

@@ -40,6 +40,7 @@
 
 mod cache;
 mod config;
+mod ids;
 mod parallel;
 mod split;
 
@@ -50,7 +51,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokenizers::{Model, ModelWrapper, NormalizedString, Normalizer};
 use unicode_normalization_alignments::{is_nfc_quick, IsNormalized};
 
-use cache::CountCache;
+use cache::{CountCache, IdsCache};
 pub(crate) use config::Normalize;
 pub(crate) use split::Halt;
 use split::{AddedMatcher, Piece, Stage};
@@ -104,6 +105,13 @@ pub(crate) struct FastCounter {
     byte_chars: [char; 256],
     pieces: CountCache,
     segments: CountCache,
+    /// The ids of pre-tokens seen before (the ids path, [`ids`]).
+    piece_ids: IdsCache,
+    /// The ids of rendered-chat segments seen before (the ids path's `ids_segments`).
+    segment_ids: IdsCache,
+    /// The ids of the added tokens `raw_tokens` and `normalized_tokens` match, by pattern.
+    raw_token_ids: Vec<u32>,
+    normalized_token_ids: Vec<u32>,
     config: CountConfig,
 }
 
@@ -127,6 +135,10 @@ impl FastCounter {
             byte_chars: byte_chars(),
             pieces: CountCache::new(config.piece_cache_entries, config.piece_cache_entries * 64),
             segments: CountCache::new(config.segment_cache_entries, config.segment_cache_bytes),
+            piece_ids: IdsCache::new(config.piece_cache_entries, config.piece_cache_entries * 64),
+            segment_ids: IdsCache::new(config.segment_cache_entries, config.segment_cache_bytes),
+            raw_token_ids: plan.raw_token_ids,
+            normalized_token_ids: plan.normalized_token_ids,
             config,
         })
     }
@@ -178,7 +190,7 @@ impl FastCounter {
         let mut cached = 0usize;
         let mut misses: Vec<&str> = Vec::new();
         AddedMatcher::split(self.raw_tokens.as_ref(), text, &mut |piece| match piece {
-            Piece::Token => tally.add(1),
+            Piece::Token(_) => tally.add(1),
             Piece::Text(t) if t.len() < SEGMENT_CACHE_MIN_BYTES => tally.segment(t),
             Piece::Text(t) => {
                 match self.segments.get(t) {
@@ -322,7 +334,7 @@ impl<'a, 'c> Tally<'a, 'c> {
     fn text(&mut self, text: &'a str) -> Result<(), Halt> {
         let fc = self.fc;
         AddedMatcher::split(fc.raw_tokens.as_ref(), text, &mut |piece| match piece {
-            Piece::Token => self.add(1),
+            Piece::Token(_) => self.add(1),
             Piece::Text(t) => self.segment(t),
         })
     }
@@ -333,7 +345,7 @@ impl<'a, 'c> Tally<'a, 'c> {
         match fc.normalized(seg)? {
             Cow::Borrowed(s) => {
                 AddedMatcher::split(fc.normalized_tokens.as_ref(), s, &mut |piece| match piece {
-                    Piece::Token => self.add(1),
+                    Piece::Token(_) => self.add(1),
                     Piece::Text(t) => fc.pretokenize(0, t, &mut |p| self.borrowed(p)),
                 })
             }
@@ -342,7 +354,7 @@ impl<'a, 'c> Tally<'a, 'c> {
                     fc.normalized_tokens.as_ref(),
                     &s,
                     &mut |piece| match piece {
-                        Piece::Token => self.add(1),
+                        Piece::Token(_) => self.add(1),
                         Piece::Text(t) => fc.pretokenize(0, t, &mut |p| self.owned(p)),
                     },
                 )

@@ -148,6 +148,11 @@ fn check(tok: &ModelTokenizer, text: &str, limit: usize) -> Result<(), TestCaseE
             .map_err(|e| TestCaseError::fail(e.to_string()))?;
         let n = want.len();
         prop_assert_eq!(tok.count_fast(text, ast).ok(), Some(n), "ast={}", ast);
+        // Twice: the second call takes its pre-tokens from the shared ids cache.
+        for _ in 0..2 {
+            let ids = tok.ids_fast(text, ast).ok();
+            prop_assert_eq!(ids.as_ref(), Some(&want), "ids ast={}", ast);
+        }
         let up_to = tok.count_up_to(text, ast, limit).ok();
         match up_to {
             Some(Count::Exact(m)) => prop_assert_eq!(m, n),
@@ -163,6 +168,11 @@ fn check(tok: &ModelTokenizer, text: &str, limit: usize) -> Result<(), TestCaseE
             None => prop_assert!(false, "count_up_to failed"),
         }
         prop_assert!(n <= tok.token_upper_bound(text.len(), ast));
+    }
+    let raw_ids = tok.encode(text, false).ok();
+    // Twice: the second call is served from the segment ids cache.
+    for _ in 0..2 {
+        prop_assert_eq!(tok.ids_rendered_chat(text).ok(), raw_ids.clone());
     }
     let raw = tok.count(text, false).ok();
     // Twice: the second call is served from the segment cache.
@@ -209,6 +219,9 @@ fn appended_conversations_count_exactly() {
                 tok.count_rendered_chat(&rendered).unwrap(),
                 tok.count(&rendered, false).unwrap()
             );
+            let ids = tok.encode(&rendered, false).unwrap();
+            assert_eq!(tok.ids_fast(&rendered, false).unwrap(), ids);
+            assert_eq!(tok.ids_rendered_chat(&rendered).unwrap(), ids);
         }
     }
 }

@@ -23,8 +23,9 @@ pub(crate) enum Halt {
 pub(crate) enum Piece<'h> {
     /// Text between added tokens (possibly empty never: empty gaps are not reported).
     Text(&'h str),
-    /// One added token: always exactly one id.
-    Token,
+    /// One added token: always exactly one id; the index of its pattern (in the list the
+    /// matcher was built from).
+    Token(usize),
 }
 
 /// Finds added tokens like HF's `AddedVocabulary` (leftmost-longest Aho-Corasick, no
@@ -69,7 +70,7 @@ impl AddedMatcher {
             if m.start() > last {
                 f(Piece::Text(slice(hay, last, m.start())?))?;
             }
-            f(Piece::Token)?;
+            f(Piece::Token(m.pattern().as_usize()))?;
             last = m.end();
         }
         if last < hay.len() {
@@ -209,6 +210,6 @@ mod tests {
             Ok(())
         })
         .unwrap();
-        assert_eq!(out, [Piece::Text("x"), Piece::Token, Piece::Token]);
+        assert_eq!(out, [Piece::Text("x"), Piece::Token(1), Piece::Token(2)]);
     }
 }

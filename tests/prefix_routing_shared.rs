@@ -1,0 +1,179 @@
+//! Prefix indexes shared between gateway replicas through the Redis they use for limits
+//! (issue 31, second part), on a real `redis-server` and simulated engines:
+//!
+//! - a conversation whose next turn goes through the other replica lands on the worker the
+//!   first replica sent its previous turn to, once the other replica has read the first
+//!   one's inserts (waited for by watching its index, never by a clock);
+//! - with Redis gone, each replica keeps routing by its own index (`kvgate_prefix_shared_ok`
+//!   0), and shares again once Redis is back.
+
+mod support;
+mod support_redis;
+
+use serde_json::{json, Value};
+use std::time::Duration;
+
+use kvgate::runtime::RunningGateway;
+use kvgate_sim::{RunningSim, SimConfig, SimRole};
+use support::*;
+
+const WINDOW: u64 = 4096;
+const SALT_ENV: &str = "KVGATE_PREFIX_SHARED_TEST_SALT";
+
+async fn sims(n: usize) -> Vec<RunningSim> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(
+            engine_with(SimConfig {
+                role: SimRole::Unified,
+                model: "qwen3".into(),
+                kv_tokens: WINDOW as usize,
+                context_length: WINDOW as usize,
+                ..SimConfig::default()
+            })
+            .await,
+        );
+    }
+    out
+}
+
+/// One pool over `engines`, limits (and prefix indexes) in the Redis at `url`, one salt
+/// secret for both replicas (their tenants' cache partitions must agree).
+fn config(engines: &[RunningSim], url: &str, prefix: &str) -> String {
+    std::env::set_var(SALT_ENV, "one secret for every replica");
+    let workers: Vec<String> = engines.iter().map(|e| worker(e, Some(WINDOW))).collect();
+    config_with_pools(WINDOW, &unified_pool("shared", &workers)).replace(
+        "[audit]\n",
+        &format!(
+            "[isolation]\nsalt_secret_env = \"{SALT_ENV}\"\n\n[limits]\nbackend = \"redis\"\nredis_url = \"{url}\"\nkey_prefix = \"{prefix}\"\n\n[audit]\n"
+        ),
+    )
+}
+
+fn counts(engines: &[RunningSim]) -> Vec<usize> {
+    engines.iter().map(|e| generations(e).len()).collect()
+}
+
+/// Send the conversation's next question through `gw`: the engine that served it, and the
+/// conversation with the question and its answer added.
+async fn turn(
+    gw: &RunningGateway,
+    engines: &[RunningSim],
+    messages: &mut Vec<Value>,
+    question: &str,
+) -> usize {
+    messages.push(json!({"role": "user", "content": question}));
+    let body = json!({"model": "qwen3", "max_tokens": 4, "messages": messages});
+    let before = counts(engines);
+    let reply = post(
+        &format!("http://{}/v1/chat/completions", gw.data_addr()),
+        Some(KEY),
+        &body,
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let after = counts(engines);
+    messages.push(json!({"role": "assistant", "content": reply.json()["choices"][0]["message"]["content"].clone()}));
+    (0..engines.len())
+        .find(|&i| after[i] > before[i])
+        .expect("an engine served it")
+}
+
+fn conversation(topic: &str) -> Vec<Value> {
+    vec![json!({"role": "system", "content": format!(
+        "You answer questions about {topic} for the {topic} desk, briefly, citing the {topic} handbook, for customers in three time zones."
+    )})]
+}
+
+/// The blocks in `gw`'s index of pool "shared".
+fn blocks(gw: &RunningGateway) -> usize {
+    gw.fleet()
+        .pool("shared")
+        .and_then(|p| p.prefix.as_ref().map(|i| i.size().blocks))
+        .unwrap_or(0)
+}
+
+/// Wait (bounded) until `gw`'s index holds at least `n` blocks.
+async fn holds(gw: &RunningGateway, n: usize) {
+    for _ in 0..1000 {
+        if blocks(gw) >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "the replica's index never held {n} blocks (it holds {})",
+        blocks(gw)
+    );
+}
+
+async fn shared_ok(gw: &RunningGateway) -> Option<f64> {
+    let text = get(&format!("http://{}/metrics", gw.admin_addr()), None)
+        .await
+        .text();
+    text.lines()
+        .find(|l| l.starts_with("kvgate_prefix_shared_ok"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_keeps_its_worker_across_replicas() {
+    let redis = support_redis::RedisServer::start();
+    let engines = sims(3).await;
+    let text = config(&engines, &redis.url(), "kvgate-prefix-share-test");
+    let a = gateway(&text).await;
+    let b = gateway(&text).await;
+    for topic in ["billing", "shipping", "returns"] {
+        let mut messages = conversation(topic);
+        let home = turn(&a, &engines, &mut messages, "How long does it take?").await;
+        // B learns what A sent where, then the next turn through B goes there too.
+        holds(&b, blocks(&a)).await;
+        assert_eq!(
+            turn(&b, &engines, &mut messages, "And abroad?").await,
+            home,
+            "{topic}"
+        );
+        holds(&a, blocks(&b)).await;
+        assert_eq!(
+            turn(&a, &engines, &mut messages, "Thanks!").await,
+            home,
+            "{topic}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_redis_each_replica_routes_by_its_own_index_and_shares_again_once_it_is_back() {
+    let mut redis = support_redis::RedisServer::start();
+    let engines = sims(3).await;
+    let text = config(&engines, &redis.url(), "kvgate-prefix-lost-test");
+    let a = gateway(&text).await;
+    let b = gateway(&text).await;
+    redis.kill();
+    let mut messages = conversation("insurance");
+    let home = turn(&a, &engines, &mut messages, "Am I covered?").await;
+    for question in ["And my car?", "And my house?"] {
+        assert_eq!(turn(&a, &engines, &mut messages, question).await, home);
+    }
+    for _ in 0..1000 {
+        if shared_ok(&a).await == Some(0.0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        shared_ok(&a).await,
+        Some(0.0),
+        "the replica says it shares nothing"
+    );
+    assert_eq!(blocks(&b), 0, "nothing reached the other replica");
+    redis.restart();
+    // A's next turn is published once Redis answers; B then holds it.
+    assert_eq!(
+        turn(&a, &engines, &mut messages, "And my boat?").await,
+        home
+    );
+    holds(&b, 1).await;
+    assert_eq!(turn(&b, &engines, &mut messages, "Thanks!").await, home);
+}
