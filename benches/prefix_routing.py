@@ -484,8 +484,9 @@ def report(a):
         if s["note"]:
             print(f"- {s['name']}: {s['note']}")
         unit = "s" if s["spread_src"] == "in-flight·s" else ""
-        print(f"- {s['name']}: per worker {', '.join(f'{x:.0f}{unit}' for x in s['per_worker'])} "
-              f"({s['spread_src']}); peak waiting in an engine {s['peak_waiting']}")
+        print(f"- {s['name']}: per worker {', '.join(f'{x:.1f}{unit}' if unit else f'{x:.0f}' for x in s['per_worker'])} "
+              f"({s['spread_src']}); peak waiting in an engine {s['peak_waiting']}; "
+              f"{fmt(s['prompt_per_req'], '.0f')} prompt tokens per answered request")
     by = {s["name"]: s for s in rows}
     smg, smg_salt = by.get("smg cache_aware"), by.get("smg cache_aware + body cache_salt")
     if smg and smg_salt:
