@@ -7,7 +7,12 @@
 #                                   where the binary knows the section)
 #   kvgate cache-aware              [prefix_routing] enabled = true
 #   kvgate cache-aware ×4 replicas  4 kvgate processes, one config, one salt secret; the
-#                                   clients spread requests round-robin over them
+#                                   clients spread requests round-robin over them; each
+#                                   replica routes by its own prefix index
+#   kvgate cache-aware ×4 replicas, shared index   the same with [limits] backend = "redis"
+#                                   (a redis-server of the bench's own): the replicas share
+#                                   their prefix index through it (skipped without
+#                                   redis-server)
 #   smg cache_aware                 SMG (`pip install smg`) with --policy cache_aware in front
 #                                   of the same fleet: no tenants, so no salt (it has none)
 #   smg cache_aware + body cache_salt   the same, the client sending `cache_salt` per tenant
@@ -50,7 +55,8 @@
 # ONESHOT_SHARE=0.2 CONCURRENCY=3 THINK_MS=300 RAMP_S=3 MAX_TOKENS=32. Gateway: REPLICAS=4
 # PREFIX_SECTION=auto (auto: probe with `kvgate check`; on: always write [prefix_routing];
 # off: never, and skip the cache-aware rows) PREFIX_ROUTING_KEYS= (more lines for the
-# section, e.g. 'balance_margin = 0.2'), ROWS="today cache cache4 smg smg-salt", AUDIT=none.
+# section, e.g. 'balance_margin = 0.2'), ROWS="today cache cache4 cache4-redis smg smg-salt",
+# AUDIT=none.
 #
 # Not part of `cargo test`.
 set -euo pipefail
@@ -66,7 +72,7 @@ SIM_ARGS=${SIM_ARGS:-}
 REPLICAS=${REPLICAS:-4}
 PREFIX_SECTION=${PREFIX_SECTION:-auto}
 PREFIX_ROUTING_KEYS=${PREFIX_ROUTING_KEYS:-}
-ROWS=${ROWS:-today cache cache4 smg smg-salt}
+ROWS=${ROWS:-today cache cache4 cache4-redis smg smg-salt}
 AUDIT=${AUDIT:-none}
 SMG=${SMG:-1}
 SMG_VERSION=${SMG_VERSION:-1.13.0}
@@ -166,6 +172,9 @@ cache_salt = true
 workers = [
 $WORKER_LINES]
 TOML
+    if [ -n "${5:-}" ]; then
+      printf '[limits]\nbackend = "redis"\nredis_url = "%s"\n' "$5"
+    fi
     if [ "$4" != none ]; then
       echo "[prefix_routing]"
       echo "enabled = $([ "$4" = on ] && echo true || echo false)"
@@ -200,12 +209,12 @@ esac
 OFF=off
 [ "$PREFIX" = 1 ] || OFF=none
 
-start_kvgate() { # name mode replicas → $WORK/name-R.pid, URLS, PIDS
+start_kvgate() { # name mode replicas [redis-url] → $WORK/name-R.pid, URLS, PIDS
   local r port admin pid
   URLS="" PIDS=""
   for r in $(seq "$3"); do
     port=$(free_port) admin=$(free_port)
-    write_config "$WORK/$1-$r.toml" "$port" "$admin" "$2"
+    write_config "$WORK/$1-$r.toml" "$port" "$admin" "$2" "${4:-}"
     RUST_LOG=error "$BIN" serve --config "$WORK/$1-$r.toml" >"$WORK/$1-$r.log" 2>&1 &
     pid=$!
     echo "$pid" >"$WORK/gw-$1-$r.pid"
@@ -299,6 +308,23 @@ for row in $ROWS; do
       run_row "$row" "$name" "kvgate per tenant" tenant \
         ${PREFIX_ROUTING_KEYS:+--note "[prefix_routing] ${PREFIX_ROUTING_KEYS//$'\n'/, }"}
       ;;
+    cache4-redis)
+      name="kvgate cache-aware ×$REPLICAS replicas, shared index"
+      [ "$PREFIX" = 1 ] || { skip_row "$row" "$name" "$PREFIX_WHY"; continue; }
+      command -v redis-server >/dev/null || { skip_row "$row" "$name" "no redis-server"; continue; }
+      rport=$(free_port)
+      redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no >"$WORK/redis.log" 2>&1 &
+      echo $! >"$WORK/redis.pid"
+      for _ in $(seq 100); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
+      start_fleet
+      start_kvgate "$row" on "$REPLICAS" "redis://127.0.0.1:$rport/0"
+      run_row "$row" "$name" "kvgate per tenant" tenant \
+        --note "[limits] backend = redis: the replicas share their prefix index (batched every 250 ms)"
+      stop_gateways
+      stop_pid "$WORK/redis.pid"
+      stop_fleet
+      continue
+      ;;
     smg | smg-salt)
       name="smg cache_aware" salt="none (SMG has no tenants)" extra=()
       if [ "$row" = smg-salt ]; then
@@ -310,7 +336,7 @@ for row in $ROWS; do
       run_row "$row" "$name" "$salt" none "${extra[@]}" \
         --note "the same token content, no API key; $([ "$row" = smg ] && echo 'no salt reaches the engines, so tenants share the org preamble'"'"'s cache entries (kvgate'"'"'s salted rows never can)' || echo 'the client sends cache_salt = salt-<tenant>, which SMG forwards; its tree routes on the text alone')"
       ;;
-    *) echo "unknown row $row (rows: today cache cache4 smg smg-salt)"; exit 1 ;;
+    *) echo "unknown row $row (rows: today cache cache4 cache4-redis smg smg-salt)"; exit 1 ;;
   esac
   stop_gateways
   stop_fleet
