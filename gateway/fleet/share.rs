@@ -97,6 +97,8 @@ struct Share {
     last_cost: u64,
     /// When it last held or asked for room.
     last_active: Instant,
+    /// Since when it has been active without a pause of [`RECENT`].
+    since: Instant,
 }
 
 impl Share {
@@ -112,6 +114,7 @@ impl Share {
             peak_since: now,
             last_cost: 0,
             last_active: now,
+            since: now,
         }
     }
 
@@ -136,11 +139,12 @@ impl Share {
         self.average_at = now;
     }
 
-    /// Below its fair share: on average it holds less, and nothing waits beyond it. A
-    /// steady light tenant stays below through the bursts of its own arrivals; a flood's
-    /// queued requests put it above at once.
+    /// Below its fair share: on average it holds less, and nothing waits beyond its next
+    /// request (the one its kept room is for). A steady light tenant stays below through
+    /// the bursts of its own arrivals; a flood's queued requests put it above at once.
     fn below(&self, fair: u64) -> bool {
-        self.average + (self.waiting_kv as f64) < fair as f64
+        let beyond_next = self.waiting_kv.saturating_sub(self.last_cost);
+        self.average + (beyond_next as f64) < fair as f64
     }
 
     fn peak(&self) -> u64 {
@@ -160,7 +164,16 @@ impl TenantShares {
     /// Whether a new request of `tenant` is below its fair share of `capacity`: nothing of
     /// it waits, and what it held on average lately is less than its share. A tenant not
     /// seen lately is below.
-    pub fn under_share(&self, tenant: &Arc<str>, weight: u32, capacity: u64) -> bool {
+    ///
+    /// `waiting_already`: how many of the tenant's waiting requests are this request's own
+    /// (1 when it queues again after losing its claim, else 0).
+    pub fn under_share(
+        &self,
+        tenant: &Arc<str>,
+        weight: u32,
+        capacity: u64,
+        waiting_already: u32,
+    ) -> bool {
         let now = Instant::now();
         let mut tenants = self.lock();
         let mut total = active_weight(&tenants, now);
@@ -172,7 +185,7 @@ impl TenantShares {
                 share.settle(now);
                 // A new request goes ahead only when none of its tenant's waits already
                 // (as fair queuing's sparse tenant): a burst queues behind its first.
-                share.waiting == 0 && share.below(fair(capacity, share.weight, total))
+                share.waiting <= waiting_already && share.below(fair(capacity, share.weight, total))
             }
             None => fair(capacity, weight, total + u64::from(weight.max(1))) > 0,
         }
@@ -241,10 +254,13 @@ impl TenantShares {
             if share.last_cost == 0 || !share.below(fair) {
                 continue;
             }
-            // The room it used lately and gave back, and one more request of its size (a
-            // steady tenant's arrivals jitter past its peak), never past its fair share: a
-            // newcomer's burst soon holds its share and has nothing kept.
-            let want = share.peak().max(share.kv.saturating_add(share.last_cost));
+            // The room it used lately and gave back, and, for a steady tenant (active for
+            // [`AVERAGE_OVER`]), one more request of its size (its arrivals jitter past its
+            // peak); never past its fair share. Newcomers arriving together keep nothing
+            // until they are steady, so they cannot hold room back from a steady tenant.
+            let steady = now.saturating_duration_since(share.since) >= AVERAGE_OVER;
+            let next = if steady { share.last_cost } else { 0 };
+            let want = share.peak().max(share.kv.saturating_add(next));
             let keep = want.min(fair).saturating_sub(share.kv);
             if keep > 0 {
                 reserve.keeps.push((tenant.clone(), keep));
@@ -341,6 +357,14 @@ mod tests {
         let share = tenants.get_mut(tenant).expect("known tenant");
         share.average = kv;
         share.average_at = Instant::now();
+        make_steady(share);
+    }
+
+    /// Pretend the tenant has been active for a while.
+    fn make_steady(share: &mut Share) {
+        share.since = Instant::now()
+            .checked_sub(AVERAGE_OVER)
+            .unwrap_or(share.since);
     }
 
     #[test]
@@ -351,12 +375,12 @@ mod tests {
         // 1200 tokens; a: 1/3 = 400, b: 2/3 = 800 (by their averages).
         set_average(&shares, "a", 600.0);
         set_average(&shares, "b", 799.0);
-        assert!(!shares.under_share(&name("a"), 1, 1200));
-        assert!(shares.under_share(&name("b"), 2, 1200));
+        assert!(!shares.under_share(&name("a"), 1, 1200, 0));
+        assert!(shares.under_share(&name("b"), 2, 1200, 0));
         set_average(&shares, "b", 801.0);
-        assert!(!shares.under_share(&name("b"), 2, 1200));
+        assert!(!shares.under_share(&name("b"), 2, 1200, 0));
         // A newcomer has no history: below.
-        assert!(shares.under_share(&name("c"), 1, 1200));
+        assert!(shares.under_share(&name("c"), 1, 1200, 0));
     }
 
     #[test]
@@ -366,7 +390,7 @@ mod tests {
         let _burst: Vec<ShareHold> = (0..6).map(|_| shares.hold(name("light"), 1, 100)).collect();
         // Holding 600 of a fair 500 right now, but 300 on average.
         set_average(&shares, "light", 300.0);
-        assert!(shares.under_share(&name("light"), 1, 1000));
+        assert!(shares.under_share(&name("light"), 1, 1000, 0));
     }
 
     #[test]
@@ -397,13 +421,24 @@ mod tests {
     }
 
     #[test]
+    fn a_newcomer_keeps_no_room_until_it_is_steady() {
+        let shares = Arc::new(TenantShares::default());
+        let _a = shares.hold(name("a"), 1, 500);
+        let _b = shares.hold(name("b"), 1, 100);
+        // b is below its share (500 of 1000) and holds its peak: nothing kept for it yet.
+        assert!(shares.reserve(1000, 1.0).is_empty());
+        make_steady(shares.lock().get_mut("b").expect("b"));
+        assert_eq!(shares.reserve(1000, 1.0).from_others_than("a"), 100);
+    }
+
+    #[test]
     fn nothing_is_kept_past_a_tenants_fair_share() {
         let shares = Arc::new(TenantShares::default());
         let _a = shares.hold(name("a"), 1, 900);
         let _burst: Vec<ShareHold> = (0..5).map(|_| shares.hold(name("b"), 1, 100)).collect();
         // b holds 500, its fair share of 1000, though its average says below.
         set_average(&shares, "b", 100.0);
-        assert!(shares.under_share(&name("b"), 1, 1000));
+        assert!(shares.under_share(&name("b"), 1, 1000, 0));
         assert_eq!(shares.reserve(1000, 1.0).from_others_than("a"), 0);
     }
 
@@ -422,20 +457,21 @@ mod tests {
         let shares = Arc::new(TenantShares::default());
         let _flood = shares.hold(name("flood"), 1, 900);
         set_average(&shares, "flood", 900.0);
-        assert!(shares.under_share(&name("light"), 1, 1000));
+        assert!(shares.under_share(&name("light"), 1, 1000, 0));
         let mark = shares.waiting(name("light"), 1, 100);
         // A second request while one waits queues behind it (no going ahead).
-        assert!(!shares.under_share(&name("light"), 1, 1000));
+        assert!(!shares.under_share(&name("light"), 1, 1000, 0));
+        make_steady(shares.lock().get_mut("light").expect("light"));
         // Two active tenants: light's fair share is 500; room is kept for its waiting one.
         assert_eq!(shares.reserve(1000, 1.0).from_others_than("flood"), 100);
-        let marks: Vec<WaitingMark> = (0..4)
+        let marks: Vec<WaitingMark> = (0..5)
             .map(|_| shares.waiting(name("light"), 1, 100))
             .collect();
-        // 500 waiting: at its share, nothing kept.
+        // 600 waiting, 500 beyond its next request: at its share, nothing kept.
         assert!(shares.reserve(1000, 1.0).is_empty());
         drop(marks);
         drop(mark);
-        assert!(shares.under_share(&name("light"), 1, 1000));
+        assert!(shares.under_share(&name("light"), 1, 1000, 0));
         assert_eq!(shares.len(), 2, "light stays known while recent");
     }
 

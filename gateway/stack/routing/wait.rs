@@ -128,7 +128,7 @@ pub async fn claim(
         let Sharer { tenant, weight } = sharer.clone();
         Some(pool.shares.hold(tenant, weight, cost.total))
     };
-    let mut under_share = under_share(pool, sharer, scheduling);
+    let mut under_share = under_share(pool, sharer, scheduling, 0);
     if pool.queue.is_empty() && pool.promised.total() == 0 {
         if let Some(target) = claim_with_room(pool, cost, overcommit, affinity) {
             // Checked after the claim, so that concurrent claims see each other: one that
@@ -204,7 +204,7 @@ pub async fn claim(
                     });
                 }
                 // Another release took the room first: queue again, same deadline.
-                under_share = self::under_share(pool, sharer, scheduling);
+                under_share = self::under_share(pool, sharer, scheduling, 1);
                 if Instant::now() >= deadline {
                     let reason = QueueRefusal::TimedOut;
                     return Err(refused(pool, waiter, reason, started, audit));
@@ -216,13 +216,13 @@ pub async fn claim(
 }
 
 /// Whether the request's tenant is below its fair share of `pool` (`fleet::share`).
-fn under_share(pool: &Pool, sharer: &Sharer, scheduling: Scheduling) -> bool {
+fn under_share(pool: &Pool, sharer: &Sharer, scheduling: Scheduling, own_waiting: u32) -> bool {
     if scheduling.reserve <= 0.0 {
         return false;
     }
     let capacity = pool.kv_capacity(scheduling.overcommit);
     pool.shares
-        .under_share(&sharer.tenant, sharer.weight, capacity)
+        .under_share(&sharer.tenant, sharer.weight, capacity, own_waiting)
 }
 
 /// Whether the room kept for the tenants below their share, other than `sharer`'s own, is
