@@ -24,6 +24,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+mod reserve;
+
+pub use reserve::{keeps_fit, Reserve};
+
 /// How long a tenant's recent use is remembered (and its room kept) after its last
 /// request: long enough to span the gaps of a steady light tenant's arrivals.
 pub const RECENT: Duration = Duration::from_secs(10);
@@ -36,46 +40,6 @@ const AVERAGE_OVER: Duration = Duration::from_secs(5);
 #[derive(Debug, Default)]
 pub struct TenantShares {
     tenants: Mutex<HashMap<Arc<str>, Share>>,
-}
-
-/// Room kept for tenants below their share, each tenant's apart: a tenant may use only
-/// its own kept room, never another's (newcomers arriving together do not eat a steady
-/// tenant's room).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Reserve {
-    /// Per tenant: the KV tokens kept for it.
-    keeps: Vec<(Arc<str>, u64)>,
-    /// The most kept in all (`fair_share_reserve` × the pool).
-    cap: u64,
-    /// The largest request of the tenants it is kept for: kept room is only useful in
-    /// pieces this big (one worker's room must hold a request).
-    pub slot: u64,
-}
-
-impl Reserve {
-    /// The room to keep from a request of `tenant`: every other tenant's, in whole slots
-    /// (each tenant's keep rounded up: a request needs a whole slot), capped (in whole
-    /// slots: a cap below one slot keeps nothing).
-    pub fn from_others_than(&self, tenant: &str) -> u64 {
-        let slot = self.slot.max(1);
-        let slots = self
-            .keeps
-            .iter()
-            .filter(|(t, _)| &**t != tenant)
-            .map(|(_, k)| k.div_ceil(slot))
-            .fold(0, u64::saturating_add);
-        slots.min(self.cap / slot).saturating_mul(slot)
-    }
-
-    /// Whether nothing is kept.
-    pub fn is_empty(&self) -> bool {
-        self.keeps.is_empty()
-    }
-
-    /// The tenants room is kept for.
-    pub fn tenants(&self) -> Vec<Arc<str>> {
-        self.keeps.iter().map(|(t, _)| t.clone()).collect()
-    }
 }
 
 #[derive(Debug)]
@@ -331,16 +295,6 @@ impl Drop for WaitingMark {
             share.waiting_kv = share.waiting_kv.saturating_sub(self.cost);
         }
     }
-}
-
-/// Whether `keep` tokens still fit in `rooms` (each worker's free KV) in whole `slot`s.
-pub fn keeps_fit(rooms: &[u64], keep: u64, slot: u64) -> bool {
-    if keep == 0 {
-        return true;
-    }
-    let slot = slot.max(1);
-    let kept: u64 = rooms.iter().map(|r| r / slot * slot).sum();
-    kept >= keep
 }
 
 #[cfg(test)]
