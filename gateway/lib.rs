@@ -69,6 +69,7 @@ pub mod fleet;
 pub mod generation;
 pub mod load;
 pub mod metrics;
+pub mod redis_link;
 pub mod rollout;
 pub mod runtime;
 pub mod secure_random;

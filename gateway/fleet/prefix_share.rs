@@ -20,7 +20,7 @@
 //! The keys carry their cache partition already (`stack::routing::blocks`), and the hash is
 //! fixed across builds, so replicas with the same salt secret agree on them.
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use redis::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -29,6 +29,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::{Fleet, Pool, PrefixIndex};
 use crate::metrics;
+use crate::redis_link::RedisLink;
 
 /// How often inserts are published and the others' read.
 pub const SHARE_INTERVAL: Duration = Duration::from_millis(250);
@@ -43,8 +44,7 @@ const OP_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The Redis side of shared prefix indexes.
 pub struct PrefixShare {
-    client: redis::Client,
-    conn: tokio::sync::Mutex<Option<ConnectionManager>>,
+    redis: RedisLink,
     prefix: String,
     replica: Arc<str>,
 }
@@ -63,8 +63,7 @@ impl PrefixShare {
     /// signs its entries `replica` and skips them when reading.
     pub fn new(url: &str, prefix: &str, replica: Arc<str>) -> Result<Self, redis::RedisError> {
         Ok(Self {
-            client: redis::Client::open(url)?,
-            conn: tokio::sync::Mutex::new(None),
+            redis: RedisLink::open(url, OP_TIMEOUT)?,
             prefix: prefix.to_owned(),
             replica,
         })
@@ -75,23 +74,7 @@ impl PrefixShare {
     }
 
     async fn connection(&self) -> Result<ConnectionManager, String> {
-        let mut slot = self.conn.lock().await;
-        if let Some(c) = slot.as_ref() {
-            return Ok(c.clone());
-        }
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(OP_TIMEOUT))
-            .set_response_timeout(Some(OP_TIMEOUT))
-            .set_number_of_retries(1);
-        let conn = tokio::time::timeout(
-            OP_TIMEOUT,
-            ConnectionManager::new_with_config(self.client.clone(), config),
-        )
-        .await
-        .map_err(|_| "connecting timed out".to_owned())?
-        .map_err(|e| e.to_string())?;
-        *slot = Some(conn.clone());
-        Ok(conn)
+        self.redis.connection().await
     }
 
     /// One round over every pool of `fleet` with an index: publish its outbox, apply the
@@ -106,7 +89,7 @@ impl PrefixShare {
         if result.is_err() {
             // A fresh connection next round, rather than the manager's own reconnect
             // backoff (a Redis that restarted answers at once).
-            self.conn.lock().await.take();
+            self.redis.forget().await;
         }
         result
     }
@@ -178,7 +161,7 @@ impl PrefixShare {
                     .arg(&worker.authority)
                     .arg("k")
                     .arg(chunk);
-                let _: Value = bounded(xadd.query_async(conn)).await?;
+                let _: Value = self.redis.bounded(xadd.query_async(conn)).await?;
             }
         }
         Ok(())
@@ -199,7 +182,7 @@ impl PrefixShare {
             .arg("STREAMS")
             .arg(key)
             .arg(&*cursor);
-        let reply: Value = bounded(xread.query_async(conn)).await?;
+        let reply: Value = self.redis.bounded(xread.query_async(conn)).await?;
         let now = Instant::now();
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -306,16 +289,6 @@ fn entries(reply: Value) -> Vec<Entry> {
         }
     }
     out
-}
-
-async fn bounded<T>(
-    op: impl std::future::Future<Output = redis::RedisResult<T>>,
-) -> Result<T, String> {
-    match tokio::time::timeout(OP_TIMEOUT, op).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("no answer within {OP_TIMEOUT:?}")),
-    }
 }
 
 /// Every [`SHARE_INTERVAL`] until `stop`: one round of [`PrefixShare::sync`] over the fleet

@@ -15,13 +15,14 @@
 //! and until then it does not see the others' decisions. `kvgate_rollout_shared_ok` says
 //! which it is.
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use redis::Script;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Decision, Rollouts};
 use crate::metrics;
+use crate::redis_link::RedisLink;
 use crate::runtime::listener::server::Shutdown;
 
 const PUBLISH: &str = r#"
@@ -45,8 +46,7 @@ pub const SYNC_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The Redis side of rollout decisions.
 pub struct SharedDecisions {
-    client: redis::Client,
-    conn: tokio::sync::Mutex<Option<ConnectionManager>>,
+    redis: RedisLink,
     prefix: String,
     publish: Script,
 }
@@ -64,8 +64,7 @@ impl SharedDecisions {
     /// that is down at start only delays sharing).
     pub fn new(url: &str, prefix: &str) -> Result<Self, redis::RedisError> {
         Ok(Self {
-            client: redis::Client::open(url)?,
-            conn: tokio::sync::Mutex::new(None),
+            redis: RedisLink::open(url, OP_TIMEOUT)?,
             prefix: prefix.to_owned(),
             publish: Script::new(PUBLISH),
         })
@@ -76,23 +75,7 @@ impl SharedDecisions {
     }
 
     async fn connection(&self) -> Result<ConnectionManager, String> {
-        let mut slot = self.conn.lock().await;
-        if let Some(c) = slot.as_ref() {
-            return Ok(c.clone());
-        }
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(OP_TIMEOUT))
-            .set_response_timeout(Some(OP_TIMEOUT))
-            .set_number_of_retries(1);
-        let conn = tokio::time::timeout(
-            OP_TIMEOUT,
-            ConnectionManager::new_with_config(self.client.clone(), config),
-        )
-        .await
-        .map_err(|_| "connecting timed out".to_owned())?
-        .map_err(|e| e.to_string())?;
-        *slot = Some(conn.clone());
-        Ok(conn)
+        self.redis.connection().await
     }
 
     /// Publish this replica's unpublished decisions, then adopt newer ones from Redis.
@@ -107,7 +90,10 @@ impl SharedDecisions {
                     .arg(mine.epoch)
                     .arg(json)
                     .arg(KEEP.as_millis() as u64);
-                let stored: Option<String> = bounded(invocation.invoke_async(&mut conn)).await?;
+                let stored: Option<String> = self
+                    .redis
+                    .bounded(invocation.invoke_async(&mut conn))
+                    .await?;
                 rollout.published(mine.epoch);
                 if let Some(theirs) = stored.and_then(|s| serde_json::from_str::<Decision>(&s).ok())
                 {
@@ -116,8 +102,10 @@ impl SharedDecisions {
                 }
                 continue;
             }
-            let stored: Option<String> =
-                bounded(redis::cmd("GET").arg(&key).query_async(&mut conn)).await?;
+            let stored: Option<String> = self
+                .redis
+                .bounded(redis::cmd("GET").arg(&key).query_async(&mut conn))
+                .await?;
             match stored.map(|s| serde_json::from_str::<Decision>(&s)) {
                 Some(Ok(theirs)) => {
                     rollout.apply_shared(theirs);
@@ -129,16 +117,6 @@ impl SharedDecisions {
             }
         }
         Ok(())
-    }
-}
-
-async fn bounded<T>(
-    op: impl std::future::Future<Output = redis::RedisResult<T>>,
-) -> Result<T, String> {
-    match tokio::time::timeout(OP_TIMEOUT, op).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("no answer within {OP_TIMEOUT:?}")),
     }
 }
 
