@@ -128,12 +128,13 @@ pub async fn claim(
         let Sharer { tenant, weight } = sharer.clone();
         Some(pool.shares.hold(tenant, weight, cost.total))
     };
-    let mut under_share = under_share(pool, sharer, scheduling, 0);
+    // The pool's KV that fair shares divide, read once per request.
+    let capacity = pool.kv_capacity(overcommit);
     if pool.queue.is_empty() && pool.promised.total() == 0 {
         if let Some(target) = claim_with_room(pool, cost, overcommit, affinity) {
             // Checked after the claim, so that concurrent claims see each other: one that
             // took room kept for another tenant gives it back and queues.
-            if kept_room_intact(pool, sharer, scheduling) {
+            if kept_room_intact(pool, sharer, scheduling, capacity) {
                 return Ok(Claimed {
                     target,
                     waited: None,
@@ -142,6 +143,8 @@ pub async fn claim(
             }
         }
     }
+    // Only a request that queues needs to know whether it goes ahead.
+    let mut under_share = under_share(pool, sharer, scheduling, capacity, 0);
     let waiter = &waiter();
     let timeout = waiter.client_timeout.map_or(scheduling.queue_timeout, |c| {
         c.min(scheduling.queue_timeout)
@@ -204,7 +207,7 @@ pub async fn claim(
                     });
                 }
                 // Another release took the room first: queue again, same deadline.
-                under_share = self::under_share(pool, sharer, scheduling, 1);
+                under_share = self::under_share(pool, sharer, scheduling, capacity, 1);
                 if Instant::now() >= deadline {
                     let reason = QueueRefusal::TimedOut;
                     return Err(refused(pool, waiter, reason, started, audit));
@@ -216,19 +219,23 @@ pub async fn claim(
 }
 
 /// Whether the request's tenant is below its fair share of `pool` (`fleet::share`).
-fn under_share(pool: &Pool, sharer: &Sharer, scheduling: Scheduling, own_waiting: u32) -> bool {
+fn under_share(
+    pool: &Pool,
+    sharer: &Sharer,
+    scheduling: Scheduling,
+    capacity: u64,
+    own_waiting: u32,
+) -> bool {
     if scheduling.reserve <= 0.0 {
         return false;
     }
-    let capacity = pool.kv_capacity(scheduling.overcommit);
     pool.shares
         .under_share(&sharer.tenant, sharer.weight, capacity, own_waiting)
 }
 
 /// Whether the room kept for the tenants below their share, other than `sharer`'s own, is
 /// still free ([`crate::fleet::TenantShares`]).
-fn kept_room_intact(pool: &Pool, sharer: &Sharer, scheduling: Scheduling) -> bool {
-    let capacity = pool.kv_capacity(scheduling.overcommit);
+fn kept_room_intact(pool: &Pool, sharer: &Sharer, scheduling: Scheduling, capacity: u64) -> bool {
     let reserve = pool.shares.reserve(capacity, scheduling.reserve);
     if reserve.is_empty() {
         return true;
