@@ -33,6 +33,8 @@ import sys
 import time
 import urllib.parse
 
+from stream_client import ClosedEarly, Sse, post, read_to_end
+
 FILLER = ("Paged KV caches hold every running request's keys and values; admission decides "
           "which request may take pages now, and a fair gateway shares them by weight. ")
 OPEN = ("flood", "light")
@@ -54,113 +56,71 @@ def chat_body(tenant, n, words, max_tokens):
 
 
 class Stream:
-    """Incremental chunked-body + SSE parser; records when token events arrive."""
+    """A streamed chat's events as they arrive (de-chunked and split by [`Sse`]): records
+    when token events arrive."""
 
-    def __init__(self):
-        self.buf = b""       # raw chunked bytes not yet de-chunked
-        self.body = b""      # de-chunked bytes not yet split into events
-        self.ended = False   # the zero-size chunk was seen
+    def __init__(self, chunked):
+        self.sse = Sse(chunked)
         self.first = None    # arrival of the first event with non-empty content (TTFT)
         self.content = []    # arrival times of token events (one token each)
         self.done = False
         self.error = None
         self.usage = None
 
+    @property
+    def ended(self):
+        return self.sse.ended
+
     def feed(self, data, now):
-        self.buf += data
-        while not self.ended:
-            eol = self.buf.find(b"\r\n")
-            if eol < 0:
-                break
-            size = int(self.buf[:eol].split(b";")[0], 16)
-            if size == 0:
-                self.ended = True
-                break
-            if len(self.buf) < eol + 2 + size + 2:
-                break
-            self.body += self.buf[eol + 2:eol + 2 + size]
-            self.buf = self.buf[eol + 2 + size + 2:]
-        while True:
-            end = self.body.find(b"\n\n")
-            if end < 0:
-                break
-            event, self.body = self.body[:end], self.body[end + 2:]
-            for line in event.split(b"\n"):
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    self.done = True
-                    continue
-                try:
-                    chunk = json.loads(data)
-                except ValueError:
-                    self.error = "an event is not JSON"
-                    continue
-                if "error" in chunk:
-                    self.error = "error event"
-                if chunk.get("usage"):
-                    self.usage = chunk["usage"]
-                delta = (chunk.get("choices") or [{}])[0].get("delta") or {}
-                # One event per token; the opening role event is not one; a special token
-                # arrives as an empty content.
-                if "content" in delta and "role" not in delta:
-                    self.content.append(now)
-                if delta.get("content") and self.first is None:
-                    self.first = now
+        for data in self.sse.feed(data):
+            if data == b"[DONE]":
+                self.done = True
+                continue
+            try:
+                chunk = json.loads(data)
+            except ValueError:
+                self.error = "an event is not JSON"
+                continue
+            if "error" in chunk:
+                self.error = "error event"
+            if chunk.get("usage"):
+                self.usage = chunk["usage"]
+            delta = (chunk.get("choices") or [{}])[0].get("delta") or {}
+            # One event per token; the opening role event is not one; a special token
+            # arrives as an empty content.
+            if "content" in delta and "role" not in delta:
+                self.content.append(now)
+            if delta.get("content") and self.first is None:
+                self.first = now
 
 
 async def one_request(host, port, tenant, payload, t0):
     """One streamed chat; returns a record (times in seconds from the phase start t0)."""
     rec = {"tenant": tenant, "sent": time.monotonic() - t0, "status": None, "kind": None}
-    reader = writer = None
+    writer = None
     try:
-        reader, writer = await asyncio.open_connection(host, port)
-        head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\n"
-                f"Content-Type: application/json\r\nAuthorization: Bearer {tenant_key(tenant)}\r\n"
-                f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
-        writer.write(head + payload)
-        await writer.drain()
-        raw = b""
-        while b"\r\n\r\n" not in raw:
-            data = await reader.read(65536)
-            if not data:
-                rec["kind"] = "other"
-                rec["why"] = "closed before a response head"
-                return rec
-            raw += data
-        end = raw.index(b"\r\n\r\n")
-        lines = raw[:end].decode("latin-1").split("\r\n")
-        rec["status"] = int(lines[0].split()[1])
-        headers = {}
-        for line in lines[1:]:
-            k, _, v = line.partition(":")
-            headers[k.strip().lower()] = v.strip()
-        rest = raw[end + 4:]
+        auth = {"Authorization": f"Bearer {tenant_key(tenant)}"}
+        try:
+            reader, writer, rec["status"], headers, rest = await post(
+                host, port, "/v1/chat/completions", auth, payload)
+        except ClosedEarly as e:
+            writer = e.args[0]
+            rec["kind"] = "other"
+            rec["why"] = "closed before a response head"
+            return rec
         rec["retry_after"] = headers.get("retry-after")
         if "x-kvgate-queued-ms" in headers:
             rec["queued_ms"] = headers["x-kvgate-queued-ms"]
         if rec["status"] != 200:
-            body = rest
-            while True:  # Connection: close: the body ends with the connection
-                data = await reader.read(65536)
-                if not data:
-                    break
-                body += data
+            body = await read_to_end(reader, rest)
             rec["kind"] = {429: "429", 503: "503_ra" if rec["retry_after"] else "503"}.get(
                 rec["status"], "other")
             rec["why"] = f"status {rec['status']}: {body[:160].decode('utf-8', 'replace')}"
             return rec
-        s = Stream()
-        chunked = "chunked" in headers.get("transfer-encoding", "")
+        s = Stream("chunked" in headers.get("transfer-encoding", ""))
         data = rest
         while True:
-            now = time.monotonic() - t0
-            if chunked:
-                s.feed(data, now)
-            else:  # not expected; treat the body as already de-chunked
-                s.body += data
-                s.feed(b"", now)
+            s.feed(data, time.monotonic() - t0)
             if s.ended:
                 break
             data = await reader.read(65536)

@@ -47,6 +47,8 @@ import time
 import urllib.parse
 import urllib.request
 
+from stream_client import ClosedEarly, Sse, post, read_to_end
+
 # Plain words (mostly one token each with their leading space): random runs of them make
 # text that no two tenants share by chance.
 VOCAB = """
@@ -125,80 +127,21 @@ def workload_counts(w):
 # ---------------------------------------------------------------------------------------
 # One streamed request.
 
-class Sse:
-    """De-chunks an HTTP/1.1 body (when chunked) and splits it into SSE events."""
-
-    def __init__(self, chunked):
-        self.chunked = chunked
-        self.raw = b""
-        self.body = b""
-        self.ended = False
-        self.events = []
-
-    def feed(self, data):
-        if not self.chunked:
-            self.body += data
-        else:
-            self.raw += data
-            while not self.ended:
-                eol = self.raw.find(b"\r\n")
-                if eol < 0:
-                    break
-                size = int(self.raw[:eol].split(b";")[0], 16)
-                if size == 0:
-                    self.ended = True
-                    break
-                if len(self.raw) < eol + 2 + size + 2:
-                    break
-                self.body += self.raw[eol + 2:eol + 2 + size]
-                self.raw = self.raw[eol + 2 + size + 2:]
-        out = []
-        while True:
-            end = self.body.find(b"\n\n")
-            if end < 0:
-                break
-            event, self.body = self.body[:end], self.body[end + 2:]
-            for line in event.split(b"\n"):
-                if line.startswith(b"data:"):
-                    out.append(line[5:].strip())
-        return out
-
-
 async def stream_chat(url, headers, payload, t0):
     """POST one streamed chat; returns a record (times in seconds from t0)."""
     u = urllib.parse.urlsplit(url)
     rec = {"sent": time.monotonic() - t0, "status": None, "ok": False}
     writer = None
     try:
-        reader, writer = await asyncio.open_connection(u.hostname, u.port)
-        head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
-                + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-                + "Connection: close\r\n\r\n").encode()
-        writer.write(head + payload)
-        await writer.drain()
-        raw = b""
-        while b"\r\n\r\n" not in raw:
-            data = await reader.read(65536)
-            if not data:
-                rec["why"] = "closed before a response head"
-                return rec
-            raw += data
-        end = raw.index(b"\r\n\r\n")
-        lines = raw[:end].decode("latin-1").split("\r\n")
-        rec["status"] = int(lines[0].split()[1])
-        hdrs = {}
-        for line in lines[1:]:
-            k, _, v = line.partition(":")
-            hdrs[k.strip().lower()] = v.strip()
-        rest = raw[end + 4:]
+        try:
+            reader, writer, rec["status"], hdrs, rest = await post(
+                u.hostname, u.port, "/v1/chat/completions", headers, payload)
+        except ClosedEarly as e:
+            writer = e.args[0]
+            rec["why"] = "closed before a response head"
+            return rec
         if rec["status"] != 200:
-            body = rest
-            while True:
-                data = await reader.read(65536)
-                if not data:
-                    break
-                body += data
+            body = await read_to_end(reader, rest)
             rec["why"] = f"status {rec['status']}: {body[:160].decode('utf-8', 'replace')}"
             return rec
         sse = Sse("chunked" in hdrs.get("transfer-encoding", ""))
