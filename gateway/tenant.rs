@@ -45,6 +45,8 @@ pub struct TenantPolicy {
     pub limits: TenantLimits,
     /// LoRA adapter names it may use (empty: none).
     pub lora_adapters: HashSet<String>,
+    /// `chat_template_kwargs` keys it may not send (empty: all allowed).
+    pub denied_template_kwargs: HashSet<String>,
     /// May choose a pool with `x-kvgate-pool`.
     pub choose_pool: bool,
     /// Leak detection of its answers where stricter than the pool's (None: the pool's).
@@ -72,6 +74,7 @@ impl TenantPolicy {
                 max_concurrent: t.max_concurrent,
             },
             lora_adapters: t.lora_adapters.iter().cloned().collect(),
+            denied_template_kwargs: t.denied_chat_template_kwargs.iter().cloned().collect(),
             choose_pool: t.choose_pool,
             leak_detection: t.leak_detection,
             weight: t.weight.max(1),
@@ -89,6 +92,7 @@ impl TenantPolicy {
             pools: None,
             limits: TenantLimits::UNLIMITED,
             lora_adapters: HashSet::new(),
+            denied_template_kwargs: HashSet::new(),
             choose_pool: false,
             leak_detection: None,
             weight: 1,

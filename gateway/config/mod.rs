@@ -46,7 +46,7 @@ pub use health::{HealthConfig, OutlierConfig};
 pub use isolation::{IsolationConfig, LeakMode};
 pub use limits::{LimitsBackend, LimitsConfig, LimitsFailurePolicy};
 pub use models::ModelConfig;
-pub use pools::{EngineKind, PoolConfig, PoolMode};
+pub use pools::{ChatRules, EngineKind, PoolConfig, PoolMode};
 pub use prefix_routing::PrefixRoutingConfig;
 pub use preflight::PreflightConfig;
 pub use priority::{Priority, PriorityError};

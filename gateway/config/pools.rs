@@ -8,6 +8,7 @@ use super::guard::GuardConfig;
 use super::invalid::Invalid;
 use super::isolation::LeakMode;
 use super::workers::WorkerConfig;
+pub use kvgate_tokenize::ChatRules;
 
 /// Which HTTP API the engines of a pool speak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -37,6 +38,11 @@ pub struct PoolConfig {
     /// A `[[models]].name`.
     pub model: String,
     pub engine: EngineKind,
+    /// How its engines prepare a chat before rendering it, which decides the prompt's token
+    /// count (default: `sglang` for SGLang, `vllm` for other OpenAI servers; `llama_cpp` for
+    /// llama.cpp's `llama-server`).
+    #[serde(default)]
+    pub chat_rules: Option<ChatRules>,
     pub mode: PoolMode,
     /// Share of the model's traffic (canary rollouts); 0 takes the pool out of rotation.
     #[serde(default = "default_weight")]
@@ -89,6 +95,14 @@ fn default_true() -> bool {
 }
 
 impl PoolConfig {
+    /// The chat preparation rules of its engines.
+    pub fn chat_rules(&self) -> ChatRules {
+        self.chat_rules.unwrap_or(match self.engine {
+            EngineKind::Sglang => ChatRules::Sglang,
+            EngineKind::Openai => ChatRules::Vllm,
+        })
+    }
+
     /// The rules of one pool; keys are relative to it (`prefill[0].url`).
     pub(super) fn check(&self) -> Result<(), Invalid> {
         if self.name.trim().is_empty() {
@@ -101,6 +115,12 @@ impl PoolConfig {
             ));
         }
         self.check_mode()?;
+        if self.engine == EngineKind::Sglang && self.chat_rules.is_some_and(|r| r != ChatRules::Sglang) {
+            return Err(Invalid::new(
+                "chat_rules",
+                "an SGLang engine prepares chats by SGLang's rules: leave chat_rules out, or set engine = \"openai\" for another server",
+            ));
+        }
         self.guard.check().map_err(|e| e.under("guard"))?;
         for (list, workers) in [
             ("workers", &self.workers),

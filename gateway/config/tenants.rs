@@ -41,6 +41,10 @@ pub struct TenantConfig {
     /// registered them, never paths; empty: none).
     #[serde(default)]
     pub lora_adapters: Vec<String>,
+    /// `chat_template_kwargs` keys this tenant may not send (403 `template_kwarg_not_allowed`);
+    /// empty: every key is allowed, and counted as the engine renders it.
+    #[serde(default)]
+    pub denied_chat_template_kwargs: Vec<String>,
     /// Requests per minute (burst: the whole minute at once).
     #[serde(default)]
     pub requests_per_minute: Option<u32>,

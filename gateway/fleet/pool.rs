@@ -8,7 +8,9 @@ use super::{
     EjectionGroup, FairQueue, HealthPolicy, PrefixIndex, Promised, Role, SignalWindow,
     TenantShares, Worker,
 };
-use crate::config::{EngineKind, EngineVersion, PoolConfig, PoolMode, PrefixRoutingConfig};
+use crate::config::{
+    ChatRules, EngineKind, EngineVersion, PoolConfig, PoolMode, PrefixRoutingConfig,
+};
 use crate::load::InFlightLimit;
 
 /// Looks at a pool's signal window after a request of the pool was counted in it: the
@@ -36,6 +38,8 @@ pub struct Pool {
     pub name: Arc<str>,
     pub model: String,
     pub engine: EngineKind,
+    /// How its engines prepare a chat (the rules admission counts its chats by).
+    pub chat_rules: ChatRules,
     /// The weight in the config file (the starting weight; a cleared rollback returns to it).
     pub configured_weight: u32,
     /// The weight now: the config's, or what a rollout or the admin API set.
@@ -126,6 +130,7 @@ impl Pool {
             name: name.clone(),
             model: config.model.clone(),
             engine: config.engine,
+            chat_rules: config.chat_rules(),
             configured_weight: config.weight,
             weight: AtomicU32::new(config.weight),
             version: config.version.clone(),

@@ -1,5 +1,6 @@
 //! Tenant rules that need only the parsed request: the models a tenant may use (403
-//! `model_not_allowed`), the LoRA adapters it may name (403 `lora_not_allowed`), whether
+//! `model_not_allowed`), the LoRA adapters it may name (403 `lora_not_allowed`), the
+//! `chat_template_kwargs` keys it may set (403 `template_kwarg_not_allowed`), whether
 //! it may choose a pool with `x-kvgate-pool` (403 `pool_choice_not_allowed`) and the
 //! priority class it may ask for with `x-kvgate-priority` (`priority`; 403
 //! `priority_not_allowed`, 400 for a value that names no class). Caps on prompt
@@ -11,6 +12,7 @@
 
 use bytes::Bytes;
 use http::Request;
+use serde_json::Value;
 use tower::filter::{FilterLayer, Predicate};
 
 use crate::body::BoxError;
@@ -64,6 +66,19 @@ impl Predicate<Request<Bytes>> for TenantRules {
                 adapter: adapter.to_owned(),
             }
             .into());
+        }
+        // Template variables change the prompt; an operator may keep some from a tenant.
+        if let Some(Value::Object(kwargs)) = parsed.fields.get("chat_template_kwargs") {
+            if let Some(key) = kwargs
+                .keys()
+                .find(|k| auth.policy.denied_template_kwargs.contains(*k))
+            {
+                return Err(GatewayError::TemplateKwargNotAllowed {
+                    tenant: auth.tenant.to_string(),
+                    key: key.clone(),
+                }
+                .into());
+            }
         }
         let class = priority::resolve(request.headers(), &auth.policy)?;
         if let Some(value) = request.headers().get(POOL_CHOICE_HEADER) {

@@ -42,17 +42,12 @@ impl ChatCountCache {
         }
     }
 
-    /// The key of `messages` and `tools` (their JSON text) rendered with
-    /// `add_generation_prompt`.
-    pub(crate) fn key(
-        &self,
-        messages: &str,
-        tools: Option<&str>,
-        add_generation_prompt: bool,
-    ) -> ChatKey {
+    /// The key of `messages` and `tools` (their JSON text) prepared with `options`.
+    pub(crate) fn key(&self, messages: &str, tools: Option<&str>, options: &str) -> ChatKey {
         let hash = |state: &RandomState| {
             let mut h = state.build_hasher();
-            h.write_u8(u8::from(add_generation_prompt));
+            h.write_usize(options.len());
+            h.write(options.as_bytes());
             // Lengths first: no two (messages, tools) pairs feed the same bytes.
             h.write_usize(messages.len());
             h.write(messages.as_bytes());
@@ -96,33 +91,33 @@ mod tests {
     fn keys_tell_conversations_apart_and_repeat_for_the_same_one() {
         let cache = ChatCountCache::new();
         let a = r#"[{"role":"user","content":"ab"}]"#;
-        let key = cache.key(a, None, true);
-        assert_eq!(key, cache.key(String::from(a).as_str(), None, true));
+        let key = cache.key(a, None, "sglang");
+        assert_eq!(key, cache.key(String::from(a).as_str(), None, "sglang"));
         for other in [
             r#"[{"role":"user","content":"a"},{"role":"user","content":"b"}]"#,
             r#"[{"role":"user","content":"ab","name":null}]"#,
             r#"[{"role":"user","content":["ab"]}]"#,
             r#"[{"role":"user","content":1}]"#,
         ] {
-            assert_ne!(key, cache.key(other, None, true), "{other}");
+            assert_ne!(key, cache.key(other, None, "sglang"), "{other}");
         }
-        assert_ne!(key, cache.key(a, None, false));
-        assert_ne!(key, cache.key(a, Some("[]"), true));
+        assert_ne!(key, cache.key(a, None, "vllm"));
+        assert_ne!(key, cache.key(a, Some("[]"), "sglang"));
         // The boundary between messages and tools is part of the key.
         assert_ne!(
-            cache.key("[1]", Some("[]"), true),
-            cache.key("[1][", Some("]"), true)
+            cache.key("[1]", Some("[]"), "sglang"),
+            cache.key("[1][", Some("]"), "sglang")
         );
         cache.insert(key, 7);
         assert_eq!(cache.get(key), Some(7));
-        assert_eq!(cache.get(cache.key(a, None, false)), None);
+        assert_eq!(cache.get(cache.key(a, None, "vllm")), None);
     }
 
     #[test]
     fn a_full_shard_starts_over() {
         let cache = ChatCountCache::new();
         for i in 0..(ENTRIES_PER_SHARD * SHARDS * 2) {
-            cache.insert(cache.key(&i.to_string(), None, true), i);
+            cache.insert(cache.key(&i.to_string(), None, "sglang"), i);
         }
         for shard in &cache.shards {
             assert!(shard.lock().unwrap().len() <= ENTRIES_PER_SHARD);

@@ -25,6 +25,10 @@ pub enum TokenizeError {
     /// The chat template called `raise_exception(message)`; the message is the template's own.
     #[error("{0}")]
     TemplateRaised(String),
+    /// The engine refuses the request before rendering it (its own message, e.g. SGLang's
+    /// "Tools cannot be empty if tool choice is set to required.").
+    #[error("{0}")]
+    Refused(String),
     /// The chat template failed to compile or render.
     #[error("chat template error: {0}")]
     Template(String),

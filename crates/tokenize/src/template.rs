@@ -13,7 +13,13 @@ use minijinja::value::Serde;
 use minijinja::{Environment, Error, ErrorKind, Value};
 
 use super::error::TokenizeError;
+use super::prepare::llama_cpp::Caps;
+use super::prepare::{content_format, cut_at_tag, Continuation, Formats, Normalize, Prepared};
 use super::pyjson::tojson;
+
+/// transformers' message for an empty conversation.
+const EMPTY_CONVERSATION: &str =
+    "Cannot apply chat template to an empty conversation. Provide at least one message.";
 
 /// Name under which the single chat template is stored in its environment.
 const TEMPLATE_NAME: &str = "chat_template";
@@ -25,6 +31,8 @@ pub(crate) struct ChatTemplate {
     eos_token: Option<String>,
     /// The template calls `strftime_now`: its output changes with the date.
     reads_clock: bool,
+    /// The content format each engine detects in it.
+    formats: Formats,
 }
 
 /// Carried as the source of the minijinja error raised by `raise_exception`, so the
@@ -48,25 +56,42 @@ impl ChatTemplate {
             .keep_trailing_newline(false)
             .build()
             .map_err(|e| TokenizeError::Template(e.to_string()))?;
-        env.set_syntax(syntax);
+        env.set_syntax(syntax.clone());
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
         let reads_clock = source.contains("strftime_now");
+        let formats = Formats {
+            sglang: content_format::detect_sglang(&source, syntax.clone()),
+            vllm: content_format::detect_vllm(&source, syntax.clone()),
+            mentions_developer: source.contains("\"developer\"") || source.contains("'developer'"),
+            llama_cpp: Caps::default(),
+        };
+        let probe_source = source.clone();
         env.add_template_owned(TEMPLATE_NAME, source)
             .map_err(|e| TokenizeError::Template(describe(&e)))?;
-        Ok(Self {
+        let mut template = Self {
             env,
             bos_token,
             eos_token,
             reads_clock,
-        })
+            formats,
+        };
+        template.formats.llama_cpp = Caps::probe(&probe_source, |messages, agp| {
+            template.render_as_given(messages, None, agp, None)
+        });
+        Ok(template)
     }
 
     /// Whether the same arguments always render the same text (no clock in the template).
     pub(crate) fn is_pure(&self) -> bool {
         !self.reads_clock
+    }
+
+    /// The content format each engine detects in this template.
+    pub(crate) fn formats(&self) -> &Formats {
+        &self.formats
     }
 
     /// Renders the template like `apply_chat_template(..., tokenize=False)`.
@@ -78,6 +103,70 @@ impl ChatTemplate {
         kwargs: Option<&serde_json::Value>,
     ) -> Result<String, TokenizeError> {
         let messages = normalize_messages(messages)?;
+        self.render_as_given(&messages, tools, add_generation_prompt, kwargs)
+    }
+
+    /// Renders a prepared chat (`prepare`): SGLang's render with a retry on other tools,
+    /// then the engine's handling of a continued final message.
+    pub(crate) fn render_prepared(&self, prepared: &Prepared) -> Result<String, TokenizeError> {
+        let messages = match prepared.normalize {
+            Normalize::AliasReasoning => alias_reasoning(&prepared.messages),
+            Normalize::AsGiven => prepared.messages.clone(),
+        };
+        let llama_continues = matches!(prepared.continuation, Continuation::AfterGenerationPrompt(_));
+        if messages.as_array().is_some_and(Vec::is_empty) && !llama_continues {
+            return Err(TokenizeError::Refused(EMPTY_CONVERSATION.into()));
+        }
+        let variables = serde_json::Value::Object(prepared.variables.clone());
+        let render = |tools: Option<&serde_json::Value>, agp: bool| {
+            self.render_as_given(&messages, tools, agp, Some(&variables))
+        };
+        let with_retry = |agp: bool| match render(prepared.tools.as_ref(), agp) {
+            Ok(text) => Ok(text),
+            Err(first) => match &prepared.retry_tools {
+                Some(retry) => render(Some(retry), agp),
+                None => Err(first),
+            },
+        };
+        let rendered = with_retry(prepared.add_generation_prompt)?;
+        match &prepared.continuation {
+            Continuation::CutAtTag => cut_at_tag(&rendered),
+            Continuation::None | Continuation::AppendEncoded(_) => Ok(rendered),
+            Continuation::AfterGenerationPrompt(c) if c.empty => Ok(rendered),
+            Continuation::AfterGenerationPrompt(c) => {
+                // The template's own generation prompt: what rendering with it adds.
+                let with_prompt = with_retry(true)?;
+                let common = rendered
+                    .char_indices()
+                    .zip(with_prompt.chars())
+                    .find(|((_, a), b)| a != b)
+                    .map_or(rendered.len().min(with_prompt.len()), |((i, _), _)| i);
+                let mut prompt = with_prompt.get(common..).unwrap_or_default().to_owned();
+                if let Some((start, end)) = &c.reasoning_tags {
+                    if let Some(at) = prompt.find(start.as_str()) {
+                        prompt.truncate(at);
+                    }
+                    prompt.push_str(start);
+                    prompt.push_str(&c.reasoning);
+                    if c.content.is_some() {
+                        prompt.push_str(end);
+                    }
+                }
+                if let Some(content) = &c.content {
+                    prompt.push_str(content);
+                }
+                Ok(rendered + &prompt)
+            }
+        }
+    }
+
+    fn render_as_given(
+        &self,
+        messages: &serde_json::Value,
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+        kwargs: Option<&serde_json::Value>,
+    ) -> Result<String, TokenizeError> {
         let template = self
             .env
             .get_template(TEMPLATE_NAME)
@@ -93,7 +182,7 @@ impl ChatTemplate {
         // Like HF: extra template kwargs override the special tokens, never the arguments.
         let kwargs = kwargs.map_or(Value::UNDEFINED, |k| Value::from(Serde(k)));
         let base = minijinja::context! {
-            messages => Value::from(Serde(&messages)),
+            messages => Value::from(Serde(messages)),
             tools => tools,
             add_generation_prompt => add_generation_prompt,
         };
@@ -121,10 +210,7 @@ fn normalize_messages(messages: &serde_json::Value) -> Result<serde_json::Value,
         ));
     };
     if list.is_empty() {
-        return Err(TokenizeError::Template(
-            "Cannot apply chat template to an empty conversation. Provide at least one message."
-                .into(),
-        ));
+        return Err(TokenizeError::Template(EMPTY_CONVERSATION.into()));
     }
     let mut out = Vec::with_capacity(list.len());
     for message in list {
@@ -158,6 +244,39 @@ fn normalize_messages(messages: &serde_json::Value) -> Result<serde_json::Value,
         out.push(Json::Object(message));
     }
     Ok(Json::Array(out))
+}
+
+/// transformers 5.16–5.22 (`_alias_reasoning_fields`): a message with `reasoning_content`,
+/// `thinking` or `reasoning` gets the first of them as `thinking` (first) and
+/// `reasoning_content`; null keys are kept.
+fn alias_reasoning(messages: &serde_json::Value) -> serde_json::Value {
+    use serde_json::{Map, Value as Json};
+    let Json::Array(list) = messages else {
+        return messages.clone();
+    };
+    Json::Array(
+        list.iter()
+            .map(|message| {
+                let Json::Object(map) = message else {
+                    return message.clone();
+                };
+                let reasoning = ["reasoning_content", "thinking", "reasoning"]
+                    .iter()
+                    .find_map(|k| map.get(*k).filter(|v| !v.is_null()))
+                    .cloned();
+                let Some(r) = reasoning else {
+                    return message.clone();
+                };
+                let mut aliased = Map::new();
+                aliased.insert("thinking".to_string(), r.clone());
+                for (k, v) in map {
+                    aliased.insert(k.clone(), v.clone());
+                }
+                aliased.insert("reasoning_content".to_string(), r);
+                Json::Object(aliased)
+            })
+            .collect(),
+    )
 }
 
 /// Formats a minijinja error with its detail and line, which its `Display` alone omits.
@@ -218,7 +337,7 @@ const WEEKDAYS: [&str; 7] = [
 ];
 
 /// A small `strftime` over UTC: the directives chat templates use (dates in prompts).
-fn strftime_utc(format: &str, unix_secs: u64) -> String {
+pub(crate) fn strftime_utc(format: &str, unix_secs: u64) -> String {
     let days = i64::try_from(unix_secs / 86_400).unwrap_or(0);
     let secs_of_day = unix_secs % 86_400;
     let (year, month, day) = civil_from_days(days);

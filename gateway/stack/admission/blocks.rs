@@ -22,14 +22,14 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
 
-use super::count::{parse_raw, template_error, Measured, INLINE_COUNT_BYTES};
+use super::count::{render_chat, Measured, INLINE_COUNT_BYTES};
 use super::AdmissionState;
 use crate::error::GatewayError;
 use crate::stack::api::prompt_view::Prompts;
 use crate::stack::api::{InferenceRequest, PromptInput, PromptView};
 use crate::stack::routing::blocks::chain;
 use crate::stack::routing::{BlockChain, RequestBlocks};
-use kvgate_tokenize::{ChatKey, ModelTokenizer};
+use kvgate_tokenize::{ChatKey, ChatPrompt, ChatRules, ModelTokenizer};
 
 const SHARDS: usize = 16;
 /// Conversations whose chains a shard keeps…
@@ -125,9 +125,10 @@ impl BlockChain for PromptBlocks {
 /// What to hash, owned (it may go to the blocking pool).
 enum Work {
     Ids(Vec<u32>),
-    /// Text and whether it is encoded with special tokens (plain prompts) or without (a
-    /// rendered chat).
-    Text(Arc<str>, bool),
+    /// Plain text, encoded with special tokens.
+    Text(Arc<str>),
+    /// A prepared and rendered chat.
+    Chat(Arc<ChatPrompt>),
 }
 
 /// Whether a request for `model` may need its prompt blocks: prefix routing is on and one
@@ -144,13 +145,14 @@ pub(super) fn wanted(state: &AdmissionState, model: &str) -> bool {
 
 /// The prompt blocks of an admitted request, when one of its `admitted` pools chooses its
 /// worker by prefix (None otherwise: nothing is computed). `measured` is admission's
-/// measure of its samples. An error (the prompt or template could not be read again, which
-/// admission's own reading of them rules out) leaves the request to be routed by load.
+/// measure of its samples, prepared by `rules`. An error (the prompt or template could not
+/// be read again, which admission's own reading of them rules out) leaves the request to be
+/// routed by load.
 pub(super) fn start(
     state: &AdmissionState,
     tokenizer: &Arc<ModelTokenizer>,
     parsed: &InferenceRequest,
-    measured: &[Measured],
+    (measured, rules): (&[Measured], ChatRules),
     admitted: &[Arc<str>],
 ) -> Result<Option<RequestBlocks>, GatewayError> {
     let Some(prefix) = &state.prefix else {
@@ -182,17 +184,20 @@ pub(super) fn start(
         return Ok(Some(ready(Some(cached))));
     }
     let work = match (&first.chat, parsed.prompts()?.into_iter().next()) {
-        (Some((_, Some(rendered))), _) => Work::Text(rendered.clone(), false),
-        (Some((_, None)), Some(PromptInput::Chat { messages, tools })) => {
+        (Some((_, Some(prompt))), _) => Work::Chat(prompt.clone()),
+        (
+            Some((_, None)),
+            Some(PromptInput::Chat {
+                messages,
+                tools,
+                fields,
+            }),
+        ) => {
             // Counted from the cache, never rendered here: render it now.
-            let messages = parse_raw(messages, "messages")?;
-            let tools = tools.map(|t| parse_raw(t, "tools")).transpose()?;
-            let rendered = tokenizer
-                .apply_chat_template(&messages, tools.as_ref(), true)
-                .map_err(template_error)?;
-            Work::Text(Arc::from(rendered), false)
+            let prompt = render_chat(tokenizer, &parsed.model, rules, messages, tools, fields)?;
+            Work::Chat(Arc::new(prompt))
         }
-        (_, Some(PromptInput::Text(text))) => Work::Text(Arc::from(text.as_ref()), true),
+        (_, Some(PromptInput::Text(text))) => Work::Text(Arc::from(text.as_ref())),
         (_, Some(PromptInput::Ids(_))) => match parsed.prompt_view()? {
             Some(PromptView::Samples(Prompts::Ids(mut all))) if !all.is_empty() => {
                 Work::Ids(all.swap_remove(0))
@@ -209,7 +214,11 @@ pub(super) fn start(
         }
         blocks
     };
-    let long = matches!(&work, Work::Text(text, _) if text.len() > INLINE_COUNT_BYTES);
+    let long = match &work {
+        Work::Ids(_) => false,
+        Work::Text(text) => text.len() > INLINE_COUNT_BYTES,
+        Work::Chat(prompt) => prompt.rendered.len() > INLINE_COUNT_BYTES,
+    };
     if !long {
         return Ok(Some(ready(remember(hash(tokenizer, work, block_size)))));
     }
@@ -234,7 +243,8 @@ fn ready(blocks: Option<Arc<[u64]>>) -> RequestBlocks {
 fn hash(tokenizer: &ModelTokenizer, work: Work, block_size: usize) -> Option<Arc<[u64]>> {
     let ids = match work {
         Work::Ids(ids) => ids,
-        Work::Text(text, special) => tokenizer.ids_fast(&text, special).ok()?,
+        Work::Text(text) => tokenizer.ids_fast(&text, true).ok()?,
+        Work::Chat(prompt) => tokenizer.chat_prompt_ids(&prompt).ok()?,
     };
     Some(Arc::from(chain(&ids, block_size)))
 }

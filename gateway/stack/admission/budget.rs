@@ -69,6 +69,8 @@ pub struct WorkerBound {
 #[derive(Debug, Clone)]
 pub struct PoolBudget {
     pub pool: Arc<str>,
+    /// How the pool's engines prepare a chat: the rules its prompts are counted by.
+    pub rules: kvgate_tokenize::ChatRules,
     pub context_window: u64,
     /// Smallest `max_req_input_len` of the eligible prefill-side workers.
     pub prefill_input_limit: Option<WorkerBound>,
@@ -164,6 +166,7 @@ impl PoolBudget {
         };
         Self {
             pool: pool.name.clone(),
+            rules: pool.chat_rules,
             context_window: window,
             prefill_input_limit: smallest(prefill_side, &|w| {
                 worker_input_limit(w, pool.engine, window)
@@ -273,6 +276,7 @@ mod tests {
 
     fn budget(window: u64, input: u64, decode: u64) -> PoolBudget {
         PoolBudget {
+            rules: kvgate_tokenize::ChatRules::Sglang,
             pool: Arc::from("p"),
             context_window: window,
             prefill_input_limit: Some(WorkerBound {

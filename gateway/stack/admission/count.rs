@@ -20,7 +20,7 @@ use crate::error::GatewayError;
 use crate::fleet::KvCost;
 use crate::stack::api::PromptInput;
 use crate::stack::routing::KvCostEstimate;
-use kvgate_tokenize::{ChatKey, ModelTokenizer, TokenizeError};
+use kvgate_tokenize::{prepare, ChatKey, ChatPrompt, ChatRequest, ChatRules, ModelTokenizer, TokenizeError};
 use serde_json::Value;
 
 /// A sample's prompt size as admission knows it.
@@ -41,14 +41,31 @@ impl PromptTokens {
     }
 }
 
-/// Text still to be counted exactly.
+/// A prompt still to be counted exactly.
 #[derive(Debug, Clone)]
 pub(super) struct Pending {
-    text: Arc<str>,
-    /// A rendered chat (counted without special tokens, through the segment cache).
-    chat: bool,
+    text: PendingText,
     /// Where the chat's count is remembered once known.
     key: Option<ChatKey>,
+}
+
+/// What is counted.
+#[derive(Debug, Clone)]
+pub(super) enum PendingText {
+    /// Plain text, encoded with special tokens.
+    Plain(Arc<str>),
+    /// A prepared, rendered chat (its render counted without special tokens, through the
+    /// segment cache).
+    Chat(Arc<ChatPrompt>),
+}
+
+impl PendingText {
+    fn len(&self) -> usize {
+        match self {
+            PendingText::Plain(t) => t.len(),
+            PendingText::Chat(c) => c.rendered.len() + c.appended.as_ref().map_or(0, |a| a.len()),
+        }
+    }
 }
 
 /// One sample, measured.
@@ -59,25 +76,51 @@ pub(super) struct Measured {
     pub pending: Option<Pending>,
     /// A chat: its key (None for templates that read the clock) and, when it was rendered
     /// here, the rendered prompt (prefix routing hashes its token ids: `blocks`).
-    pub chat: Option<(Option<ChatKey>, Option<Arc<str>>)>,
+    pub chat: Option<(Option<ChatKey>, Option<Arc<ChatPrompt>>)>,
     /// Its token ids, when counted inline for prefix routing (`measure`'s `ids_first`).
     pub ids: Option<Vec<u32>>,
 }
 
-pub(super) fn template_error(e: TokenizeError) -> GatewayError {
+/// A chat the engine would not render, as the client's 400: the engine's own refusal, or
+/// the template's own message (its `raise_exception`), naming the model.
+pub(super) fn template_error(model: &str, e: TokenizeError) -> GatewayError {
     match e {
         TokenizeError::NoChatTemplate => GatewayError::invalid(
-            "this model has no chat template; use /v1/completions or /generate",
+            format!("model `{model}` has no chat template; use /v1/completions or /generate"),
             Some("messages"),
         ),
-        TokenizeError::TemplateRaised(m) => {
-            GatewayError::invalid(format!("chat template: {m}"), Some("messages"))
-        }
+        TokenizeError::Refused(m) => GatewayError::invalid(m, Some("messages")),
+        TokenizeError::TemplateRaised(m) => GatewayError::invalid(
+            format!("the chat template of model `{model}` refused these messages: {m}"),
+            Some("messages"),
+        ),
         other => GatewayError::invalid(
-            format!("chat template could not render these messages: {other}"),
+            format!("the chat template of model `{model}` could not render these messages: {other}"),
             Some("messages"),
         ),
     }
+}
+
+/// A chat prepared by `rules` and rendered (the request's prompt fields were checked by
+/// parsing).
+pub(super) fn render_chat(
+    tokenizer: &ModelTokenizer,
+    model: &str,
+    rules: ChatRules,
+    messages: &str,
+    tools: Option<&str>,
+    fields: &serde_json::Map<String, Value>,
+) -> Result<ChatPrompt, GatewayError> {
+    let messages: Value = parse_raw(messages, "messages")?;
+    let tools: Option<Value> = tools.map(|t| parse_raw(t, "tools")).transpose()?;
+    let request = ChatRequest {
+        messages: &messages,
+        tools: tools.as_ref(),
+        fields,
+    };
+    tokenizer
+        .chat_prompt(rules, &request)
+        .map_err(|e| template_error(model, e))
 }
 
 /// A raw field (`api::raw`) as values; it was parsed once already, so this only fails
@@ -97,12 +140,14 @@ pub const INLINE_COUNT_BYTES: usize = 16 * 1024;
 /// with 503 `overloaded` (a few huge prompts must not stall every other request).
 const COUNT_SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Bound (or count, for token ids and small prompts) every sample; renders chats.
-/// `ids_first`: the first sample's token ids are wanted (prefix routing), so a small one is
-/// encoded rather than only counted.
+/// Bound (or count, for token ids and small prompts) every sample; prepares and renders
+/// chats by `rules`. `ids_first`: the first sample's token ids are wanted (prefix routing),
+/// so a small one is encoded rather than only counted.
 pub(super) fn measure(
     samples: &[Sample<'_>],
     tokenizer: &ModelTokenizer,
+    model: &str,
+    rules: ChatRules,
     ids_first: bool,
 ) -> Result<Vec<Measured>, GatewayError> {
     let mut measured: Vec<Measured> = samples
@@ -113,14 +158,18 @@ pub(super) fn measure(
                 PromptInput::Text(t) => (
                     PromptTokens::AtMost(tokenizer.token_upper_bound(t.len(), true) as u64),
                     Some(Pending {
-                        text: Arc::from(t.as_ref()),
-                        chat: false,
+                        text: PendingText::Plain(Arc::from(t.as_ref())),
                         key: None,
                     }),
                 ),
-                &PromptInput::Chat { messages, tools } => {
+                &PromptInput::Chat {
+                    messages,
+                    tools,
+                    fields,
+                } => {
                     // A conversation seen before: its exact count, no render.
-                    let key = tokenizer.chat_key(messages, tools);
+                    let options = prepare::options_key(rules, fields);
+                    let key = tokenizer.chat_key(messages, tools, &options);
                     if let Some(n) = key.and_then(|k| tokenizer.cached_chat_count(k)) {
                         return Ok(Measured {
                             tokens: PromptTokens::Exact(n as u64),
@@ -131,24 +180,21 @@ pub(super) fn measure(
                         });
                     }
                     // Not seen before: only now is the conversation parsed into values,
-                    // for the template.
-                    let messages: Value = parse_raw(messages, "messages")?;
-                    let tools: Option<Value> = tools.map(|t| parse_raw(t, "tools")).transpose()?;
-                    let rendered = tokenizer
-                        .apply_chat_template(&messages, tools.as_ref(), true)
-                        .map_err(template_error)?;
-                    let rendered: Arc<str> = Arc::from(rendered);
+                    // prepared as the engine prepares it, and rendered.
+                    let prompt = render_chat(tokenizer, model, rules, messages, tools, fields)?;
+                    let bound = tokenizer.token_upper_bound(prompt.rendered.len(), false)
+                        + prompt.appended.as_ref().map_or(0, |a| {
+                            tokenizer.token_upper_bound(a.len(), true)
+                        });
+                    let prompt = Arc::new(prompt);
                     return Ok(Measured {
-                        tokens: PromptTokens::AtMost(
-                            tokenizer.token_upper_bound(rendered.len(), false) as u64,
-                        ),
+                        tokens: PromptTokens::AtMost(bound as u64),
                         max_new: s.max_new,
                         pending: Some(Pending {
-                            text: rendered.clone(),
-                            chat: true,
+                            text: PendingText::Chat(prompt.clone()),
                             key,
                         }),
-                        chat: Some((key, Some(rendered))),
+                        chat: Some((key, Some(prompt))),
                         ids: None,
                     });
                 }
@@ -189,10 +235,11 @@ pub(super) fn measure(
 /// The token ids of a pending prompt (what [`count_one`] counts), remembering a chat's
 /// count.
 fn ids_one(tokenizer: &ModelTokenizer, p: &Pending) -> Result<Vec<u32>, TokenizeError> {
-    if !p.chat {
-        return tokenizer.ids_fast(&p.text, true);
-    }
-    let ids = tokenizer.ids_rendered_chat(&p.text)?;
+    let prompt = match &p.text {
+        PendingText::Plain(text) => return tokenizer.ids_fast(text, true),
+        PendingText::Chat(prompt) => prompt,
+    };
+    let ids = tokenizer.chat_prompt_ids(prompt)?;
     if let Some(key) = p.key {
         tokenizer.remember_chat_count(key, ids.len());
     }
@@ -223,15 +270,16 @@ pub(super) async fn count_exactly(
 }
 
 fn count_one(tokenizer: &ModelTokenizer, p: &Pending) -> Result<u64, TokenizeError> {
-    let n = if p.chat {
-        // Chats re-send their history: the segment cache makes the repeat cheap.
-        let n = tokenizer.count_rendered_chat(&p.text)?;
-        if let Some(key) = p.key {
-            tokenizer.remember_chat_count(key, n);
+    let n = match &p.text {
+        PendingText::Chat(prompt) => {
+            // Chats re-send their history: the segment cache makes the repeat cheap.
+            let n = tokenizer.count_chat_prompt(prompt)?;
+            if let Some(key) = p.key {
+                tokenizer.remember_chat_count(key, n);
+            }
+            n
         }
-        n
-    } else {
-        tokenizer.count_fast(&p.text, true)?
+        PendingText::Plain(text) => tokenizer.count_fast(text, true)?,
     };
     Ok(n as u64)
 }
@@ -283,6 +331,10 @@ pub struct TokenCount {
     pub(super) window: u64,
     pub(super) fanout: u64,
     exact: Option<ExactFuture>,
+    /// The rules these counts were prepared by.
+    pub(super) rules: ChatRules,
+    /// The counts by other rules, when the request's pools prepare chats differently.
+    pub(super) others: Vec<TokenCount>,
 }
 
 impl TokenCount {
@@ -319,7 +371,18 @@ impl TokenCount {
             window: u64::MAX,
             fanout: 1,
             exact,
+            rules: ChatRules::Sglang,
+            others: Vec::new(),
         }
+    }
+
+    /// The counts as an engine of `rules` sees the request (the guard compares the serving
+    /// pool's engine with them).
+    pub fn for_rules(&self, rules: ChatRules) -> &TokenCount {
+        std::iter::once(self)
+            .chain(&self.others)
+            .find(|c| c.rules == rules)
+            .unwrap_or(self)
     }
 
     /// The exact prompt counts of every sample (waits for the background count if admission
@@ -401,28 +464,32 @@ mod tests {
         let messages = json!([{"role": "system", "content": "Be brief."},
                               {"role": "user", "content": "What is a KV page?"}]);
         let text = messages.to_string();
-        fn sample(m: &str) -> Sample<'_> {
-            Sample {
-                input: PromptInput::Chat {
-                    messages: m,
-                    tools: None,
-                },
-                max_new: MaxNew::Tokens(4),
-            }
-        }
+        let fields = serde_json::Map::new();
+        let sample = |m: &'static str| Sample {
+            input: PromptInput::Chat {
+                messages: m,
+                tools: None,
+                fields: &fields,
+            },
+            max_new: MaxNew::Tokens(4),
+        };
+        let text: &'static str = Box::leak(text.into_boxed_str());
+        let measure = |s: Sample<'_>, ids: bool| measure(&[s], &tok, "qwen3", ChatRules::Sglang, ids);
         let rendered = tok.apply_chat_template(&messages, None, true).unwrap();
         let exact = tok.count(&rendered, false).unwrap() as u64;
-        let key = tok.chat_key(&text, None).unwrap();
+        let options = prepare::options_key(ChatRules::Sglang, &fields);
+        let key = tok.chat_key(text, None, &options).unwrap();
         assert_eq!(tok.cached_chat_count(key), None);
-        let first = measure(&[sample(&text)], &tok, false).unwrap();
+        let first = measure(sample(text), false).unwrap();
         assert_eq!(first[0].tokens, PromptTokens::Exact(exact));
         assert_eq!(tok.cached_chat_count(key), Some(exact as usize));
-        let again = measure(&[sample(&text)], &tok, true).unwrap();
+        let again = measure(sample(text), true).unwrap();
         assert_eq!(again[0].tokens, PromptTokens::Exact(exact));
         // One character more is another conversation, counted afresh.
         let other = json!([{"role": "system", "content": "Be brief."},
                            {"role": "user", "content": "What is a KV page?!"}]);
-        let counted = measure(&[sample(&other.to_string())], &tok, true).unwrap();
+        let other_text: &'static str = Box::leak(other.to_string().into_boxed_str());
+        let counted = measure(sample(other_text), true).unwrap();
         let rendered = tok.apply_chat_template(&other, None, true).unwrap();
         assert_eq!(
             counted[0].tokens,
@@ -440,6 +507,8 @@ mod tests {
                 window,
                 fanout,
                 exact: None,
+                rules: ChatRules::Sglang,
+                others: Vec::new(),
             }
             .cost()
         };

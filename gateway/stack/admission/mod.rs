@@ -33,12 +33,12 @@ use tokio::sync::Semaphore;
 
 use crate::error::GatewayError;
 use crate::fleet::Fleet;
-use crate::stack::api::InferenceRequest;
+use crate::stack::api::{Endpoint, InferenceRequest};
 use crate::stack::auth::{AuthContext, TenantPolicy};
 use crate::stack::routing::{PoolChoice, RequestBlocks, RequestCost};
 use crate::stack::stage::{Next, Stage, StageFuture, StageLayer};
 use count::Measured;
-use kvgate_tokenize::ModelTokenizer;
+use kvgate_tokenize::{ChatRules, ModelTokenizer};
 
 /// Response header naming the `max_tokens` admission chose for a chat that gave none.
 pub const CLAMPED_MAX_TOKENS_HEADER: &str = "x-kvgate-max-tokens";
@@ -192,31 +192,64 @@ pub async fn admit(
     }
     // The engine must not generate more than was admitted: dispatch sends this default.
     parsed.directives.default_max_new_tokens = default_new;
-    let mut measured = {
-        let samples = prompt::samples(parsed, default_new)?;
-        let ids_first = blocks::wanted(state, &parsed.model);
-        count::measure(&samples, &model.tokenizer, ids_first)?
-    };
     let window = model.context_window;
     let fanout = parsed.fanout()?;
     let budgets = candidate_budgets(state, parsed, tenant, window, choice)?;
     let param = parsed.prompt_param();
     let cap = tenant.and_then(|t| t.max_prompt_tokens.map(|c| (t.name.clone(), c)));
-
-    if measured
-        .iter()
-        .any(|m| m.max_new == MaxNew::RestOfWindow && m.pending.is_some())
+    // A chat is counted as each candidate pool's engine prepares it: one measure per set
+    // of rules (nearly always one; a model's pools of different engines may need two).
+    let groups: Vec<ChatRules> = if parsed.endpoint == Endpoint::ChatCompletions {
+        let mut rules: Vec<ChatRules> = Vec::new();
+        for b in &budgets {
+            if !rules.contains(&b.rules) {
+                rules.push(b.rules);
+            }
+        }
+        rules
+    } else {
+        vec![budgets.first().map_or(ChatRules::Sglang, |b| b.rules)]
+    };
+    let group_of = |b: &PoolBudget| groups.iter().position(|r| *r == b.rules).unwrap_or(0);
+    let mut measured: Vec<Vec<Measured>> = {
+        let samples = prompt::samples(parsed, default_new)?;
+        let ids_first = blocks::wanted(state, &parsed.model);
+        groups
+            .iter()
+            .enumerate()
+            .map(|(g, rules)| {
+                count::measure(&samples, &model.tokenizer, &parsed.model, *rules, ids_first && g == 0)
+            })
+            .collect::<Result<_, _>>()?
+    };
+    let pending = |measured: &[Vec<Measured>]| measured.iter().flatten().any(|m| m.pending.is_some());
+    if groups.len() > 1
+        || measured
+            .iter()
+            .flatten()
+            .any(|m| m.max_new == MaxNew::RestOfWindow && m.pending.is_some())
     {
         // A chat without max_tokens is clamped to what fits beyond its prompt: that needs
-        // the exact count, not the bound (which would clamp it short).
-        count::count_exactly(&mut measured, &model.tokenizer, &state.permits).await?;
+        // the exact count, not the bound (which would clamp it short). Pools of different
+        // rules are compared on exact counts too.
+        for group in &mut measured {
+            count::count_exactly(group, &model.tokenizer, &state.permits).await?;
+        }
     }
-    let mut verdicts = judge(&budgets, &measured, fanout, cap.as_ref());
-    if verdicts.iter().any(Result::is_err) && measured.iter().any(|m| m.pending.is_some()) {
+    let judge_all = |measured: &[Vec<Measured>]| -> Vec<Result<(), Box<PromptTooLong>>> {
+        budgets
+            .iter()
+            .map(|b| judge(b, &measured[group_of(b)], fanout, cap.as_ref()))
+            .collect()
+    };
+    let mut verdicts = judge_all(&measured);
+    if verdicts.iter().any(Result::is_err) && pending(&measured) {
         // The bound did not settle it: count exactly (a refusal then reports the exact
         // count), then judge again.
-        count::count_exactly(&mut measured, &model.tokenizer, &state.permits).await?;
-        verdicts = judge(&budgets, &measured, fanout, cap.as_ref());
+        for group in &mut measured {
+            count::count_exactly(group, &model.tokenizer, &state.permits).await?;
+        }
+        verdicts = judge_all(&measured);
     }
     let admitted: Vec<Arc<str>> = budgets
         .iter()
@@ -246,35 +279,52 @@ pub async fn admit(
         .collect();
     // A sample with no allowance (chat without max_tokens) gets what fits in every pool it
     // may land on, and the engine is told so: it never generates past the KV it has.
-    let max_new: Vec<u64> = measured
-        .iter()
-        .map(|m| {
+    let samples = measured.first().map_or(0, Vec::len);
+    let max_new: Vec<u64> = (0..samples)
+        .map(|i| {
             admitted_budgets
                 .iter()
-                .map(|b| new_tokens_for(m, b, fanout))
+                .map(|b| new_tokens_for(&measured[group_of(b)][i], b, fanout))
                 .min()
                 .unwrap_or(0)
         })
         .collect();
-    let clamped = measured
-        .iter()
-        .zip(&max_new)
-        .filter(|(m, _)| m.max_new == MaxNew::RestOfWindow)
-        .map(|(_, &n)| n / fanout)
+    let clamped = (0..samples)
+        .filter(|&i| measured[0][i].max_new == MaxNew::RestOfWindow)
+        .map(|i| max_new[i] / fanout)
         .min();
     if let Some(n) = clamped {
         parsed.directives.default_max_new_tokens = Some(n);
     }
+    // The group of the first admitted pool is the one routed on (and counted for limits).
+    let primary = admitted_budgets.first().map_or(0, |b| group_of(b));
     // Affinity is an optimisation: a request whose blocks cannot be had is routed by load.
-    let blocks = blocks::start(state, &model.tokenizer, parsed, &measured, &admitted)
-        .unwrap_or_else(|e| {
-            tracing::debug!(error = %e, "prompt blocks not computed: routed by load");
-            None
-        });
-    let mut count = TokenCount::new(&measured, max_new, &model.tokenizer, &state.permits);
-    count.clamped_max_new = clamped;
-    count.window = window;
-    count.fanout = fanout.max(1);
+    let blocks = blocks::start(
+        state,
+        &model.tokenizer,
+        parsed,
+        (&measured[primary], groups[primary]),
+        &admitted,
+    )
+    .unwrap_or_else(|e| {
+        tracing::debug!(error = %e, "prompt blocks not computed: routed by load");
+        None
+    });
+    let finish = |group: &[Measured], rules: ChatRules| {
+        let mut count = TokenCount::new(group, max_new.clone(), &model.tokenizer, &state.permits);
+        count.clamped_max_new = clamped;
+        count.window = window;
+        count.fanout = fanout.max(1);
+        count.rules = rules;
+        count
+    };
+    let mut count = finish(&measured[primary], groups[primary]);
+    count.others = groups
+        .iter()
+        .enumerate()
+        .filter(|(g, _)| *g != primary)
+        .map(|(g, rules)| finish(&measured[g], *rules))
+        .collect();
     Ok((count, AdmittedPools(admitted.into()), blocks))
 }
 
@@ -347,42 +397,37 @@ fn new_tokens_for(m: &Measured, budget: &PoolBudget, fanout: u64) -> u64 {
     }
 }
 
-/// Per pool: admitted, or the first sample's refusal.
+/// One pool's verdict: admitted, or the first sample's refusal.
 fn judge(
-    budgets: &[PoolBudget],
+    budget: &PoolBudget,
     measured: &[Measured],
     fanout: u64,
     tenant_cap: Option<&(Arc<str>, u64)>,
-) -> Vec<Result<(), Box<PromptTooLong>>> {
-    budgets
-        .iter()
-        .map(|budget| {
-            for (i, m) in measured.iter().enumerate() {
-                let prompt = m.tokens.value();
-                let max_new = new_tokens_for(m, budget, fanout);
-                let capped = match tenant_cap {
-                    Some((tenant, cap)) if prompt > *cap => Err(Violation {
-                        includes_new_tokens: false,
-                        counted: prompt,
-                        limit: *cap,
-                        bound: Bound::TenantCap {
-                            tenant: tenant.clone(),
-                            cap: *cap,
-                        },
-                    }),
-                    _ => Ok(()),
-                };
-                if let Err(violation) = capped.and_then(|()| budget.check(prompt, max_new)) {
-                    return Err(Box::new(PromptTooLong {
-                        sample: Some(i),
-                        prompt_tokens: prompt,
-                        max_new_tokens: max_new,
-                        violation,
-                        param: "",
-                    }));
-                }
-            }
-            Ok(())
-        })
-        .collect()
+) -> Result<(), Box<PromptTooLong>> {
+    for (i, m) in measured.iter().enumerate() {
+        let prompt = m.tokens.value();
+        let max_new = new_tokens_for(m, budget, fanout);
+        let capped = match tenant_cap {
+            Some((tenant, cap)) if prompt > *cap => Err(Violation {
+                includes_new_tokens: false,
+                counted: prompt,
+                limit: *cap,
+                bound: Bound::TenantCap {
+                    tenant: tenant.clone(),
+                    cap: *cap,
+                },
+            }),
+            _ => Ok(()),
+        };
+        if let Err(violation) = capped.and_then(|()| budget.check(prompt, max_new)) {
+            return Err(Box::new(PromptTooLong {
+                sample: Some(i),
+                prompt_tokens: prompt,
+                max_new_tokens: max_new,
+                violation,
+                param: "",
+            }));
+        }
+    }
+    Ok(())
 }

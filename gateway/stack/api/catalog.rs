@@ -1,4 +1,5 @@
-//! Static endpoints and the split of the stack: `GET /v1/models` is answered from the
+//! Static endpoints and the split of the stack: `GET /v1/models` and `GET /v1/models/{id}`
+//! are answered from the
 //! config, listing only the models the caller's tenant may use; inference routes continue down the pipeline; anything else is 404/405 before a
 //! body byte is read.
 
@@ -7,7 +8,8 @@ use serde_json::json;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::body::{self, BoxBody, BoxError};
-use crate::stack::api::{Endpoint, ModelCatalog};
+use crate::error::GatewayError;
+use crate::stack::api::{model_id, Endpoint, ModelCatalog};
 use crate::stack::auth::AuthContext;
 use crate::stack::shell::{BoxedWrap, Inner, ShellFuture, ShellLayer};
 use crate::tenant::TenantPolicy;
@@ -38,6 +40,12 @@ impl BoxedWrap for Catalog {
                 let response = list_models(&self.models, policy.map(|p| &**p));
                 Box::pin(async move { Ok(response) })
             }
+            Ok(Endpoint::RetrieveModel) => {
+                let policy = request.extensions().get::<AuthContext>().map(|a| &a.policy);
+                let id = model_id(request.uri().path()).unwrap_or_default();
+                let response = retrieve_model(&self.models, policy.map(|p| &**p), id);
+                Box::pin(async move { response.map_err(Into::into) })
+            }
             Ok(_) => {
                 let inner = inner.clone();
                 Box::pin(async move {
@@ -49,22 +57,43 @@ impl BoxedWrap for Catalog {
     }
 }
 
-fn list_models(models: &ModelCatalog, tenant: Option<&TenantPolicy>) -> Response<BoxBody> {
+/// OpenAI's model object.
+fn model_object(id: &str) -> serde_json::Value {
     let created = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or_default();
-    let data: Vec<_> = models
-        .names()
-        .filter(|id| tenant.is_none_or(|t| t.allows_model(id)))
-        .map(|id| json!({"id": id, "object": "model", "created": created, "owned_by": "kvgate"}))
-        .collect();
-    let mut response = Response::new(body::full(
-        json!({"object": "list", "data": data}).to_string(),
-    ));
+    json!({"id": id, "object": "model", "created": created, "owned_by": "kvgate"})
+}
+
+fn json_response(value: &serde_json::Value) -> Response<BoxBody> {
+    let mut response = Response::new(body::full(value.to_string()));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
     response
+}
+
+fn list_models(models: &ModelCatalog, tenant: Option<&TenantPolicy>) -> Response<BoxBody> {
+    let data: Vec<_> = models
+        .names()
+        .filter(|id| tenant.is_none_or(|t| t.allows_model(id)))
+        .map(model_object)
+        .collect();
+    json_response(&json!({"object": "list", "data": data}))
+}
+
+/// `GET /v1/models/{id}`: the model object, or 404 `model_not_found` for a model that does
+/// not exist or that the tenant may not use (it must not learn which).
+fn retrieve_model(
+    models: &ModelCatalog,
+    tenant: Option<&TenantPolicy>,
+    id: String,
+) -> Result<Response<BoxBody>, GatewayError> {
+    let known = models.names().any(|m| m == id) && tenant.is_none_or(|t| t.allows_model(&id));
+    if !known {
+        return Err(GatewayError::ModelNotFound { model: id });
+    }
+    Ok(json_response(&model_object(&id)))
 }

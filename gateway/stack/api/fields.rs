@@ -19,7 +19,8 @@
 //! | `bootstrap_host`, `bootstrap_port`, `bootstrap_room` | refused | set by dispatch for the chosen prefill worker only |
 //! | `session_params`, `custom_logit_processor`, `custom_params`, `return_hidden_states`, `data_parallel_rank`, `priority`, `log_metrics` | refused | engine internals no tenant may steer |
 //! | `input_embeds`, `image_data`, `audio_data`, `video_data`, `modalities` | refused | prompts the gateway cannot count, so cannot admit (I2) |
-//! | `chat_template_kwargs`, `continue_final_message`, `reasoning_effort`, `suffix`, `functions`, `function_call` | refused | they change the prompt the engine renders, so the gateway's count would be wrong |
+//! | `chat_template_kwargs`, `reasoning_effort`, `continue_final_message` (chat) | passed | template variables and the final turn's handling: admission prepares the chat with them as the pool's engine does (`kvgate_tokenize::prepare`), so the count stays exact; a tenant may be denied template keys (`denied_chat_template_kwargs`) |
+//! | `suffix`, `functions`, `function_call` | refused | they change the prompt the engine renders in ways the gateway does not model, so its count would be wrong |
 //! | `extra_body` | refused | send its fields at the top level (the OpenAI SDK flattens it) |
 //! | anything else | refused | unknown to the gateway |
 
@@ -52,8 +53,9 @@ const ENGINE_SAMPLING: [&str; 12] = [
     "json_schema",
 ];
 
-/// `/v1/chat/completions`: OpenAI's fields (less those that change the rendered prompt).
-pub const CHAT_FIELDS: [&str; 23] = [
+/// `/v1/chat/completions`: OpenAI's fields, and the engines' template controls that
+/// admission models (`chat_template_kwargs`, `reasoning_effort`, `continue_final_message`).
+pub const CHAT_FIELDS: [&str; 26] = [
     "model",
     "messages",
     "max_tokens",
@@ -77,6 +79,9 @@ pub const CHAT_FIELDS: [&str; 23] = [
     "parallel_tool_calls",
     "lora_path",
     "separate_reasoning",
+    "chat_template_kwargs",
+    "reasoning_effort",
+    "continue_final_message",
 ];
 
 /// `/v1/completions`.
@@ -161,9 +166,8 @@ fn refusal_reason(field: &str) -> &'static str {
         "input_embeds" | "image_data" | "audio_data" | "video_data" | "modalities" => {
             "the gateway cannot count such a prompt, so it cannot admit it"
         }
-        "chat_template_kwargs" | "continue_final_message" | "reasoning_effort" | "suffix"
-        | "functions" | "function_call" => {
-            "it changes the prompt the engine renders, which the gateway must count exactly"
+        "suffix" | "functions" | "function_call" => {
+            "it changes the prompt the engine renders in a way the gateway does not model, so it could not count it exactly"
         }
         "extra_body" => "send its fields at the top level of the body",
         _ => "it is not a field this gateway passes to engines",
@@ -175,7 +179,7 @@ fn allowed(endpoint: Endpoint) -> &'static [&'static str] {
         Endpoint::ChatCompletions => &CHAT_FIELDS,
         Endpoint::Completions => &COMPLETION_FIELDS,
         Endpoint::Generate => &GENERATE_FIELDS,
-        Endpoint::ListModels => &[],
+        Endpoint::ListModels | Endpoint::RetrieveModel => &[],
     }
 }
 
@@ -365,7 +369,21 @@ mod tests {
         assert_eq!(
             refused(
                 Endpoint::ChatCompletions,
-                json!({"messages": [], "chat_template_kwargs": {"enable_thinking": false}})
+                json!({"messages": [], "functions": [{"name": "f"}]})
+            ),
+            "functions"
+        );
+        // Template controls are modelled by admission, so they pass on chat only.
+        check(
+            Endpoint::ChatCompletions,
+            &object(json!({"messages": [], "chat_template_kwargs": {"enable_thinking": false},
+                           "reasoning_effort": "low", "continue_final_message": true})),
+        )
+        .unwrap();
+        assert_eq!(
+            refused(
+                Endpoint::Completions,
+                json!({"prompt": "x", "chat_template_kwargs": {}})
             ),
             "chat_template_kwargs"
         );

@@ -16,7 +16,7 @@ pub mod raw;
 pub mod read_body;
 mod request;
 
-pub use endpoint::Endpoint;
+pub use endpoint::{model_id, Endpoint};
 pub use parse::{parse_inference, ModelCatalog, Parse, ParseLayer};
 
 pub use request::{bulk_fields, EngineDirectives, InferenceRequest, PromptInput, PromptView};

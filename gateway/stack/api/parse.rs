@@ -101,7 +101,7 @@ pub fn parse_inference(
     body: &Bytes,
     catalog: &ModelCatalog,
 ) -> Result<InferenceRequest, GatewayError> {
-    if endpoint == Endpoint::ListModels {
+    if matches!(endpoint, Endpoint::ListModels | Endpoint::RetrieveModel) {
         return Err(GatewayError::Internal(
             "list-models requests carry no body to parse".into(),
         ));

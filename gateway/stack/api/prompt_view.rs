@@ -129,16 +129,20 @@ fn content(i: usize, raw: Option<&RawValue>) -> Result<Content<'_>, GatewayError
             let mut texts = Vec::with_capacity(parts.len());
             for (j, part) in parts.iter().enumerate() {
                 let shape = serde_json::from_str::<PartShape<'_>>(part.get()).ok();
-                let is_text = shape
-                    .as_ref()
-                    .and_then(|s| s.kind)
-                    .and_then(string_of)
-                    .is_some_and(|k| k == "text");
+                // Text, and the reasoning of earlier assistant turns (engines drop it or
+                // count it as text, each by its own rules in `kvgate_tokenize::prepare`).
+                let kind = shape.as_ref().and_then(|s| s.kind).and_then(string_of);
+                let is_text = kind
+                    .as_deref()
+                    .is_some_and(|k| matches!(k, "text" | "thinking" | "reasoning"));
                 if !is_text {
                     return Err(GatewayError::UnsupportedParameter {
                         param: format!("messages[{i}].content[{j}]"),
                         reason: "only text content parts are accepted: the gateway cannot count images, audio or video, so it cannot admit them",
                     });
+                }
+                if kind.as_deref() != Some("text") {
+                    continue;
                 }
                 if let Some(text) = shape.and_then(|s| s.text).and_then(string_of) {
                     texts.push(text);

@@ -59,10 +59,12 @@ pub enum PromptInput<'a> {
     Text(Cow<'a, str>),
     /// Token ids: the count is their number.
     Ids(usize),
-    /// Chat messages (and tools) to render through the template, as raw JSON.
+    /// Chat messages (and tools) to prepare and render through the template, as raw JSON,
+    /// with the request's other fields (`tool_choice`, `chat_template_kwargs`, ...).
     Chat {
         messages: &'a str,
         tools: Option<&'a str>,
+        fields: &'a Map<String, Value>,
     },
 }
 
@@ -79,7 +81,7 @@ pub fn bulk_fields(endpoint: Endpoint) -> &'static [&'static str] {
         Endpoint::ChatCompletions => &["messages", "tools"],
         Endpoint::Completions => &["prompt"],
         Endpoint::Generate => &["text", "input_ids"],
-        Endpoint::ListModels => &[],
+        Endpoint::ListModels | Endpoint::RetrieveModel => &[],
     }
 }
 
@@ -118,6 +120,7 @@ impl InferenceRequest {
             Endpoint::ChatCompletions => vec![PromptInput::Chat {
                 messages: self.raw.get("messages").unwrap_or("null"),
                 tools: self.raw.get("tools").filter(|t| *t != "null"),
+                fields: &self.fields,
             }],
             Endpoint::Completions | Endpoint::Generate => match self.prompt_view()? {
                 Some(PromptView::Samples(Prompts::Texts(texts))) => {
@@ -128,7 +131,7 @@ impl InferenceRequest {
                 }
                 _ => Vec::new(),
             },
-            Endpoint::ListModels => Vec::new(),
+            Endpoint::ListModels | Endpoint::RetrieveModel => Vec::new(),
         };
         if found.len() != self.batch {
             return Err(GatewayError::Internal(format!(
@@ -158,7 +161,7 @@ impl InferenceRequest {
             Endpoint::ChatCompletions => "messages",
             Endpoint::Completions => "prompt",
             Endpoint::Generate if self.raw.contains("input_ids") => "input_ids",
-            Endpoint::Generate | Endpoint::ListModels => "text",
+            Endpoint::Generate | Endpoint::ListModels | Endpoint::RetrieveModel => "text",
         }
     }
 
@@ -220,7 +223,7 @@ impl InferenceRequest {
                     .try_fold(1, |most, n| n.map(|n| most.max(n))),
                 _ => Ok(1),
             },
-            Endpoint::ListModels => Ok(1),
+            Endpoint::ListModels | Endpoint::RetrieveModel => Ok(1),
         }
     }
 
@@ -256,7 +259,7 @@ impl InferenceRequest {
                     Some("sampling_params"),
                 )),
             },
-            Endpoint::ListModels => Ok(None),
+            Endpoint::ListModels | Endpoint::RetrieveModel => Ok(None),
         }
     }
 }

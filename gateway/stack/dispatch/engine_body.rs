@@ -140,7 +140,7 @@ fn default_max_new(endpoint: Endpoint, body: &mut Map<String, Value>, default: u
                 other => fill(other),
             }
         }
-        Endpoint::ListModels => {}
+        Endpoint::ListModels | Endpoint::RetrieveModel => {}
     }
 }
 

@@ -85,11 +85,9 @@ impl<'a> GuardPlan<'a> {
         request: &mut Request<Bytes>,
         pools: &'a HashMap<String, PoolRules>,
     ) -> Result<Option<(Self, ReportFacts)>, GatewayError> {
-        let pool = request
-            .extensions()
-            .get::<RoutePlan>()
-            .map(|p| p.pool.name.to_string())
-            .unwrap_or_default();
+        let route = request.extensions().get::<RoutePlan>();
+        let pool = route.map(|p| p.pool.name.to_string()).unwrap_or_default();
+        let chat_rules = route.map(|p| p.pool.chat_rules);
         let leak = request.extensions_mut().remove::<LeakWatch>();
         let leak_on = leak.as_ref().is_some_and(|w| w.mode().is_on());
         let Some(rules) = pools.get(&pool).filter(|r| r.config.enabled || leak_on) else {
@@ -141,7 +139,10 @@ impl<'a> GuardPlan<'a> {
             rewrite,
             usage: extensions.get::<UsageCell>().cloned(),
             leak,
-            count: extensions.get::<TokenCount>().cloned(),
+            // The count as the serving pool's engine prepares the request.
+            count: extensions
+                .get::<TokenCount>()
+                .map(|c| chat_rules.map_or(c, |r| c.for_rules(r)).clone()),
             tolerance,
         };
         Ok(Some((plan, facts)))

@@ -1,0 +1,478 @@
+//! SGLang's tools: how `tools` are dumped for the template, the `tool_choice` default and
+//! checks, and which tools the template sees (sglang 0.5.23).
+//!
+//! - `protocol.py` `Tool` / `Function` (`Function._serialize`): a tool dumps as
+//!   `{type, function, defer_loading: null}`; its function as the client's keys first, then
+//!   `description, name, parameters` (null when absent), `strict` and `defer_loading` only
+//!   when set;
+//! - `protocol.py` `set_tool_choice_default`: absent `tool_choice` is `"none"` without tools
+//!   (request or system-message tools), else `"auto"`;
+//! - `serving_chat.py` `_validate_request`: `required` and named choices need tools, a named
+//!   tool must exist, tool names are unique when messages carry tools, and parameter schemas
+//!   have their types normalized (`function_call/utils.py` `normalize_json_schema_types`);
+//! - `serving_chat.py` `_process_messages`: `"none"` hides every tool from the template, a
+//!   named choice shows only that tool, `[]` is no tools.
+
+use serde_json::{Map, Value};
+
+use super::refused;
+use crate::TokenizeError;
+
+/// `Function`'s fields in declared order.
+const FUNCTION_FIELDS: [&str; 5] = ["description", "name", "parameters", "strict", "defer_loading"];
+
+/// The request's `tool_choice`, after its default.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum ToolChoice {
+    None,
+    Auto,
+    Required,
+    Named(Option<String>),
+}
+
+/// `tools` dumped (`Tool.model_dump()` each); None for absent or null.
+pub(super) fn dump_list(tools: Option<&Value>) -> Result<Option<Vec<Map<String, Value>>>, TokenizeError> {
+    match tools {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(list)) => list.iter().map(dump_tool).collect::<Result<_, _>>().map(Some),
+        Some(_) => Err(refused("`tools` must be a list of tools")),
+    }
+}
+
+fn dump_tool(tool: &Value) -> Result<Map<String, Value>, TokenizeError> {
+    let Value::Object(t) = tool else {
+        return Err(refused("a tool must be an object"));
+    };
+    let kind = match t.get("type") {
+        None | Some(Value::Null) => Value::from("function"),
+        Some(s @ Value::String(_)) => s.clone(),
+        Some(_) => return Err(refused("a tool's `type` must be a string")),
+    };
+    let tool_defer = bool_or_null(t.get("defer_loading"), "defer_loading")?;
+    let Some(Value::Object(f)) = t.get("function") else {
+        return Err(refused("a tool needs a `function` object"));
+    };
+    let name = match f.get("name") {
+        Some(s @ Value::String(_)) => s.clone(),
+        _ => return Err(refused("a tool's `function.name` must be a string")),
+    };
+    let description = match f.get("description") {
+        None | Some(Value::Null) => Value::Null,
+        Some(s @ Value::String(_)) => s.clone(),
+        Some(_) => return Err(refused("a tool's `function.description` must be a string")),
+    };
+    let parameters = match f.get("parameters") {
+        None | Some(Value::Null) => Value::Null,
+        Some(p @ Value::Object(_)) => p.clone(),
+        Some(_) => return Err(refused("a tool's `function.parameters` must be an object")),
+    };
+    let strict = bool_or_null(f.get("strict"), "function.strict")?;
+    // `_propagate_defer_loading`: the tool's flag fills the function's.
+    let mut defer = bool_or_null(f.get("defer_loading"), "function.defer_loading")?;
+    if defer.is_null() {
+        defer = tool_defer.clone();
+    }
+    let mut data = Map::new();
+    data.insert("description".into(), description);
+    data.insert("name".into(), name);
+    data.insert("parameters".into(), parameters);
+    if !strict.is_null() {
+        data.insert("strict".into(), strict);
+    }
+    if !defer.is_null() {
+        data.insert("defer_loading".into(), defer);
+    }
+    // The client's key order first (`_capture_key_order`), then the declared order.
+    let mut function = Map::new();
+    for key in f.keys().map(String::as_str).chain(FUNCTION_FIELDS) {
+        if let Some(v) = data.get(key) {
+            function.entry(key.to_owned()).or_insert_with(|| v.clone());
+        }
+    }
+    let mut out = Map::new();
+    out.insert("type".into(), kind);
+    out.insert("function".into(), Value::Object(function));
+    out.insert("defer_loading".into(), tool_defer);
+    Ok(out)
+}
+
+fn bool_or_null(value: Option<&Value>, what: &str) -> Result<Value, TokenizeError> {
+    match value {
+        None | Some(Value::Null) => Ok(Value::Null),
+        Some(b @ Value::Bool(_)) => Ok(b.clone()),
+        Some(_) => Err(refused(format!("a tool's `{what}` must be a boolean"))),
+    }
+}
+
+/// Tools carried by system, developer and root messages (`_effective_tools`).
+fn message_tools(messages: &[Map<String, Value>]) -> impl Iterator<Item = &Map<String, Value>> {
+    messages
+        .iter()
+        .filter(|m| {
+            matches!(
+                m.get("role").and_then(Value::as_str),
+                Some("system" | "developer" | "root")
+            )
+        })
+        .filter_map(|m| m.get("tools").and_then(Value::as_array))
+        .flatten()
+        .filter_map(Value::as_object)
+}
+
+/// `tool_choice` with `set_tool_choice_default` applied.
+pub(super) fn choice(
+    value: Option<&Value>,
+    tools: Option<&Vec<Map<String, Value>>>,
+    messages: &[Map<String, Value>],
+) -> Result<ToolChoice, TokenizeError> {
+    match value {
+        None | Some(Value::Null) => {
+            let none = tools.is_none() && message_tools(messages).next().is_none();
+            Ok(if none { ToolChoice::None } else { ToolChoice::Auto })
+        }
+        Some(Value::String(s)) => match s.as_str() {
+            "none" => Ok(ToolChoice::None),
+            "auto" => Ok(ToolChoice::Auto),
+            "required" => Ok(ToolChoice::Required),
+            other => Err(refused(format!(
+                "tool_choice must be \"none\", \"auto\", \"required\" or a named function, not \"{other}\""
+            ))),
+        },
+        Some(Value::Object(o)) => {
+            let name = o
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            Ok(ToolChoice::Named(name))
+        }
+        Some(_) => Err(refused("tool_choice must be a string or an object")),
+    }
+}
+
+/// `_validate_request`'s tool checks; normalizes parameter schema types in place.
+pub(super) fn check(
+    choice: &ToolChoice,
+    tools: Option<&Vec<Map<String, Value>>>,
+    messages: &mut [Map<String, Value>],
+) -> Result<(), TokenizeError> {
+    let name_of = |t: &Map<String, Value>| {
+        t.get("function")
+            .and_then(|f| f.get("name"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let effective: Vec<Option<String>> = tools
+        .into_iter()
+        .flatten()
+        .chain(message_tools(messages))
+        .map(name_of)
+        .collect();
+    match choice {
+        ToolChoice::Required if effective.is_empty() => {
+            return Err(refused(
+                "Tools cannot be empty if tool choice is set to required.",
+            ))
+        }
+        ToolChoice::Named(_) if effective.is_empty() => {
+            return Err(refused(
+                "Tools cannot be empty if tool choice is set to a specific tool.",
+            ))
+        }
+        ToolChoice::Named(Some(name)) if !effective.iter().any(|n| n.as_deref() == Some(name)) => {
+            return Err(refused(format!("Tool '{name}' not found in tools list.")))
+        }
+        _ => {}
+    }
+    if message_tools(messages).next().is_some() {
+        let mut seen = std::collections::HashSet::new();
+        if !effective.iter().all(|n| seen.insert(n.clone())) {
+            return Err(refused(
+                "Tool names must be unique across request and message tools.",
+            ));
+        }
+    }
+    // Each tool's parameters, types normalized, must be a valid JSON Schema.
+    let all: Vec<&Map<String, Value>> = tools.into_iter().flatten().chain(message_tools(messages)).collect();
+    for (i, tool) in all.into_iter().enumerate() {
+        if let Some(parameters) = tool
+            .get("function")
+            .and_then(|f| f.get("parameters"))
+            .filter(|p| !p.is_null())
+        {
+            let mut schema = parameters.clone();
+            normalize_schema_types(&mut schema);
+            if let Err(why) = check_schema(&schema, 0) {
+                return Err(refused(format!(
+                    "Tool {i} function has invalid 'parameters' schema: {why}"
+                )));
+            }
+        }
+    }
+    for message in messages.iter_mut() {
+        if let Some(Value::Array(list)) = message.get_mut("tools") {
+            list.iter_mut().for_each(normalize_tool);
+        }
+    }
+    Ok(())
+}
+
+/// The part of `Draft202012Validator.check_schema` that tool schemas get wrong in
+/// practice: `type`, `required`, `properties`, `items`, `enum` and the subschema lists;
+/// messages in the `jsonschema` library's words (first line).
+fn check_schema(schema: &Value, depth: usize) -> Result<(), String> {
+    if depth > 64 {
+        return Err("the schema is too deeply nested or contains a cycle".into());
+    }
+    let map = match schema {
+        Value::Bool(_) => return Ok(()),
+        Value::Object(map) => map,
+        other => return Err(format!("{} is not of type 'object', 'boolean'", py_repr(other))),
+    };
+    if let Some(kind) = map.get("type") {
+        let valid = |v: &Value| v.as_str().is_some_and(|s| STANDARD_TYPES.contains(&s));
+        let ok = match kind {
+            Value::String(_) => valid(kind),
+            Value::Array(list) => !list.is_empty() && list.iter().all(valid),
+            _ => false,
+        };
+        if !ok {
+            return Err(format!("{} is not valid under any of the given schemas", py_repr(kind)));
+        }
+    }
+    if let Some(required) = map.get("required") {
+        let Value::Array(names) = required else {
+            return Err(format!("{} is not of type 'array'", py_repr(required)));
+        };
+        if let Some(bad) = names.iter().find(|n| !n.is_string()) {
+            return Err(format!("{} is not of type 'string'", py_repr(bad)));
+        }
+    }
+    for key in ["properties", "patternProperties", "$defs", "definitions"] {
+        match map.get(key) {
+            None => {}
+            Some(Value::Object(children)) => {
+                for child in children.values() {
+                    check_schema(child, depth + 1)?;
+                }
+            }
+            Some(other) => return Err(format!("{} is not of type 'object'", py_repr(other))),
+        }
+    }
+    for key in ["items", "additionalProperties", "not", "if", "then", "else", "contains"] {
+        if let Some(child) = map.get(key) {
+            check_schema(child, depth + 1)?;
+        }
+    }
+    for key in ["anyOf", "oneOf", "allOf", "prefixItems"] {
+        match map.get(key) {
+            None => {}
+            Some(Value::Array(children)) if !children.is_empty() => {
+                for child in children {
+                    check_schema(child, depth + 1)?;
+                }
+            }
+            Some(other) => return Err(format!("{} is not of type 'array'", py_repr(other))),
+        }
+    }
+    if let Some(values) = map.get("enum").filter(|v| !v.is_array()) {
+        return Err(format!("{} is not of type 'array'", py_repr(values)));
+    }
+    Ok(())
+}
+
+/// A JSON value as Python's `repr` writes it (the `jsonschema` messages quote values so).
+fn py_repr(value: &Value) -> String {
+    match value {
+        Value::String(s) => format!("'{s}'"),
+        Value::Bool(true) => "True".into(),
+        Value::Bool(false) => "False".into(),
+        Value::Null => "None".into(),
+        other => other.to_string(),
+    }
+}
+
+/// Which tools the template sees (`_process_messages`), their schema types normalized.
+pub(super) fn selected(
+    choice: &ToolChoice,
+    tools: Option<Vec<Map<String, Value>>>,
+) -> Option<Vec<Value>> {
+    let tools = tools?;
+    let mut picked: Vec<Value> = match choice {
+        ToolChoice::None => return None,
+        ToolChoice::Named(name) => tools
+            .into_iter()
+            .filter(|t| {
+                t.get("function")
+                    .and_then(|f| f.get("name"))
+                    .and_then(Value::as_str)
+                    == name.as_deref()
+            })
+            .map(Value::Object)
+            .collect(),
+        ToolChoice::Auto | ToolChoice::Required => tools.into_iter().map(Value::Object).collect(),
+    };
+    picked.iter_mut().for_each(normalize_tool);
+    (!picked.is_empty()).then_some(picked)
+}
+
+fn normalize_tool(tool: &mut Value) {
+    if let Some(parameters) = tool
+        .get_mut("function")
+        .and_then(|f| f.get_mut("parameters"))
+        .filter(|p| !p.is_null())
+    {
+        normalize_schema_types(parameters);
+    }
+}
+
+/// `normalize_json_schema_types`: every `type` spelled as a database or language type
+/// (`varchar`, `int64`, `List[str]`) becomes its JSON Schema name, recursively.
+pub(super) fn normalize_schema_types(schema: &mut Value) {
+    let Value::Object(map) = schema else {
+        if let Value::Array(items) = schema {
+            items.iter_mut().for_each(normalize_schema_types);
+        }
+        return;
+    };
+    if let Some(kind) = map.get_mut("type") {
+        match kind {
+            Value::String(s) => *s = json_type(s),
+            Value::Array(list) => {
+                let mut mapped: Vec<Value> = Vec::with_capacity(list.len());
+                for item in list.iter() {
+                    let item = match item {
+                        Value::String(s) => Value::from(json_type(s)),
+                        other => other.clone(),
+                    };
+                    if !mapped.contains(&item) {
+                        mapped.push(item);
+                    }
+                }
+                *list = mapped;
+            }
+            _ => {}
+        }
+    }
+    for key in ["properties", "patternProperties", "$defs", "definitions", "dependentSchemas"] {
+        if let Some(Value::Object(children)) = map.get_mut(key) {
+            children.values_mut().for_each(normalize_schema_types);
+        }
+    }
+    for key in ["anyOf", "oneOf", "allOf", "prefixItems"] {
+        if let Some(Value::Array(children)) = map.get_mut(key) {
+            children.iter_mut().for_each(normalize_schema_types);
+        }
+    }
+    for key in [
+        "items",
+        "additionalProperties",
+        "not",
+        "if",
+        "then",
+        "else",
+        "contains",
+        "propertyNames",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+    ] {
+        if let Some(child) = map.get_mut(key) {
+            normalize_schema_types(child);
+        }
+    }
+}
+
+const STANDARD_TYPES: [&str; 7] = ["null", "boolean", "object", "array", "number", "string", "integer"];
+
+fn json_type(spelled: &str) -> String {
+    if STANDARD_TYPES.contains(&spelled) {
+        return spelled.to_owned();
+    }
+    let base = spelled
+        .split('(')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_lowercase();
+    if STANDARD_TYPES.contains(&base.as_str()) {
+        return base;
+    }
+    let alias = match base.as_str() {
+        "str" | "text" | "varchar" | "char" | "enum" | "uuid" | "date" | "datetime" | "time"
+        | "timestamp" | "binary" | "blob" | "bytea" | "bytes" | "varbinary" => Some("string"),
+        "bool" => Some("boolean"),
+        "bigint" | "smallint" | "tinyint" => Some("integer"),
+        "double" | "decimal" | "real" | "numeric" => Some("number"),
+        "arr" | "tuple" | "set" => Some("array"),
+        "map" => Some("object"),
+        _ => None,
+    };
+    if let Some(alias) = alias {
+        return alias.to_owned();
+    }
+    const PREFIXES: [(&str, &str); 9] = [
+        ("int", "integer"),
+        ("uint", "integer"),
+        ("long", "integer"),
+        ("short", "integer"),
+        ("unsigned", "integer"),
+        ("num", "number"),
+        ("float", "number"),
+        ("list", "array"),
+        ("dict", "object"),
+    ];
+    for (prefix, kind) in PREFIXES {
+        if let Some(rest) = base.strip_prefix(prefix) {
+            let next = rest.chars().next();
+            if next.is_none_or(|c| c.is_ascii_digit() || "[<( \t".contains(c)) {
+                return kind.to_owned();
+            }
+        }
+    }
+    spelled.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn function_dump_keeps_the_clients_order_and_sglang_defaults() {
+        let tools = dump_list(Some(&json!([{"type": "function", "function": {"parameters": {"type": "object"}, "name": "f"}}])))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            Value::Object(tools[0].clone()).to_string(),
+            r#"{"type":"function","function":{"parameters":{"type":"object"},"name":"f","description":null},"defer_loading":null}"#
+        );
+        let strict = dump_list(Some(&json!([{"function": {"name": "g", "strict": true}}]))).unwrap().unwrap();
+        assert_eq!(
+            Value::Object(strict[0].clone()).to_string(),
+            r#"{"type":"function","function":{"name":"g","strict":true,"description":null,"parameters":null},"defer_loading":null}"#
+        );
+    }
+
+    #[test]
+    fn schema_types_are_normalized_like_sglang() {
+        let mut s = json!({"type": "object", "properties": {"a": {"type": "varchar(20)"}, "b": {"type": ["int64", "integer", "null"]}, "c": {"type": "List[str]", "items": {"type": "Float"}}, "d": {"type": "interval"}}});
+        normalize_schema_types(&mut s);
+        assert_eq!(
+            s,
+            json!({"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": ["integer", "null"]}, "c": {"type": "array", "items": {"type": "number"}}, "d": {"type": "interval"}}})
+        );
+    }
+
+    #[test]
+    fn tool_choice_defaults_and_filters() {
+        let tools = dump_list(Some(&json!([{"function": {"name": "a"}}, {"function": {"name": "b"}}]))).unwrap();
+        assert_eq!(choice(None, tools.as_ref(), &[]).unwrap(), ToolChoice::Auto);
+        assert_eq!(choice(None, None, &[]).unwrap(), ToolChoice::None);
+        let named = choice(Some(&json!({"type": "function", "function": {"name": "b"}})), tools.as_ref(), &[]).unwrap();
+        let picked = selected(&named, tools.clone()).unwrap();
+        assert_eq!(picked.len(), 1);
+        assert_eq!(selected(&ToolChoice::None, tools.clone()), None);
+        assert!(check(&ToolChoice::Named(Some("zz".into())), tools.as_ref(), &mut []).is_err());
+        assert!(check(&ToolChoice::Required, None, &mut []).is_err());
+    }
+}
