@@ -41,6 +41,7 @@ mod bootstrap;
 mod cli;
 mod config;
 mod engine;
+mod json_value;
 mod kv_pool;
 mod limits;
 mod listen;
