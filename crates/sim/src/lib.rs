@@ -52,6 +52,7 @@ mod mock;
 mod mock_answer;
 mod native;
 mod openai;
+mod options;
 mod prefill;
 mod prefix_cache;
 mod reply;
