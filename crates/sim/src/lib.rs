@@ -55,6 +55,7 @@ mod openai;
 mod options;
 mod prefill;
 mod prefix_cache;
+mod reasoning;
 mod reply;
 mod request;
 mod rooms;
@@ -73,7 +74,7 @@ use tokio::task::JoinHandle;
 
 pub use bare_proxy::{run_bare_proxy_cli, spawn_bare_proxy, BareProxyArgs};
 pub use cli::{run_cli, EngineArgs, SimArgs, SimError};
-pub use config::{SimConfig, SimFault, SimRole, DEFAULT_BOOTSTRAP_PORT};
+pub use config::{ReasoningParser, SimConfig, SimFault, SimRole, DEFAULT_BOOTSTRAP_PORT};
 pub use engine::SimEngine;
 pub use loadgen::{run_load, run_load_cli, LoadArgs, LoadReport};
 pub use mock::{run_mock_cli, spawn_mock, spawn_mock_with, MockArgs, RunningMock};
@@ -135,8 +136,10 @@ pub async fn spawn(
     let prefix_cache = config
         .prefix_cache_capacity()
         .map(|tokens| Arc::new(PrefixCache::new(config.page_size, tokens)));
+    let thinking = reasoning::ThinkingTemplate::of(&tokenizer);
     let engine = Arc::new(SimEngine {
         config,
+        thinking,
         tokenizer,
         scheduler,
         prefix_cache,

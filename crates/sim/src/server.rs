@@ -316,6 +316,7 @@ fn server_info(engine: &SimEngine) -> Value {
         "allow_auto_truncate": false,
         "disable_radix_cache": c.disable_radix_cache,
         "enable_cache_report": c.enable_cache_report,
+        "reasoning_parser": c.reasoning_parser.map(|p| p.name()),
         "sim_fault": format!("{:?}", c.fault),
         "scheduler_info": scheduler.clone(),
         "internal_states": [scheduler],
