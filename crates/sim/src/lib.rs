@@ -47,6 +47,7 @@ mod limits;
 mod listen;
 mod load;
 mod loadgen;
+mod logprobs;
 mod metrics;
 mod mock;
 mod mock_answer;
@@ -63,7 +64,9 @@ mod schedule;
 mod scheduler;
 mod server;
 mod stats;
+mod stop;
 mod stream;
+mod tool_call;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
