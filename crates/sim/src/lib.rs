@@ -9,7 +9,10 @@
 //! Generated text is deterministic: the last `min(max_new_tokens, content_len)` tokens of
 //! the request's KV content. A correct engine therefore echoes the end of the prompt, and an
 //! engine that reads stale pages echoes someone else's prompt, which is what the incident
-//! looked like from outside.
+//! looked like from outside. On the OpenAI APIs a request's options reshape that answer as
+//! a model would (`answer.rs`): `n` choices, stop strings, logprobs, a forced tool call, a
+//! JSON `response_format` document, a thought before the answer (Qwen3's thinking), each
+//! with `completion_tokens` equal to the tokens it shows.
 //!
 //! In PD mode a prefill publishes each request's KV under its `bootstrap_room` on a
 //! bootstrap listener (protocol in `bootstrap.rs`), and the decode named by the same request
@@ -30,12 +33,16 @@
 //! and waiting queue), `rooms` + `bootstrap` (the KV hand-off), `request` (parsing),
 //! `schedule` (checks, roles, faults), `limits` (the length limits each fault mode applies),
 //! `prefix_cache` (the cache itself), `prefill` (a prefill's lookup, charge and insert), `native` / `openai` / `reply` (response shapes),
-//! `stream` (SSE body), `server` (routes), `load` (`/v1/loads`, `/get_load`), `metrics`
-//! (`/metrics`), `listen` (accept loop), `cli` (`kvgate sim-engine` and the `kvgate-sim`
+//! `stream` (SSE body), `options` (the OpenAI fields that shape an answer: `n`, `stop`,
+//! logprobs, tools, `response_format`, thinking), `answer` (each choice's tokens, text or
+//! tool call, and stream pieces) with `stop`, `reasoning`, `tool_call`, `json_value` and
+//! `logprobs`, `openai_stream` (the streamed OpenAI shapes), `server` (routes), `load`
+//! (`/v1/loads`, `/get_load`), `metrics` (`/metrics`), `listen` (accept loop), `cli` (`kvgate sim-engine` and the `kvgate-sim`
 //! binary), `mock` (`kvgate mock-engine`: no pool, no faults, answers prepared once per body,
 //! optionally paced; `mock_answer`: its answer kinds — the load harness's engine), `loadgen`
 //! (`kvgate load-gen`: fixed-rate arrivals, latency percentiles, for the harness).
 
+mod answer;
 mod bare_proxy;
 mod bootstrap;
 mod cli;
@@ -53,6 +60,7 @@ mod mock;
 mod mock_answer;
 mod native;
 mod openai;
+mod openai_stream;
 mod options;
 mod prefill;
 mod prefix_cache;
