@@ -100,7 +100,15 @@ fn answer(req: &GenRequest, r: &SampleResult, style: &Style) -> Answer {
     let reshaped = !style.plain && matches!(r.finish, Finish::Stop { .. } | Finish::Length { .. });
     if !reshaped {
         let max = output.len();
-        return text_answer(style, Thinking::Off, Body::Tail(output), max, &[], finish);
+        return text_answer(
+            style,
+            req.stream,
+            Thinking::Off,
+            Body::Tail(output),
+            max,
+            &[],
+            finish,
+        );
     }
     let max = match r.finish {
         Finish::Length { length } => length,
@@ -110,6 +118,7 @@ fn answer(req: &GenRequest, r: &SampleResult, style: &Style) -> Answer {
     if req.api != Api::Chat {
         return text_answer(
             style,
+            req.stream,
             Thinking::Off,
             Body::Tail(output),
             max,
@@ -125,7 +134,15 @@ fn answer(req: &GenRequest, r: &SampleResult, style: &Style) -> Answer {
         if made.ids.len() <= max {
             return tool_answer(made);
         }
-        return text_answer(style, Thinking::Off, Body::Head(made.ids), max, &[], eos);
+        return text_answer(
+            style,
+            req.stream,
+            Thinking::Off,
+            Body::Head(made.ids),
+            max,
+            &[],
+            eos,
+        );
     }
     let thinking = Thinking::of(style.template, style.reasoning_parser, options);
     let body = match (&options.format, &options.tool_result) {
@@ -134,6 +151,7 @@ fn answer(req: &GenRequest, r: &SampleResult, style: &Style) -> Answer {
         (None, None) => {
             return text_answer(
                 style,
+                req.stream,
                 thinking,
                 Body::Tail(output),
                 max,
@@ -142,7 +160,7 @@ fn answer(req: &GenRequest, r: &SampleResult, style: &Style) -> Answer {
             )
         }
     };
-    text_answer(style, thinking, body, max, &options.stop, eos)
+    text_answer(style, req.stream, thinking, body, max, &options.stop, eos)
 }
 
 /// The JSON document of a `response_format`.
@@ -195,6 +213,7 @@ fn prefix(text: &str, bytes: usize) -> &str {
 /// A text answer: an optional thought, then `body`, within `max` tokens, cut at a stop.
 fn text_answer(
     style: &Style,
+    stream: bool,
     thinking: Thinking,
     body: Body,
     max: usize,
@@ -234,9 +253,31 @@ fn text_answer(
         (finish, matched, cut) = ("stop", json!(stopped.matched), stopped.cut);
     }
     let separate = thinking == Thinking::Separate;
+    let pieces = if stream {
+        text_pieces(tokenizer, &ids, cut, separate)
+    } else {
+        Vec::new()
+    };
+    let full = text(tokenizer, &ids);
+    let full = prefix(&full, cut);
+    let (reasoning, content) = if separate { split(full) } else { ("", full) };
+    Answer {
+        reasoning: (!reasoning.is_empty()).then(|| reasoning.to_string()),
+        content: Some(content.to_string()),
+        tool_call: None,
+        ids,
+        pieces,
+        finish,
+        matched,
+    }
+}
+
+/// The stream pieces of a text answer: per generated token, what its text adds to the
+/// reasoning and to the content (cut at `cut` bytes).
+fn text_pieces(tokenizer: &ModelTokenizer, ids: &[u32], cut: usize, separate: bool) -> Vec<Piece> {
     let mut pieces = Vec::new();
     let (mut sent_reasoning, mut sent_content) = (String::new(), String::new());
-    for (k, step) in text_steps(tokenizer, &ids) {
+    for (k, step) in text_steps(tokenizer, ids) {
         let step = prefix(&step, cut);
         let (reasoning, content) = if separate { split(step) } else { ("", step) };
         let mut token = true;
@@ -260,16 +301,5 @@ fn text_answer(
         }
         (sent_reasoning, sent_content) = (reasoning.to_string(), content.to_string());
     }
-    let full = text(tokenizer, &ids);
-    let full = prefix(&full, cut);
-    let (reasoning, content) = if separate { split(full) } else { ("", full) };
-    Answer {
-        reasoning: (!reasoning.is_empty()).then(|| reasoning.to_string()),
-        content: Some(content.to_string()),
-        tool_call: None,
-        ids,
-        pieces,
-        finish,
-        matched,
-    }
+    pieces
 }

@@ -2,7 +2,7 @@
 //! checked for each stop string in the request's order; the first token whose text holds
 //! one ends generation there (it counts as generated), and the answer is cut before it.
 
-use super::reply::text_steps;
+use super::reply::text;
 use kvgate_tokenize::ModelTokenizer;
 
 /// Where a stop string ended generation.
@@ -21,15 +21,19 @@ pub(crate) fn find(tokenizer: &ModelTokenizer, ids: &[u32], stops: &[String]) ->
     if stops.is_empty() {
         return None;
     }
-    text_steps(tokenizer, ids)
-        .into_iter()
-        .find_map(|(tokens, text)| {
-            stops.iter().find_map(|stop| {
-                text.find(stop.as_str()).map(|cut| Stopped {
-                    tokens,
-                    matched: stop.clone(),
-                    cut,
-                })
+    // Token by token, so a stop early in a long answer ends the search there.
+    (1..=ids.len()).find_map(|tokens| {
+        let text = text(tokenizer, ids.get(..tokens).unwrap_or_default());
+        if tokens < ids.len() && text.ends_with('\u{FFFD}') {
+            // Inside a multi-byte character: held back, as the detokenizer holds it.
+            return None;
+        }
+        stops.iter().find_map(|stop| {
+            text.find(stop.as_str()).map(|cut| Stopped {
+                tokens,
+                matched: stop.clone(),
+                cut,
             })
         })
+    })
 }
