@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::config::{SimConfig, SimFault, SimRole};
+use super::config::{ReasoningParser, SimConfig, SimFault, SimRole};
 use kvgate_tokenize::{ModelTokenizer, TokenizeError};
 
 /// What every engine command takes: where it listens, what it serves, its tokenizer.
@@ -99,6 +99,10 @@ pub struct SimArgs {
     /// (SGLang's --enable-cache-report); /generate reports meta_info.cached_tokens always.
     #[arg(long)]
     pub enable_cache_report: bool,
+    /// Separate a thinking answer's thought into reasoning_content (SGLang's
+    /// --reasoning-parser); without it the thought stays in content as <think>…</think>.
+    #[arg(long, value_enum, value_name = "PARSER")]
+    pub reasoning_parser: Option<ReasoningParser>,
 }
 
 /// Why the simulated engine could not start.
@@ -152,6 +156,7 @@ pub async fn run_cli(args: SimArgs) -> Result<(), SimError> {
         disable_radix_cache: args.disable_radix_cache,
         prefix_cache_tokens: args.prefix_cache_tokens,
         enable_cache_report: args.enable_cache_report,
+        reasoning_parser: args.reasoning_parser,
         ..SimConfig::default()
     };
     let running = super::spawn(config, Arc::new(tokenizer), http, bootstrap)
@@ -230,8 +235,11 @@ mod tests {
             "--prefix-cache-tokens",
             "1024",
             "--enable-cache-report",
+            "--reasoning-parser",
+            "qwen3",
         ])
         .unwrap();
+        assert_eq!(cli.args.reasoning_parser, Some(ReasoningParser::Qwen3));
         assert!(cli.args.disable_radix_cache);
         assert_eq!(cli.args.prefix_cache_tokens, Some(1024));
         assert!(cli.args.enable_cache_report);
@@ -253,6 +261,7 @@ mod tests {
         assert!(!defaults.args.disable_radix_cache);
         assert_eq!(defaults.args.prefix_cache_tokens, None);
         assert!(!defaults.args.enable_cache_report);
+        assert_eq!(defaults.args.reasoning_parser, None);
         // Zero running requests would admit nothing: refused at parse time.
         assert!(Cli::try_parse_from([
             "sim-engine",

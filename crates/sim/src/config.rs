@@ -59,6 +59,10 @@ pub struct SimConfig {
     /// {"cached_tokens": N}`. Off (the default, as in SGLang): `prompt_tokens_details` is
     /// null. `/generate`'s `meta_info.cached_tokens` is reported either way.
     pub enable_cache_report: bool,
+    /// SGLang's `--reasoning-parser`: a thinking answer's thought goes to
+    /// `reasoning_content` (with `separate_reasoning`, true by default) instead of staying
+    /// in `content` as `<think>…</think>`. `None` (the default, as in SGLang): no parser.
+    pub reasoning_parser: Option<ReasoningParser>,
 }
 
 impl Default for SimConfig {
@@ -81,6 +85,7 @@ impl Default for SimConfig {
             disable_radix_cache: false,
             prefix_cache_tokens: None,
             enable_cache_report: false,
+            reasoning_parser: None,
         }
     }
 }
@@ -127,6 +132,22 @@ impl SimConfig {
             .saturating_sub(1)
             .min(self.reported_kv_tokens().saturating_sub(1))
             .saturating_sub(5)
+    }
+}
+
+/// A reasoning parser of SGLang's `--reasoning-parser`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReasoningParser {
+    /// Qwen3's `<think>…</think>`, thinking switched by `enable_thinking`.
+    Qwen3,
+}
+
+impl ReasoningParser {
+    /// Its name, as `/get_server_info` reports it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReasoningParser::Qwen3 => "qwen3",
+        }
     }
 }
 

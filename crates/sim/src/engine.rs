@@ -8,6 +8,7 @@ use tokio::sync::{watch, Notify};
 use super::bootstrap::BootstrapClient;
 use super::config::SimConfig;
 use super::prefix_cache::PrefixCache;
+use super::reasoning::ThinkingTemplate;
 use super::rooms::Rooms;
 use super::scheduler::Scheduler;
 use super::stats::{ReceivedRequest, SimStats, SimStatsSnapshot};
@@ -17,6 +18,8 @@ use kvgate_tokenize::ModelTokenizer;
 /// counters and received-request log.
 pub struct SimEngine {
     pub(crate) config: SimConfig,
+    /// What the chat template does with `enable_thinking`, probed once at start.
+    pub(crate) thinking: ThinkingTemplate,
     pub(crate) tokenizer: Arc<ModelTokenizer>,
     pub(crate) scheduler: Arc<Scheduler>,
     /// The prefix cache; `None` with `disable_radix_cache`.

@@ -9,7 +9,10 @@
 //! Generated text is deterministic: the last `min(max_new_tokens, content_len)` tokens of
 //! the request's KV content. A correct engine therefore echoes the end of the prompt, and an
 //! engine that reads stale pages echoes someone else's prompt, which is what the incident
-//! looked like from outside.
+//! looked like from outside. On the OpenAI APIs a request's options reshape that answer as
+//! a model would (`answer.rs`): `n` choices, stop strings, logprobs, a forced tool call, a
+//! JSON `response_format` document, a thought before the answer (Qwen3's thinking), each
+//! with `completion_tokens` equal to the tokens it shows.
 //!
 //! In PD mode a prefill publishes each request's KV under its `bootstrap_room` on a
 //! bootstrap listener (protocol in `bootstrap.rs`), and the decode named by the same request
@@ -30,29 +33,38 @@
 //! and waiting queue), `rooms` + `bootstrap` (the KV hand-off), `request` (parsing),
 //! `schedule` (checks, roles, faults), `limits` (the length limits each fault mode applies),
 //! `prefix_cache` (the cache itself), `prefill` (a prefill's lookup, charge and insert), `native` / `openai` / `reply` (response shapes),
-//! `stream` (SSE body), `server` (routes), `load` (`/v1/loads`, `/get_load`), `metrics`
-//! (`/metrics`), `listen` (accept loop), `cli` (`kvgate sim-engine` and the `kvgate-sim`
+//! `stream` (SSE body), `options` (the OpenAI fields that shape an answer: `n`, `stop`,
+//! logprobs, tools, `response_format`, thinking), `answer` (each choice's tokens, text or
+//! tool call, and stream pieces) with `stop`, `reasoning`, `tool_call`, `json_value` and
+//! `logprobs`, `openai_stream` (the streamed OpenAI shapes), `server` (routes), `load`
+//! (`/v1/loads`, `/get_load`), `metrics` (`/metrics`), `listen` (accept loop), `cli` (`kvgate sim-engine` and the `kvgate-sim`
 //! binary), `mock` (`kvgate mock-engine`: no pool, no faults, answers prepared once per body,
 //! optionally paced; `mock_answer`: its answer kinds — the load harness's engine), `loadgen`
 //! (`kvgate load-gen`: fixed-rate arrivals, latency percentiles, for the harness).
 
+mod answer;
 mod bare_proxy;
 mod bootstrap;
 mod cli;
 mod config;
 mod engine;
+mod json_value;
 mod kv_pool;
 mod limits;
 mod listen;
 mod load;
 mod loadgen;
+mod logprobs;
 mod metrics;
 mod mock;
 mod mock_answer;
 mod native;
 mod openai;
+mod openai_stream;
+mod options;
 mod prefill;
 mod prefix_cache;
+mod reasoning;
 mod reply;
 mod request;
 mod rooms;
@@ -60,7 +72,9 @@ mod schedule;
 mod scheduler;
 mod server;
 mod stats;
+mod stop;
 mod stream;
+mod tool_call;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -71,7 +85,7 @@ use tokio::task::JoinHandle;
 
 pub use bare_proxy::{run_bare_proxy_cli, spawn_bare_proxy, BareProxyArgs};
 pub use cli::{run_cli, EngineArgs, SimArgs, SimError};
-pub use config::{SimConfig, SimFault, SimRole, DEFAULT_BOOTSTRAP_PORT};
+pub use config::{ReasoningParser, SimConfig, SimFault, SimRole, DEFAULT_BOOTSTRAP_PORT};
 pub use engine::SimEngine;
 pub use loadgen::{run_load, run_load_cli, LoadArgs, LoadReport};
 pub use mock::{run_mock_cli, spawn_mock, spawn_mock_with, MockArgs, RunningMock};
@@ -133,8 +147,10 @@ pub async fn spawn(
     let prefix_cache = config
         .prefix_cache_capacity()
         .map(|tokens| Arc::new(PrefixCache::new(config.page_size, tokens)));
+    let thinking = reasoning::ThinkingTemplate::of(&tokenizer);
     let engine = Arc::new(SimEngine {
         config,
+        thinking,
         tokenizer,
         scheduler,
         prefix_cache,

@@ -37,10 +37,12 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
+use super::answer::Style;
 use super::cli::{io, wait_for_signal, EngineArgs, SimError};
 use super::config::SimConfig;
 use super::listen::{full, json_response, Body, ResetConnection};
 use super::mock_answer::AnswerKind;
+use super::reasoning::ThinkingTemplate;
 use super::reply::{Event, Reply};
 use super::request::{self, Api, GenRequest};
 use super::schedule::{Finish, SampleResult};
@@ -273,7 +275,14 @@ impl Mock {
         let reply = match api {
             Api::Generate => native::reply(&req, &results, &self.tokenizer, 0.0),
             Api::Chat | Api::Completions => {
-                openai::reply(&req, &self.config, &results, &self.tokenizer)
+                // The mock's fixed texts come as they are: no thought before them.
+                let style = Style {
+                    tokenizer: &self.tokenizer,
+                    template: ThinkingTemplate::default(),
+                    reasoning_parser: false,
+                    plain: false,
+                };
+                openai::reply(&req, &self.config, &results, &style).0
             }
         };
         match reply {

@@ -9,6 +9,7 @@ use std::hash::{BuildHasher, Hasher};
 use serde_json::Value;
 
 use super::config::{SimConfig, SimRole, DEFAULT_BOOTSTRAP_PORT};
+use super::options::{self, Options};
 use super::prefix_cache::Partition;
 use kvgate_tokenize::ModelTokenizer;
 
@@ -57,6 +58,8 @@ pub(crate) struct GenRequest {
     pub(crate) continuous_usage: bool,
     /// Response id of the OpenAI APIs.
     pub(crate) id: String,
+    /// What the OpenAI APIs' fields ask of the answer (`n`, `stop`, logprobs, tools, ...).
+    pub(crate) options: Options,
 }
 
 /// Why a body is not a valid request.
@@ -150,6 +153,7 @@ pub(crate) fn parse_with(
             }
         }
     }
+    let options = options::parse(api, body).map_err(ParseError::BadRequest)?;
     let (inputs, is_batch, max_new) = match api {
         Api::Generate => {
             let (inputs, is_batch) = generate_inputs(body, tokenize)?;
@@ -242,6 +246,7 @@ pub(crate) fn parse_with(
         include_usage,
         continuous_usage,
         id: format!("{prefix}{}", random_hex()),
+        options,
     })
 }
 

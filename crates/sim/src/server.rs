@@ -10,6 +10,7 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 
+use super::answer::Style;
 use super::config::{SimFault, SimRole, DEFAULT_BOOTSTRAP_PORT};
 use super::engine::SimEngine;
 use super::listen::{full, json_response, Body, ResetConnection};
@@ -185,14 +186,25 @@ async fn generation(
         .filter_map(|r| r.cache_insert.take())
         .collect();
     let tokenizer = &engine.tokenizer;
-    let reply = match api {
-        Api::Generate => native::reply(&req, &results, tokenizer, e2e),
-        Api::Chat | Api::Completions => openai::reply(&req, &engine.config, &results, tokenizer),
+    let (reply, tokens) = match api {
+        Api::Generate => (
+            native::reply(&req, &results, tokenizer, e2e),
+            results.iter().map(|r| r.output_ids.len()).sum(),
+        ),
+        Api::Chat | Api::Completions => {
+            let style = Style {
+                tokenizer,
+                template: engine.thinking,
+                reasoning_parser: engine.config.reasoning_parser.is_some(),
+                // The router discards a prefill's answer: it stays plain.
+                plain: engine.config.role == SimRole::Prefill,
+            };
+            openai::reply(&req, &engine.config, &results, &style)
+        }
     };
     match reply {
         Reply::Full { status, body } => {
             // A non-streaming answer still takes as long as generating its tokens.
-            let tokens: usize = results.iter().map(|r| r.output_ids.len()).sum();
             if !pace.is_zero() && tokens > 0 {
                 tokio::time::sleep(pace.first).await;
             }
@@ -316,6 +328,7 @@ fn server_info(engine: &SimEngine) -> Value {
         "allow_auto_truncate": false,
         "disable_radix_cache": c.disable_radix_cache,
         "enable_cache_report": c.enable_cache_report,
+        "reasoning_parser": c.reasoning_parser.map(|p| p.name()),
         "sim_fault": format!("{:?}", c.fault),
         "scheduler_info": scheduler.clone(),
         "internal_states": [scheduler],

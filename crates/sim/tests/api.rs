@@ -214,7 +214,9 @@ async fn unified_openai_chat_and_completions() {
         json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": PROMPT}]);
     let prompt = QWEN3.apply_chat_template(&messages, None, true).unwrap();
     let ids = QWEN3.encode(&prompt, false).unwrap();
-    let chat = json!({"model": MODEL, "messages": messages, "max_tokens": 6});
+    // Thinking off: the answer is the end of the prompt, not a thought (Qwen3 thinks by default).
+    let chat = json!({"model": MODEL, "messages": messages, "max_tokens": 6,
+                      "chat_template_kwargs": {"enable_thinking": false}});
     let (status, out) = post(sim.http_addr, "/v1/chat/completions", &chat).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(out["object"], "chat.completion");
@@ -407,7 +409,8 @@ async fn pd_generate_and_chat_transfer_kv_through_the_bootstrap_server() {
     // Streaming chat, and a batch with one room per prompt.
     let messages = json!([{"role": "user", "content": PROMPT}]);
     let chat = with_bootstrap(
-        json!({"model": MODEL, "messages": messages, "max_tokens": 3, "stream": true}),
+        json!({"model": MODEL, "messages": messages, "max_tokens": 3, "stream": true,
+               "chat_template_kwargs": {"enable_thinking": false}}),
         &prefill,
         json!(12),
     );

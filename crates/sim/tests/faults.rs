@@ -71,15 +71,18 @@ async fn incident_fault_leaks_another_users_prompt_with_http_200() {
     assert_ne!(out["meta_info"]["finish_reason"]["type"], "abort");
     assert_eq!(prefill.engine.stats().kv_transfers, 2);
 
-    // OpenAI chat through the same hole.
+    // OpenAI chat through the same hole (thinking off: all of the answer is read from KV).
+    let no_thinking = json!({"enable_thinking": false});
     let c = with_bootstrap(
-        json!({"model": MODEL, "messages": [{"role": "user", "content": secret_prompt()}], "max_tokens": 16}),
+        json!({"model": MODEL, "messages": [{"role": "user", "content": secret_prompt()}], "max_tokens": 16,
+               "chat_template_kwargs": no_thinking}),
         &prefill,
         json!(3),
     );
     let _ = pd_post(&prefill, &decode, "/v1/chat/completions", &c).await;
     let d = with_bootstrap(
-        json!({"model": MODEL, "messages": [{"role": "user", "content": over_long_prompt()}], "max_tokens": 32}),
+        json!({"model": MODEL, "messages": [{"role": "user", "content": over_long_prompt()}], "max_tokens": 32,
+               "chat_template_kwargs": no_thinking}),
         &prefill,
         json!(4),
     );
