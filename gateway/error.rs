@@ -66,7 +66,9 @@ pub enum GatewayError {
     #[error("Tenant `{tenant}` may not use the LoRA adapter `{adapter}`.")]
     LoraNotAllowed { tenant: String, adapter: String },
     /// A `chat_template_kwargs` key on the tenant's `denied_chat_template_kwargs` list.
-    #[error("Tenant `{tenant}` may not set the chat template variable `{key}` (chat_template_kwargs).")]
+    #[error(
+        "Tenant `{tenant}` may not set the chat template variable `{key}` (chat_template_kwargs)."
+    )]
     TemplateKwargNotAllowed { tenant: String, key: String },
     /// `x-kvgate-pool` from a tenant without `choose_pool`.
     #[error("Tenant `{tenant}` may not choose a pool (x-kvgate-pool).")]
@@ -238,9 +240,11 @@ impl GatewayError {
             ModelNotAllowed { .. } => class(S::FORBIDDEN, "permission_error", "model_not_allowed"),
             UnsupportedParameter { .. } => class(S::BAD_REQUEST, INVALID, "unsupported_parameter"),
             LoraNotAllowed { .. } => class(S::FORBIDDEN, "permission_error", "lora_not_allowed"),
-            TemplateKwargNotAllowed { .. } => {
-                class(S::FORBIDDEN, "permission_error", "template_kwarg_not_allowed")
-            }
+            TemplateKwargNotAllowed { .. } => class(
+                S::FORBIDDEN,
+                "permission_error",
+                "template_kwarg_not_allowed",
+            ),
             PoolChoiceNotAllowed { .. } => {
                 class(S::FORBIDDEN, "permission_error", "pool_choice_not_allowed")
             }

@@ -672,3 +672,52 @@ async fn a_prompt_not_in_nfc_is_refused_with_both_counts_named() {
     let reply = post(&completions_url(&gw), Some(KEY), &body).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
 }
+
+/// Every request shape of the Qwen3 zoo (`tests/zoo/fixtures/qwen3.json`), prepared by
+/// llama.cpp's rules (`kvgate_tokenize::prepare`, `ChatRules::LlamaCpp`), counts what the
+/// real engine reports as `usage.prompt_tokens`; a shape the engine refuses, kvgate refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_zoo_shape_counts_as_the_engine_counts_it() {
+    let Some((server, model)) = artifacts() else {
+        return;
+    };
+    let engine = Llama::start(&server, &model, 4096).await;
+    let tokenizer = qwen3();
+    let fixtures: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("tests/zoo/fixtures/qwen3.json")).expect("fixtures"),
+    )
+    .expect("json");
+    let (mut exact, mut refused, mut wrong) = (0, 0, Vec::new());
+    for case in fixtures["cases"].as_array().expect("cases") {
+        let name = case["name"].as_str().unwrap_or("?");
+        let mut body = case["request"].clone();
+        body["max_tokens"] = json!(1);
+        let request = kvgate_tokenize::ChatRequest::from_body(body.as_object().expect("object"))
+            .expect("messages");
+        let ours = tokenizer
+            .chat_prompt(kvgate_tokenize::ChatRules::LlamaCpp, &request)
+            .and_then(|p| tokenizer.count_chat_prompt(&p));
+        let reply = post(
+            &format!("{}/v1/chat/completions", engine.url()),
+            None,
+            &body,
+        )
+        .await;
+        let theirs = (reply.status == 200).then(|| reply.json()["usage"]["prompt_tokens"].as_u64());
+        match (ours, theirs) {
+            (Ok(n), Some(Some(m))) if n as u64 == m => exact += 1,
+            (Err(_), None) => refused += 1,
+            (ours, _) => wrong.push(format!(
+                "{name}: kvgate {ours:?}, engine {} {}",
+                reply.status,
+                reply.text()
+            )),
+        }
+    }
+    eprintln!(
+        "llama.cpp zoo: {exact} exact, {refused} refused by both, {} wrong",
+        wrong.len()
+    );
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    assert!(exact >= 40, "only {exact} shapes served");
+}

@@ -45,7 +45,9 @@ struct Outcome {
 
 fn check_family(family: &str, dir: &Path) -> Outcome {
     let tokenizer = ModelTokenizer::from_dir(dir).expect("tokenizer loads");
-    let path = repo().join("tests/zoo/fixtures").join(format!("{family}.json"));
+    let path = repo()
+        .join("tests/zoo/fixtures")
+        .join(format!("{family}.json"));
     let fixtures: Value =
         serde_json::from_str(&std::fs::read_to_string(&path).expect("fixtures")).expect("json");
     let mut outcome = Outcome {
@@ -68,7 +70,10 @@ fn check_family(family: &str, dir: &Path) -> Outcome {
                 // reports run on), except where pydantic words a validation error.
                 let expected = expected.as_str().unwrap_or_default();
                 let first = expected.lines().next().unwrap_or_default();
-                let pydantic = case.get("pydantic").and_then(Value::as_bool).unwrap_or(false)
+                let pydantic = case
+                    .get("pydantic")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false)
                     || first.contains("Input should")
                     || first.starts_with("'role' must be");
                 if !pydantic && e.to_string() != first {
@@ -92,7 +97,11 @@ fn check_family(family: &str, dir: &Path) -> Outcome {
                 let count = tokenizer.count_chat_prompt(&prompt).expect("count");
                 let ids = tokenizer.chat_prompt_ids(&prompt).expect("ids");
                 // The reference writes SGLang's separately encoded continuation after the render.
-                let text = format!("{}{}", prompt.rendered, prompt.appended.as_deref().unwrap_or(""));
+                let text = format!(
+                    "{}{}",
+                    prompt.rendered,
+                    prompt.appended.as_deref().unwrap_or("")
+                );
                 if text != rendered {
                     outcome.failures.push(format!(
                         "{family}/{name}: render differs\n  engine: {rendered:?}\n  kvgate: {text:?}"
@@ -131,9 +140,8 @@ fn every_zoo_shape_is_counted_as_sglang_counts_it() {
         failures.extend(outcome.failures);
     }
     if !missing.is_empty() {
-        let notice = format!(
-            "zoo tokenizers missing for {missing:?}: run tests/zoo/fetch.sh (npm) first"
-        );
+        let notice =
+            format!("zoo tokenizers missing for {missing:?}: run tests/zoo/fetch.sh (npm) first");
         assert!(std::env::var_os("CI").is_none(), "{notice}");
         eprintln!("*** {notice}; those families are SKIPPED");
     }

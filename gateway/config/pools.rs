@@ -115,7 +115,9 @@ impl PoolConfig {
             ));
         }
         self.check_mode()?;
-        if self.engine == EngineKind::Sglang && self.chat_rules.is_some_and(|r| r != ChatRules::Sglang) {
+        if self.engine == EngineKind::Sglang
+            && self.chat_rules.is_some_and(|r| r != ChatRules::Sglang)
+        {
             return Err(Invalid::new(
                 "chat_rules",
                 "an SGLang engine prepares chats by SGLang's rules: leave chat_rules out, or set engine = \"openai\" for another server",

@@ -103,6 +103,10 @@ pub struct SimArgs {
     /// --reasoning-parser); without it the thought stays in content as <think>…</think>.
     #[arg(long, value_enum, value_name = "PARSER")]
     pub reasoning_parser: Option<ReasoningParser>,
+    /// Prepare chats as this engine kind does before rendering them: sglang (default),
+    /// vllm or llama_cpp (the prompt counts then match that engine's).
+    #[arg(long, value_name = "RULES", default_value = "sglang")]
+    pub chat_rules: kvgate_tokenize::ChatRules,
 }
 
 /// Why the simulated engine could not start.
@@ -157,6 +161,7 @@ pub async fn run_cli(args: SimArgs) -> Result<(), SimError> {
         prefix_cache_tokens: args.prefix_cache_tokens,
         enable_cache_report: args.enable_cache_report,
         reasoning_parser: args.reasoning_parser,
+        chat_rules: args.chat_rules,
         ..SimConfig::default()
     };
     let running = super::spawn(config, Arc::new(tokenizer), http, bootstrap)

@@ -63,6 +63,8 @@ pub struct SimConfig {
     /// `reasoning_content` (with `separate_reasoning`, true by default) instead of staying
     /// in `content` as `<think>…</think>`. `None` (the default, as in SGLang): no parser.
     pub reasoning_parser: Option<ReasoningParser>,
+    /// Which engine's rules prepare a chat before its template renders it.
+    pub chat_rules: kvgate_tokenize::ChatRules,
 }
 
 impl Default for SimConfig {
@@ -86,6 +88,7 @@ impl Default for SimConfig {
             prefix_cache_tokens: None,
             enable_cache_report: false,
             reasoning_parser: None,
+            chat_rules: kvgate_tokenize::ChatRules::Sglang,
         }
     }
 }

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::config::{SimConfig, SimRole, DEFAULT_BOOTSTRAP_PORT};
 use super::options::{self, Options};
 use super::prefix_cache::Partition;
-use kvgate_tokenize::ModelTokenizer;
+use kvgate_tokenize::{ChatPrompt, ChatRequest, ModelTokenizer};
 
 /// SGLang's default `max_new_tokens` (native API and chat without `max_tokens`).
 const DEFAULT_MAX_NEW_TOKENS: usize = 128;
@@ -121,16 +121,12 @@ impl Tokenize<'_> {
         }
     }
 
-    fn chat(&self, rendered: &str) -> Result<Vec<u32>, ParseError> {
+    fn chat(&self, prompt: &ChatPrompt) -> Result<Vec<u32>, ParseError> {
         let Tokenize(tokenizer, mode) = self;
+        let err = |e: kvgate_tokenize::TokenizeError| bad(e.to_string());
         match mode {
-            Tokens::Ids => self.text(rendered, false),
-            Tokens::CountOnly => Ok(vec![
-                0;
-                tokenizer
-                    .count_rendered_chat(rendered)
-                    .map_err(|e| bad(e.to_string()))?
-            ]),
+            Tokens::Ids => tokenizer.chat_prompt_ids(prompt).map_err(err),
+            Tokens::CountOnly => Ok(vec![0; tokenizer.count_chat_prompt(prompt).map_err(err)?]),
         }
     }
 }
@@ -173,9 +169,14 @@ pub(crate) fn parse_with(
             let Some(messages) = messages else {
                 return Err(bad("messages must be a non-empty list"));
             };
-            let tools = body.get("tools").filter(|t| !t.is_null());
+            // The chat prepared as the engine kind it plays prepares it, then rendered.
+            let request = body
+                .as_object()
+                .and_then(ChatRequest::from_body)
+                .filter(|_| messages.is_array())
+                .ok_or_else(|| bad("messages must be a non-empty list"))?;
             let prompt = tokenizer
-                .apply_chat_template(messages, tools, true)
+                .chat_prompt(config.chat_rules, &request)
                 .map_err(|e| bad(e.to_string()))?;
             let ids = tokenize.chat(&prompt)?;
             let max = body

@@ -31,6 +31,7 @@
 //! says why). Callers on an async runtime should still run long prompts on a blocking thread.
 
 mod chat_cache;
+mod chat_prompt;
 mod error;
 mod fast;
 pub mod prepare;
@@ -359,83 +360,6 @@ impl ModelTokenizer {
             return Err(TokenizeError::NoChatTemplate);
         };
         template.render(messages, tools, add_generation_prompt, template_kwargs)
-    }
-
-    /// The prompt of a chat completions request as an engine of `rules` prepares and
-    /// renders it (see [`prepare`]): what [`Self::chat_prompt_ids`] tokenizes.
-    pub fn chat_prompt(
-        &self,
-        rules: ChatRules,
-        request: &ChatRequest<'_>,
-    ) -> Result<ChatPrompt, TokenizeError> {
-        let Some(template) = &self.template else {
-            return Err(TokenizeError::NoChatTemplate);
-        };
-        let prepared = prepare::prepare(rules, request, template.formats())?;
-        let mut rendered = template.render_prepared(&prepared)?;
-        if rules == ChatRules::LlamaCpp && self.adds_bos() {
-            // `common_chat_template_direct_apply_impl`: the tokenizer adds BOS itself, so a
-            // template's leading BOS text is removed.
-            if let Some(bos) = self.bos_token_id.and_then(|id| self.inner.id_to_token(id)) {
-                if let Some(rest) = rendered.strip_prefix(bos.as_str()) {
-                    rendered = rest.to_owned();
-                }
-            }
-        }
-        let appended = match prepared.continuation {
-            prepare::Continuation::AppendEncoded(text) => Some(text),
-            _ => None,
-        };
-        Ok(ChatPrompt {
-            rendered,
-            add_special_tokens: prepared.add_special_tokens,
-            appended,
-        })
-    }
-
-    /// The token ids of a chat prompt: the render without special tokens, then any appended
-    /// text encoded on its own with special tokens less one leading BOS (SGLang's
-    /// `continue_final_message`).
-    pub fn chat_prompt_ids(&self, prompt: &ChatPrompt) -> Result<Vec<u32>, TokenizeError> {
-        let mut ids = if prompt.add_special_tokens {
-            self.ids_fast(&prompt.rendered, true)?
-        } else {
-            self.ids_rendered_chat(&prompt.rendered)?
-        };
-        if let Some(text) = &prompt.appended {
-            ids.extend(self.appended_ids(text)?);
-        }
-        Ok(ids)
-    }
-
-    /// The token count of a chat prompt (`chat_prompt_ids(prompt).len()`).
-    pub fn count_chat_prompt(&self, prompt: &ChatPrompt) -> Result<usize, TokenizeError> {
-        let mut n = if prompt.add_special_tokens {
-            self.count_fast(&prompt.rendered, true)?
-        } else {
-            self.count_rendered_chat(&prompt.rendered)?
-        };
-        if let Some(text) = &prompt.appended {
-            n += self.appended_ids(text)?.len();
-        }
-        Ok(n)
-    }
-
-    /// Whether encoding with special tokens puts a BOS first.
-    fn adds_bos(&self) -> bool {
-        self.extra_bos.is_some()
-            || self
-                .post_processor_ids
-                .as_ref()
-                .is_some_and(|(before, _)| before.first().is_some_and(|id| Some(*id) == self.bos_token_id))
-    }
-
-    fn appended_ids(&self, text: &str) -> Result<Vec<u32>, TokenizeError> {
-        let mut ids = self.encode(text, true)?;
-        if ids.first().is_some_and(|&id| Some(id) == self.bos_token_id) {
-            ids.remove(0);
-        }
-        Ok(ids)
     }
 
     /// The key under which the count of this conversation is remembered: its `messages`

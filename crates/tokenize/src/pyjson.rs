@@ -8,7 +8,20 @@ use minijinja::{Error, ErrorKind, Value};
 ///
 /// minijinja's built-in `tojson` escapes HTML characters and uses compact separators, which
 /// would change the rendered prompt and so the token count.
-pub(crate) fn tojson(value: Value, indent: Option<Value>, kwargs: Kwargs) -> Result<String, Error> {
+/// The template variable that asks for llama.cpp's float printing (its own Jinja engine,
+/// `common/jinja/value.cpp` `tojson`, writes doubles as C++ `ostream` does: 6 significant
+/// digits). Set by `prepare::llama_cpp`.
+pub(crate) const CPP_FLOATS_VARIABLE: &str = "__kvgate_cpp_floats";
+
+pub(crate) fn tojson(
+    state: &minijinja::State,
+    value: Value,
+    indent: Option<Value>,
+    kwargs: Kwargs,
+) -> Result<String, Error> {
+    let cpp_floats = state
+        .lookup(CPP_FLOATS_VARIABLE)
+        .is_some_and(|v| v.is_true());
     let indent = match indent {
         Some(v) => Some(v),
         None => kwargs.get::<Option<Value>>("indent")?,
@@ -48,6 +61,7 @@ pub(crate) fn tojson(value: Value, indent: Option<Value>, kwargs: Kwargs) -> Res
         item_sep,
         key_sep,
         sort_keys: sort_keys.unwrap_or(false),
+        cpp_floats,
     };
     let mut out = String::new();
     style.write(&mut out, &json, 0);
@@ -60,6 +74,8 @@ struct JsonStyle {
     item_sep: String,
     key_sep: String,
     sort_keys: bool,
+    /// Floats as C++ prints them (llama.cpp) rather than as Python's `repr`.
+    cpp_floats: bool,
 }
 
 impl JsonStyle {
@@ -106,6 +122,7 @@ impl JsonStyle {
             }
             // Floats print like Python's `repr` (`1e+20`, `1.5e-07`), not like Rust's.
             serde_json::Value::Number(n) if n.is_f64() => match n.as_f64() {
+                Some(f) if self.cpp_floats => out.push_str(&cpp_float(f)),
                 Some(f) => out.push_str(&python_float_repr(f)),
                 None => out.push_str(&n.to_string()),
             },
@@ -164,9 +181,61 @@ fn python_float_repr(f: f64) -> String {
     }
 }
 
+/// C++ `std::ostream << double` with the default precision (`%g`, 6 significant digits):
+/// `1.0` → `1`, `3.14159265` → `3.14159`, `1e20` → `1e+20`, `1.5e-7` → `1.5e-07`.
+fn cpp_float(f: f64) -> String {
+    if !f.is_finite() {
+        return if f.is_nan() {
+            "nan"
+        } else if f > 0.0 {
+            "inf"
+        } else {
+            "-inf"
+        }
+        .into();
+    }
+    if f == 0.0 {
+        return if f.is_sign_negative() { "-0" } else { "0" }.into();
+    }
+    let sci = format!("{f:.5e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci.as_str(), "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let trim = |s: &str| -> String {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_owned()
+        } else {
+            s.to_owned()
+        }
+    };
+    if !(-4..6).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{}e{sign}{:02}", trim(mantissa), exp.unsigned_abs())
+    } else {
+        let decimals = usize::try_from(5 - exp).unwrap_or(0);
+        trim(&format!("{f:.decimals$}"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn floats_print_like_cpp_ostream_for_llama_cpp() {
+        for (f, want) in [
+            (1.0, "1"),
+            (3.14159265, "3.14159"),
+            (1e20, "1e+20"),
+            (1.5e-7, "1.5e-07"),
+            (-0.0, "-0"),
+            (1.5, "1.5"),
+            (123456.7, "123457"),
+            (1234567.0, "1.23457e+06"),
+            (0.0001, "0.0001"),
+        ] {
+            assert_eq!(cpp_float(f), want, "{f}");
+        }
+    }
 
     #[test]
     fn floats_print_like_python_repr() {

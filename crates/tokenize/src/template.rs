@@ -17,6 +17,15 @@ use super::prepare::llama_cpp::Caps;
 use super::prepare::{content_format, cut_at_tag, Continuation, Formats, Normalize, Prepared};
 use super::pyjson::tojson;
 
+/// Which Jinja engine's behaviour a render follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    /// Python's jinja2 under transformers (SGLang, vLLM).
+    Jinja2,
+    /// llama.cpp's own engine (`common/jinja`): attributes of undefined values are undefined.
+    LlamaCpp,
+}
+
 /// transformers' message for an empty conversation.
 const EMPTY_CONVERSATION: &str =
     "Cannot apply chat template to an empty conversation. Provide at least one message.";
@@ -27,6 +36,8 @@ const TEMPLATE_NAME: &str = "chat_template";
 /// A compiled chat template with the special tokens it may refer to.
 pub(crate) struct ChatTemplate {
     env: Environment<'static>,
+    /// The same template for llama.cpp's Jinja (undefined values chain).
+    chainable: Environment<'static>,
     bos_token: Option<String>,
     eos_token: Option<String>,
     /// The template calls `strftime_now`: its output changes with the date.
@@ -48,7 +59,6 @@ impl ChatTemplate {
         bos_token: Option<String>,
         eos_token: Option<String>,
     ) -> Result<Self, TokenizeError> {
-        let mut env = Environment::new();
         let syntax = minijinja::syntax::SyntaxConfig::builder()
             .trim_blocks(true)
             .lstrip_blocks(true)
@@ -56,11 +66,21 @@ impl ChatTemplate {
             .keep_trailing_newline(false)
             .build()
             .map_err(|e| TokenizeError::Template(e.to_string()))?;
-        env.set_syntax(syntax.clone());
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function("raise_exception", raise_exception);
-        env.add_function("strftime_now", strftime_now);
-        env.add_filter("tojson", tojson);
+        let environment = |undefined: minijinja::UndefinedBehavior| {
+            let mut env = Environment::new();
+            env.set_syntax(syntax.clone());
+            env.set_undefined_behavior(undefined);
+            env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+            env.add_function("raise_exception", raise_exception);
+            env.add_function("strftime_now", strftime_now);
+            env.add_filter("tojson", tojson);
+            env.add_template_owned(TEMPLATE_NAME, source.clone())
+                .map_err(|e| TokenizeError::Template(describe(&e)))?;
+            Ok::<_, TokenizeError>(env)
+        };
+        let env = environment(minijinja::UndefinedBehavior::Lenient)?;
+        // llama.cpp's own Jinja engine reads attributes of undefined values as undefined.
+        let chainable = environment(minijinja::UndefinedBehavior::Chainable)?;
         let reads_clock = source.contains("strftime_now");
         let formats = Formats {
             sglang: content_format::detect_sglang(&source, syntax.clone()),
@@ -68,18 +88,16 @@ impl ChatTemplate {
             mentions_developer: source.contains("\"developer\"") || source.contains("'developer'"),
             llama_cpp: Caps::default(),
         };
-        let probe_source = source.clone();
-        env.add_template_owned(TEMPLATE_NAME, source)
-            .map_err(|e| TokenizeError::Template(describe(&e)))?;
         let mut template = Self {
             env,
+            chainable,
             bos_token,
             eos_token,
             reads_clock,
             formats,
         };
-        template.formats.llama_cpp = Caps::probe(&probe_source, |messages, agp| {
-            template.render_as_given(messages, None, agp, None)
+        template.formats.llama_cpp = Caps::probe(&source, |messages, agp| {
+            template.render_as_given(Dialect::LlamaCpp, messages, None, agp, None)
         });
         Ok(template)
     }
@@ -103,7 +121,13 @@ impl ChatTemplate {
         kwargs: Option<&serde_json::Value>,
     ) -> Result<String, TokenizeError> {
         let messages = normalize_messages(messages)?;
-        self.render_as_given(&messages, tools, add_generation_prompt, kwargs)
+        self.render_as_given(
+            Dialect::Jinja2,
+            &messages,
+            tools,
+            add_generation_prompt,
+            kwargs,
+        )
     }
 
     /// Renders a prepared chat (`prepare`): SGLang's render with a retry on other tools,
@@ -113,13 +137,13 @@ impl ChatTemplate {
             Normalize::AliasReasoning => alias_reasoning(&prepared.messages),
             Normalize::AsGiven => prepared.messages.clone(),
         };
-        let llama_continues = matches!(prepared.continuation, Continuation::AfterGenerationPrompt(_));
-        if messages.as_array().is_some_and(Vec::is_empty) && !llama_continues {
+        // transformers refuses an empty conversation; llama.cpp renders it.
+        if messages.as_array().is_some_and(Vec::is_empty) && prepared.dialect == Dialect::Jinja2 {
             return Err(TokenizeError::Refused(EMPTY_CONVERSATION.into()));
         }
         let variables = serde_json::Value::Object(prepared.variables.clone());
         let render = |tools: Option<&serde_json::Value>, agp: bool| {
-            self.render_as_given(&messages, tools, agp, Some(&variables))
+            self.render_as_given(prepared.dialect, &messages, tools, agp, Some(&variables))
         };
         let with_retry = |agp: bool| match render(prepared.tools.as_ref(), agp) {
             Ok(text) => Ok(text),
@@ -162,13 +186,17 @@ impl ChatTemplate {
 
     fn render_as_given(
         &self,
+        dialect: Dialect,
         messages: &serde_json::Value,
         tools: Option<&serde_json::Value>,
         add_generation_prompt: bool,
         kwargs: Option<&serde_json::Value>,
     ) -> Result<String, TokenizeError> {
-        let template = self
-            .env
+        let env = match dialect {
+            Dialect::Jinja2 => &self.env,
+            Dialect::LlamaCpp => &self.chainable,
+        };
+        let template = env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| TokenizeError::Template(describe(&e)))?;
         // HF passes `tools=None` when there are none, so `tools is none` holds in templates.

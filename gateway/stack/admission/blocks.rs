@@ -22,7 +22,8 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
 
-use super::count::{render_chat, Measured, INLINE_COUNT_BYTES};
+use super::chat::render_chat;
+use super::count::{Measured, INLINE_COUNT_BYTES};
 use super::AdmissionState;
 use crate::error::GatewayError;
 use crate::stack::api::prompt_view::Prompts;

@@ -15,12 +15,13 @@ use futures_util::future::{BoxFuture, FutureExt, Shared};
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 
+use super::chat::render_chat;
 use super::prompt::{MaxNew, Sample};
 use crate::error::GatewayError;
 use crate::fleet::KvCost;
 use crate::stack::api::PromptInput;
 use crate::stack::routing::KvCostEstimate;
-use kvgate_tokenize::{prepare, ChatKey, ChatPrompt, ChatRequest, ChatRules, ModelTokenizer, TokenizeError};
+use kvgate_tokenize::{prepare, ChatKey, ChatPrompt, ChatRules, ModelTokenizer, TokenizeError};
 use serde_json::Value;
 
 /// A sample's prompt size as admission knows it.
@@ -81,56 +82,6 @@ pub(super) struct Measured {
     pub ids: Option<Vec<u32>>,
 }
 
-/// A chat the engine would not render, as the client's 400: the engine's own refusal, or
-/// the template's own message (its `raise_exception`), naming the model.
-pub(super) fn template_error(model: &str, e: TokenizeError) -> GatewayError {
-    match e {
-        TokenizeError::NoChatTemplate => GatewayError::invalid(
-            format!("model `{model}` has no chat template; use /v1/completions or /generate"),
-            Some("messages"),
-        ),
-        TokenizeError::Refused(m) => GatewayError::invalid(m, Some("messages")),
-        TokenizeError::TemplateRaised(m) => GatewayError::invalid(
-            format!("the chat template of model `{model}` refused these messages: {m}"),
-            Some("messages"),
-        ),
-        other => GatewayError::invalid(
-            format!("the chat template of model `{model}` could not render these messages: {other}"),
-            Some("messages"),
-        ),
-    }
-}
-
-/// A chat prepared by `rules` and rendered (the request's prompt fields were checked by
-/// parsing).
-pub(super) fn render_chat(
-    tokenizer: &ModelTokenizer,
-    model: &str,
-    rules: ChatRules,
-    messages: &str,
-    tools: Option<&str>,
-    fields: &serde_json::Map<String, Value>,
-) -> Result<ChatPrompt, GatewayError> {
-    let messages: Value = parse_raw(messages, "messages")?;
-    let tools: Option<Value> = tools.map(|t| parse_raw(t, "tools")).transpose()?;
-    let request = ChatRequest {
-        messages: &messages,
-        tools: tools.as_ref(),
-        fields,
-    };
-    tokenizer
-        .chat_prompt(rules, &request)
-        .map_err(|e| template_error(model, e))
-}
-
-/// A raw field (`api::raw`) as values; it was parsed once already, so this only fails
-/// when nesting is too deep for a value tree.
-pub(super) fn parse_raw(raw: &str, field: &str) -> Result<Value, GatewayError> {
-    serde_json::from_str(raw).map_err(|e| {
-        GatewayError::invalid(format!("`{field}` could not be read: {e}"), Some(field))
-    })
-}
-
 /// Prompts up to this size are counted exactly right away, on the request's own thread:
 /// the fast path counts 16 KiB in tens of microseconds, less than a hop to the blocking pool
 /// and back costs. Larger ones get the byte bound first (and the blocking pool if needed).
@@ -183,9 +134,10 @@ pub(super) fn measure(
                     // prepared as the engine prepares it, and rendered.
                     let prompt = render_chat(tokenizer, model, rules, messages, tools, fields)?;
                     let bound = tokenizer.token_upper_bound(prompt.rendered.len(), false)
-                        + prompt.appended.as_ref().map_or(0, |a| {
-                            tokenizer.token_upper_bound(a.len(), true)
-                        });
+                        + prompt
+                            .appended
+                            .as_ref()
+                            .map_or(0, |a| tokenizer.token_upper_bound(a.len(), true));
                     let prompt = Arc::new(prompt);
                     return Ok(Measured {
                         tokens: PromptTokens::AtMost(bound as u64),
@@ -474,7 +426,8 @@ mod tests {
             max_new: MaxNew::Tokens(4),
         };
         let text: &'static str = Box::leak(text.into_boxed_str());
-        let measure = |s: Sample<'_>, ids: bool| measure(&[s], &tok, "qwen3", ChatRules::Sglang, ids);
+        let measure =
+            |s: Sample<'_>, ids: bool| measure(&[s], &tok, "qwen3", ChatRules::Sglang, ids);
         let rendered = tok.apply_chat_template(&messages, None, true).unwrap();
         let exact = tok.count(&rendered, false).unwrap() as u64;
         let options = prepare::options_key(ChatRules::Sglang, &fields);

@@ -14,6 +14,7 @@
 
 mod blocks;
 mod budget;
+mod chat;
 mod count;
 mod prompt;
 
@@ -218,11 +219,18 @@ pub async fn admit(
             .iter()
             .enumerate()
             .map(|(g, rules)| {
-                count::measure(&samples, &model.tokenizer, &parsed.model, *rules, ids_first && g == 0)
+                count::measure(
+                    &samples,
+                    &model.tokenizer,
+                    &parsed.model,
+                    *rules,
+                    ids_first && g == 0,
+                )
             })
             .collect::<Result<_, _>>()?
     };
-    let pending = |measured: &[Vec<Measured>]| measured.iter().flatten().any(|m| m.pending.is_some());
+    let pending =
+        |measured: &[Vec<Measured>]| measured.iter().flatten().any(|m| m.pending.is_some());
     if groups.len() > 1
         || measured
             .iter()

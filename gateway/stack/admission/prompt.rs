@@ -40,7 +40,9 @@ fn engine_default(endpoint: Endpoint) -> MaxNew {
     match endpoint {
         Endpoint::Generate => MaxNew::Tokens(GENERATE_DEFAULT_MAX_NEW_TOKENS),
         Endpoint::Completions => MaxNew::Tokens(COMPLETIONS_DEFAULT_MAX_TOKENS),
-        Endpoint::ChatCompletions | Endpoint::ListModels | Endpoint::RetrieveModel => MaxNew::RestOfWindow,
+        Endpoint::ChatCompletions | Endpoint::ListModels | Endpoint::RetrieveModel => {
+            MaxNew::RestOfWindow
+        }
     }
 }
 

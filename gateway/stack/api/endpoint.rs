@@ -73,7 +73,9 @@ impl Endpoint {
 /// The model id of a `/v1/models/{id}` path, percent-decoded (ids such as `Qwen/Qwen3-8B`
 /// arrive with their slash as is or as `%2F`); None for any other path or a bad escape.
 pub fn model_id(path: &str) -> Option<String> {
-    let raw = path.strip_prefix("/v1/models/").filter(|id| !id.is_empty())?;
+    let raw = path
+        .strip_prefix("/v1/models/")
+        .filter(|id| !id.is_empty())?;
     let bytes = raw.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -108,7 +110,10 @@ mod tests {
             Endpoint::classify(&Method::GET, "/v1/models/Qwen/Qwen3-8B").unwrap(),
             Endpoint::RetrieveModel
         );
-        assert_eq!(model_id("/v1/models/Qwen%2FQwen3-8B").as_deref(), Some("Qwen/Qwen3-8B"));
+        assert_eq!(
+            model_id("/v1/models/Qwen%2FQwen3-8B").as_deref(),
+            Some("Qwen/Qwen3-8B")
+        );
         assert_eq!(model_id("/v1/models/qwen3").as_deref(), Some("qwen3"));
         assert_eq!(model_id("/v1/models/"), None);
         assert_eq!(model_id("/v1/models/%zz"), None);

@@ -376,8 +376,10 @@ mod tests {
         // Template controls are modelled by admission, so they pass on chat only.
         check(
             Endpoint::ChatCompletions,
-            &object(json!({"messages": [], "chat_template_kwargs": {"enable_thinking": false},
-                           "reasoning_effort": "low", "continue_final_message": true})),
+            &object(
+                json!({"messages": [], "chat_template_kwargs": {"enable_thinking": false},
+                           "reasoning_effort": "low", "continue_final_message": true}),
+            ),
         )
         .unwrap();
         assert_eq!(

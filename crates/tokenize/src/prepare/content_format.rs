@@ -214,7 +214,9 @@ mod tests {
         let sglang = |s: &str| detect_sglang(s, Default::default());
         assert_eq!(sglang("{{ 'image' }}"), ContentFormat::OpenAi);
         assert_eq!(
-            sglang("{% for msg in messages %}{% for c in msg['content'] %}{% endfor %}{% endfor %}"),
+            sglang(
+                "{% for msg in messages %}{% for c in msg['content'] %}{% endfor %}{% endfor %}"
+            ),
             ContentFormat::OpenAi
         );
         // Another loop variable name is not seen by SGLang (vLLM sees it).

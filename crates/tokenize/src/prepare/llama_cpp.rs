@@ -22,13 +22,16 @@
 //! - the prompt is tokenized with special tokens (BOS where the vocabulary adds one, a
 //!   template's leading BOS text then removed).
 //!
-//! Not mirrored (the engine's count differs; the guard sees it): llama.cpp's own Jinja
-//! prints floats with 6 significant digits in `tojson` (`1.0` as `1`); the specialised
-//! chat formats (Functionary, Kimi, GPT-OSS, Qwen3-Coder XML, ...).
+//! - floats in `tojson` print as llama.cpp's own Jinja prints them (6 significant digits:
+//!   `1.0` as `1`).
+//!
+//! Not mirrored (the engine's count differs; the guard sees it): the specialised chat
+//! formats (Functionary, Kimi, GPT-OSS, Qwen3-Coder XML, ...); `chat_template_kwargs` that
+//! override `messages`, `tools` or `add_generation_prompt` (llama.cpp lets them).
 
 use serde_json::{Map, Value};
 
-use super::{refused, ChatRequest, Continuation, LlamaContinuation, Normalize, Prepared};
+use super::{refused, ChatRequest, Continuation, Dialect, LlamaContinuation, Normalize, Prepared};
 use crate::TokenizeError;
 
 /// What llama.cpp probes of a template at load (`caps_get`), by rendering test chats.
@@ -50,7 +53,8 @@ impl Caps {
         source: &str,
         render: impl Fn(&Value, bool) -> Result<String, TokenizeError>,
     ) -> Self {
-        let shows = |messages: Value| render(&messages, false).is_ok_and(|out| out.contains(NEEDLE));
+        let shows =
+            |messages: Value| render(&messages, false).is_ok_and(|out| out.contains(NEEDLE));
         let user = |content: Value| serde_json::json!([{"role": "user", "content": content}]);
         let string_content = shows(user(Value::from(NEEDLE)));
         let typed_content = shows(user(serde_json::json!([{"type": "text", "text": NEEDLE}])));
@@ -66,9 +70,11 @@ impl Caps {
             {"role": "tool", "content": "ok", "tool_call_id": "call_1___"},
             {"role": "user", "content": "Thanks"}
         ]));
+        // The autoparser's tags for a `<think>` block (measured on llama-server with the
+        // Qwen3 template: `<think>\n` … `\n</think>\n\n`).
         let reasoning_tags = source
             .contains("<think>")
-            .then(|| ("<think>".to_owned(), "</think>".to_owned()));
+            .then(|| ("<think>\n".to_owned(), "\n</think>\n\n".to_owned()));
         Self {
             string_content,
             typed_content,
@@ -103,14 +109,23 @@ pub(super) fn prepare(request: &ChatRequest<'_>, caps: &Caps) -> Result<Prepared
     };
     let mut continued = match request.field("continue_final_message") {
         Some(Value::Bool(true)) => Some(None),
-        Some(Value::String(s)) if s == "content" || s == "reasoning_content" => Some(Some(s.clone())),
+        Some(Value::String(s)) if s == "content" || s == "reasoning_content" => {
+            Some(Some(s.clone()))
+        }
         _ => None,
     };
-    let role_at = |i: usize| messages.get(i).and_then(|m| m.get("role")).and_then(Value::as_str);
+    let role_at = |i: usize| {
+        messages
+            .get(i)
+            .and_then(|m| m.get("role"))
+            .and_then(Value::as_str)
+    };
     let n = messages.len();
     if continued.is_none() && n > 0 && role_at(n - 1) == Some("assistant") {
         if n > 1 && role_at(n - 2) == Some("assistant") {
-            return Err(refused("Cannot have 2 or more assistant messages at the end of the list."));
+            return Err(refused(
+                "Cannot have 2 or more assistant messages at the end of the list.",
+            ));
         }
         continued = Some(None);
         add_generation_prompt = false;
@@ -119,11 +134,17 @@ pub(super) fn prepare(request: &ChatRequest<'_>, caps: &Caps) -> Result<Prepared
         None => Continuation::None,
         Some(kind) => {
             if add_generation_prompt {
-                return Err(refused("Cannot set both add_generation_prompt and continue_final_message to true."));
+                return Err(refused(
+                    "Cannot set both add_generation_prompt and continue_final_message to true.",
+                ));
             }
             let last = messages.pop().unwrap_or_default();
-            if last.get("role").and_then(Value::as_str) == Some("assistant") && last.contains_key("tool_calls") {
-                return Err(refused("Cannot continue an assistant message that contains tool calls."));
+            if last.get("role").and_then(Value::as_str) == Some("assistant")
+                && last.contains_key("tool_calls")
+            {
+                return Err(refused(
+                    "Cannot continue an assistant message that contains tool calls.",
+                ));
             }
             continuation(&last, kind.as_deref(), caps)
         }
@@ -138,6 +159,7 @@ pub(super) fn prepare(request: &ChatRequest<'_>, caps: &Caps) -> Result<Prepared
         continuation,
         normalize: Normalize::AsGiven,
         add_special_tokens: true,
+        dialect: Dialect::LlamaCpp,
     })
 }
 
@@ -155,7 +177,9 @@ fn parse_message(message: &Value) -> Result<Map<String, Value>, TokenizeError> {
         return Err(refused("All non-assistant messages must contain 'content'"));
     }
     if role == "assistant" && !m.contains_key("content") && !m.contains_key("tool_calls") {
-        return Err(refused("Assistant message must contain either 'content' or 'tool_calls'!"));
+        return Err(refused(
+            "Assistant message must contain either 'content' or 'tool_calls'!",
+        ));
     }
     let content = match m.get("content") {
         None | Some(Value::Null) => Value::from(""),
@@ -188,7 +212,9 @@ fn parse_message(message: &Value) -> Result<Map<String, Value>, TokenizeError> {
         match m.get(key) {
             None => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone()).filter(|s| !s.is_empty())),
-            Some(_) => Err(refused(format!("Failed to parse messages: '{key}' must be a string"))),
+            Some(_) => Err(refused(format!(
+                "Failed to parse messages: '{key}' must be a string"
+            ))),
         }
     };
     let mut out = Map::new();
@@ -214,7 +240,9 @@ fn tool_call(call: &Value) -> Result<Value, TokenizeError> {
     if call.get("type").and_then(Value::as_str) != Some("function") {
         return Err(fail("a tool call needs \"type\": \"function\""));
     }
-    let function = call.get("function").ok_or_else(|| fail("a tool call needs 'function'"))?;
+    let function = call
+        .get("function")
+        .ok_or_else(|| fail("a tool call needs 'function'"))?;
     let name = function
         .get("name")
         .and_then(Value::as_str)
@@ -226,7 +254,10 @@ fn tool_call(call: &Value) -> Result<Value, TokenizeError> {
     };
     let mut out = Map::new();
     out.insert("type".into(), Value::from("function"));
-    out.insert("function".into(), serde_json::json!({"name": name, "arguments": arguments}));
+    out.insert(
+        "function".into(),
+        serde_json::json!({"name": name, "arguments": arguments}),
+    );
     if let Some(id) = call.get("id").and_then(Value::as_str) {
         out.insert("id".into(), Value::from(id));
     }
@@ -238,7 +269,11 @@ fn parse_tools(tools: Option<&Value>) -> Result<Option<Value>, TokenizeError> {
     let list = match tools {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::Array(list)) => list,
-        Some(_) => return Err(refused("Failed to parse tools: Expected 'tools' to be an array")),
+        Some(_) => {
+            return Err(refused(
+                "Failed to parse tools: Expected 'tools' to be an array",
+            ))
+        }
     };
     let mut out = Vec::with_capacity(list.len());
     for tool in list {
@@ -246,17 +281,72 @@ fn parse_tools(tools: Option<&Value>) -> Result<Option<Value>, TokenizeError> {
         if tool.get("type").and_then(Value::as_str) != Some("function") {
             return Err(fail("a tool needs \"type\": \"function\""));
         }
-        let f = tool.get("function").ok_or_else(|| fail("a tool needs 'function'"))?;
-        let name = f.get("name").and_then(Value::as_str).ok_or_else(|| fail("a tool needs 'function.name'"))?;
+        let f = tool
+            .get("function")
+            .ok_or_else(|| fail("a tool needs 'function'"))?;
+        let name = f
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| fail("a tool needs 'function.name'"))?;
         let description = match f.get("description") {
             None => Value::from(""),
             Some(s @ Value::String(_)) => s.clone(),
             Some(_) => return Err(fail("'function.description' must be a string")),
         };
-        let parameters = f.get("parameters").cloned().unwrap_or_else(|| Value::Object(Map::new()));
+        let parameters = f
+            .get("parameters")
+            .cloned()
+            .unwrap_or_else(|| Value::Object(Map::new()));
+        // The tool-call grammar is built from the schemas; a type it does not know fails it.
+        if let Err(why) = schema_types(&parameters, "#") {
+            return Err(refused(format!(
+                "Unable to generate parser for this template. Automatic parser generation failed: JSON schema error at {why}"
+            )));
+        }
         out.push(serde_json::json!({"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}));
     }
     Ok((!out.is_empty()).then_some(Value::Array(out)))
+}
+
+/// Every `type` of a schema is a JSON Schema type (llama.cpp's `json-schema-to-grammar`):
+/// else the path and the type, as its error names them.
+fn schema_types(schema: &Value, path: &str) -> Result<(), String> {
+    let Value::Object(map) = schema else {
+        return Ok(());
+    };
+    const TYPES: [&str; 7] = [
+        "null", "boolean", "object", "array", "number", "string", "integer",
+    ];
+    let bad = |t: &Value| t.as_str().filter(|s| !TYPES.contains(s)).map(str::to_owned);
+    match map.get("type") {
+        Some(t @ Value::String(_)) => {
+            if let Some(t) = bad(t) {
+                return Err(format!("{path}: unrecognized type {t}"));
+            }
+        }
+        Some(Value::Array(list)) => {
+            if let Some(t) = list.iter().find_map(bad) {
+                return Err(format!("{path}: unrecognized type {t}"));
+            }
+        }
+        _ => {}
+    }
+    if let Some(Value::Object(props)) = map.get("properties") {
+        for (name, child) in props {
+            schema_types(child, &format!("{path}/properties/{name}"))?;
+        }
+    }
+    if let Some(items) = map.get("items") {
+        schema_types(items, &format!("{path}/items"))?;
+    }
+    for key in ["anyOf", "oneOf", "allOf"] {
+        if let Some(Value::Array(list)) = map.get(key) {
+            for (i, child) in list.iter().enumerate() {
+                schema_types(child, &format!("{path}/{key}/{i}"))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The template variables (`common_chat_template_direct_apply_impl`, the thinking rules of
@@ -267,12 +357,16 @@ fn variables(request: &ChatRequest<'_>, caps: &Caps) -> Result<Map<String, Value
         Some(Value::Object(map)) => map.clone(),
         Some(_) => return Err(refused("chat_template_kwargs must be an object")),
     };
-    kwargs.entry("preserve_reasoning").or_insert(Value::Bool(true));
+    kwargs
+        .entry("preserve_reasoning")
+        .or_insert(Value::Bool(true));
     let mut thinking = caps.reasoning_tags.is_some();
     match kwargs.get("enable_thinking") {
         Some(Value::Bool(b)) => thinking = *b,
         Some(Value::String(_)) => {
-            return Err(refused("invalid type for \"enable_thinking\" (expected boolean, got string)"))
+            return Err(refused(
+                "invalid type for \"enable_thinking\" (expected boolean, got string)",
+            ))
         }
         _ => {}
     }
@@ -287,6 +381,7 @@ fn variables(request: &ChatRequest<'_>, caps: &Caps) -> Result<Map<String, Value
         _ => {}
     }
     let mut vars = Map::new();
+    vars.insert(crate::pyjson::CPP_FLOATS_VARIABLE.into(), Value::Bool(true));
     vars.insert("enable_thinking".into(), Value::Bool(thinking));
     let (datetime, date) = today();
     vars.insert("datetime".into(), Value::from(datetime));
@@ -294,11 +389,19 @@ fn variables(request: &ChatRequest<'_>, caps: &Caps) -> Result<Map<String, Value
     vars.extend(kwargs);
     if let Some(Value::Bool(keep)) = vars.get("preserve_reasoning").cloned() {
         vars.insert("preserve_thinking".into(), Value::Bool(keep));
-        for name in ["clear_thinking", "drop_thinking", "truncate_history_thinking"] {
+        for name in [
+            "clear_thinking",
+            "drop_thinking",
+            "truncate_history_thinking",
+        ] {
             vars.insert(name.into(), Value::Bool(!keep));
         }
     }
-    if let Some(effort) = vars.get("reasoning_effort").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+    if let Some(effort) = vars
+        .get("reasoning_effort")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    {
         let effort = Value::from(effort);
         vars.insert("reasoning_strength".into(), effort);
     }
@@ -329,7 +432,10 @@ fn normalize(
                     m.insert("content".into(), Value::from(join_parts(&parts)));
                 }
                 Some(Value::String(s)) if caps.typed_content && !caps.string_content => {
-                    m.insert("content".into(), serde_json::json!([{"type": "text", "text": s}]));
+                    m.insert(
+                        "content".into(),
+                        serde_json::json!([{"type": "text", "text": s}]),
+                    );
                 }
                 _ => {}
             }
@@ -339,10 +445,21 @@ fn normalize(
             m
         })
         .collect();
-    if !caps.system_role && out.first().and_then(|m| m.get("role")).and_then(Value::as_str) == Some("system") {
+    if !caps.system_role
+        && out
+            .first()
+            .and_then(|m| m.get("role"))
+            .and_then(Value::as_str)
+            == Some("system")
+    {
         let first = out.remove(0);
         if let Some(second) = out.first_mut() {
-            let text = |m: &Map<String, Value>| m.get("content").and_then(Value::as_str).unwrap_or_default().to_owned();
+            let text = |m: &Map<String, Value>| {
+                m.get("content")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned()
+            };
             let merged = format!("{}\n{}", text(&first), text(second));
             second.insert("content".into(), Value::from(merged));
         }
@@ -397,7 +514,9 @@ fn continuation(last: &Map<String, Value>, kind: Option<&str>, caps: &Caps) -> C
     };
     let empty = content.is_empty()
         && reasoning.is_empty()
-        && !["name", "tool_call_id", "tool_calls"].iter().any(|k| last.contains_key(*k));
+        && !["name", "tool_call_id", "tool_calls"]
+            .iter()
+            .any(|k| last.contains_key(*k));
     if empty {
         return Continuation::AfterGenerationPrompt(LlamaContinuation {
             reasoning_tags: None,

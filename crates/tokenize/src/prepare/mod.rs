@@ -23,6 +23,7 @@ use serde_json::{Map, Value};
 
 pub use content_format::ContentFormat;
 
+pub(crate) use crate::template::Dialect;
 use crate::TokenizeError;
 
 /// Which engine's rules prepare a chat.
@@ -35,6 +36,19 @@ pub enum ChatRules {
     Vllm,
     /// llama.cpp's `llama-server` with `--jinja` (`utils.hpp`, `common/chat.cpp`).
     LlamaCpp,
+}
+
+impl std::str::FromStr for ChatRules {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sglang" => Ok(ChatRules::Sglang),
+            "vllm" => Ok(ChatRules::Vllm),
+            "llama_cpp" => Ok(ChatRules::LlamaCpp),
+            other => Err(format!("`{other}` is not sglang, vllm or llama_cpp")),
+        }
+    }
 }
 
 impl ChatRules {
@@ -82,7 +96,6 @@ impl<'a> ChatRequest<'a> {
             Some(_) => Err(refused("continue_final_message must be a boolean")),
         }
     }
-
 }
 
 /// Top-level request fields (besides `messages` and `tools`) that some engine's
@@ -164,6 +177,8 @@ pub(crate) struct Prepared {
     pub(crate) normalize: Normalize,
     /// The render is encoded with special tokens (vLLM's `add_special_tokens`, llama.cpp).
     pub(crate) add_special_tokens: bool,
+    /// The Jinja engine whose behaviour the render follows.
+    pub(crate) dialect: Dialect,
 }
 
 /// A chat's prompt, as the engine tokenizes it.

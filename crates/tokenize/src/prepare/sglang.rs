@@ -24,7 +24,7 @@ use serde_json::{Map, Value};
 
 use super::content_format::ContentFormat;
 use super::tools;
-use super::{refused, ChatRequest, Continuation, Normalize, Prepared};
+use super::{refused, ChatRequest, Continuation, Dialect, Normalize, Prepared};
 use crate::TokenizeError;
 
 /// Roles of `ChatCompletionMessageGenericParam` (lower-cased by `_normalize_role`).
@@ -76,7 +76,11 @@ pub(super) fn prepare(
         return Err(refused("Request-supplied chat_template is not allowed. Start the server with --trust-request-chat-template to permit it."));
     }
     let client_tools = tools::dump_list(request.tools)?;
-    let choice = tools::choice(request.field("tool_choice"), client_tools.as_ref(), &messages)?;
+    let choice = tools::choice(
+        request.field("tool_choice"),
+        client_tools.as_ref(),
+        &messages,
+    )?;
     tools::check(&choice, client_tools.as_ref(), &mut messages)?;
     let selected = tools::selected(&choice, client_tools);
     for message in &mut messages {
@@ -87,7 +91,9 @@ pub(super) fn prepare(
         .map(|m| for_template(m, format))
         .collect();
     let continuation = last_assistant(&mut out, request.continue_final_message()?);
-    let effort = kwargs.shift_remove("reasoning_effort").filter(|v| !v.is_null());
+    let effort = kwargs
+        .shift_remove("reasoning_effort")
+        .filter(|v| !v.is_null());
     let mut variables = Map::new();
     if let Some(effort) = effort.or(reasoning_effort(request)?) {
         variables.insert("reasoning_effort".into(), effort);
@@ -120,6 +126,7 @@ pub(super) fn prepare(
         continuation,
         normalize: Normalize::AsGiven,
         add_special_tokens: false,
+        dialect: Dialect::Jinja2,
     })
 }
 
@@ -217,7 +224,11 @@ fn dump_message(i: usize, message: &Value) -> Result<Map<String, Value>, Tokeniz
     if role == "user" {
         let content = match m.get("content") {
             Some(c @ (Value::String(_) | Value::Array(_))) => dump_content(i, c, false)?,
-            _ => return Err(invalid("a user message needs `content`: a string or a list of content parts")),
+            _ => {
+                return Err(invalid(
+                    "a user message needs `content`: a string or a list of content parts",
+                ))
+            }
         };
         out.insert("role".into(), Value::from("user"));
         out.insert("content".into(), content);
@@ -233,10 +244,12 @@ fn dump_message(i: usize, message: &Value) -> Result<Map<String, Value>, Tokeniz
     out.insert("role".into(), Value::from(lower.as_str()));
     let content = match m.get("content") {
         None | Some(Value::Null) => Value::Null,
-        Some(c @ (Value::String(_) | Value::Array(_))) => {
-            dump_content(i, c, lower == "assistant")?
+        Some(c @ (Value::String(_) | Value::Array(_))) => dump_content(i, c, lower == "assistant")?,
+        Some(_) => {
+            return Err(invalid(
+                "`content` must be a string, a list of parts or null",
+            ))
         }
-        Some(_) => return Err(invalid("`content` must be a string, a list of parts or null")),
     };
     out.insert("content".into(), content);
     for key in ["tool_call_id", "name", "phase", "reasoning_content"] {
@@ -338,10 +351,17 @@ fn dump_tool_call(call: &Value) -> Result<Value, String> {
             let arguments = match f.get("arguments") {
                 None | Some(Value::Null) => Value::Null,
                 Some(a @ (Value::String(_) | Value::Object(_))) => a.clone(),
-                Some(_) => return Err("tool call `function.arguments` must be a string or an object".into()),
+                Some(_) => {
+                    return Err(
+                        "tool call `function.arguments` must be a string or an object".into(),
+                    )
+                }
             };
             let mut out = Map::new();
-            out.insert("name".into(), string_or_null(f.get("name"), "function.name")?);
+            out.insert(
+                "name".into(),
+                string_or_null(f.get("name"), "function.name")?,
+            );
             out.insert("arguments".into(), arguments);
             out
         }
@@ -425,9 +445,9 @@ fn for_template(mut message: Map<String, Value>, format: ContentFormat) -> Map<S
     out.retain(|_, v| !v.is_null());
     if is_tool {
         if let Some(Value::Array(parts)) = out.get("content") {
-            let all_text = parts.iter().all(|p| {
-                p.is_string() || p.get("type").and_then(Value::as_str) == Some("text")
-            });
+            let all_text = parts
+                .iter()
+                .all(|p| p.is_string() || p.get("type").and_then(Value::as_str) == Some("text"));
             if all_text {
                 let texts: Vec<String> = parts
                     .iter()

@@ -19,7 +19,13 @@ use super::refused;
 use crate::TokenizeError;
 
 /// `Function`'s fields in declared order.
-const FUNCTION_FIELDS: [&str; 5] = ["description", "name", "parameters", "strict", "defer_loading"];
+const FUNCTION_FIELDS: [&str; 5] = [
+    "description",
+    "name",
+    "parameters",
+    "strict",
+    "defer_loading",
+];
 
 /// The request's `tool_choice`, after its default.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,10 +37,16 @@ pub(super) enum ToolChoice {
 }
 
 /// `tools` dumped (`Tool.model_dump()` each); None for absent or null.
-pub(super) fn dump_list(tools: Option<&Value>) -> Result<Option<Vec<Map<String, Value>>>, TokenizeError> {
+pub(super) fn dump_list(
+    tools: Option<&Value>,
+) -> Result<Option<Vec<Map<String, Value>>>, TokenizeError> {
     match tools {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::Array(list)) => list.iter().map(dump_tool).collect::<Result<_, _>>().map(Some),
+        Some(Value::Array(list)) => list
+            .iter()
+            .map(dump_tool)
+            .collect::<Result<_, _>>()
+            .map(Some),
         Some(_) => Err(refused("`tools` must be a list of tools")),
     }
 }
@@ -193,7 +205,11 @@ pub(super) fn check(
         }
     }
     // Each tool's parameters, types normalized, must be a valid JSON Schema.
-    let all: Vec<&Map<String, Value>> = tools.into_iter().flatten().chain(message_tools(messages)).collect();
+    let all: Vec<&Map<String, Value>> = tools
+        .into_iter()
+        .flatten()
+        .chain(message_tools(messages))
+        .collect();
     for (i, tool) in all.into_iter().enumerate() {
         if let Some(parameters) = tool
             .get("function")
@@ -227,7 +243,12 @@ fn check_schema(schema: &Value, depth: usize) -> Result<(), String> {
     let map = match schema {
         Value::Bool(_) => return Ok(()),
         Value::Object(map) => map,
-        other => return Err(format!("{} is not of type 'object', 'boolean'", py_repr(other))),
+        other => {
+            return Err(format!(
+                "{} is not of type 'object', 'boolean'",
+                py_repr(other)
+            ))
+        }
     };
     if let Some(kind) = map.get("type") {
         let valid = |v: &Value| v.as_str().is_some_and(|s| STANDARD_TYPES.contains(&s));
@@ -237,7 +258,10 @@ fn check_schema(schema: &Value, depth: usize) -> Result<(), String> {
             _ => false,
         };
         if !ok {
-            return Err(format!("{} is not valid under any of the given schemas", py_repr(kind)));
+            return Err(format!(
+                "{} is not valid under any of the given schemas",
+                py_repr(kind)
+            ));
         }
     }
     if let Some(required) = map.get("required") {
@@ -259,7 +283,15 @@ fn check_schema(schema: &Value, depth: usize) -> Result<(), String> {
             Some(other) => return Err(format!("{} is not of type 'object'", py_repr(other))),
         }
     }
-    for key in ["items", "additionalProperties", "not", "if", "then", "else", "contains"] {
+    for key in [
+        "items",
+        "additionalProperties",
+        "not",
+        "if",
+        "then",
+        "else",
+        "contains",
+    ] {
         if let Some(child) = map.get(key) {
             check_schema(child, depth + 1)?;
         }
@@ -354,7 +386,13 @@ pub(super) fn normalize_schema_types(schema: &mut Value) {
             _ => {}
         }
     }
-    for key in ["properties", "patternProperties", "$defs", "definitions", "dependentSchemas"] {
+    for key in [
+        "properties",
+        "patternProperties",
+        "$defs",
+        "definitions",
+        "dependentSchemas",
+    ] {
         if let Some(Value::Object(children)) = map.get_mut(key) {
             children.values_mut().for_each(normalize_schema_types);
         }
@@ -382,7 +420,9 @@ pub(super) fn normalize_schema_types(schema: &mut Value) {
     }
 }
 
-const STANDARD_TYPES: [&str; 7] = ["null", "boolean", "object", "array", "number", "string", "integer"];
+const STANDARD_TYPES: [&str; 7] = [
+    "null", "boolean", "object", "array", "number", "string", "integer",
+];
 
 fn json_type(spelled: &str) -> String {
     if STANDARD_TYPES.contains(&spelled) {
@@ -446,7 +486,9 @@ mod tests {
             Value::Object(tools[0].clone()).to_string(),
             r#"{"type":"function","function":{"parameters":{"type":"object"},"name":"f","description":null},"defer_loading":null}"#
         );
-        let strict = dump_list(Some(&json!([{"function": {"name": "g", "strict": true}}]))).unwrap().unwrap();
+        let strict = dump_list(Some(&json!([{"function": {"name": "g", "strict": true}}])))
+            .unwrap()
+            .unwrap();
         assert_eq!(
             Value::Object(strict[0].clone()).to_string(),
             r#"{"type":"function","function":{"name":"g","strict":true,"description":null,"parameters":null},"defer_loading":null}"#
@@ -465,14 +507,27 @@ mod tests {
 
     #[test]
     fn tool_choice_defaults_and_filters() {
-        let tools = dump_list(Some(&json!([{"function": {"name": "a"}}, {"function": {"name": "b"}}]))).unwrap();
+        let tools = dump_list(Some(
+            &json!([{"function": {"name": "a"}}, {"function": {"name": "b"}}]),
+        ))
+        .unwrap();
         assert_eq!(choice(None, tools.as_ref(), &[]).unwrap(), ToolChoice::Auto);
         assert_eq!(choice(None, None, &[]).unwrap(), ToolChoice::None);
-        let named = choice(Some(&json!({"type": "function", "function": {"name": "b"}})), tools.as_ref(), &[]).unwrap();
+        let named = choice(
+            Some(&json!({"type": "function", "function": {"name": "b"}})),
+            tools.as_ref(),
+            &[],
+        )
+        .unwrap();
         let picked = selected(&named, tools.clone()).unwrap();
         assert_eq!(picked.len(), 1);
         assert_eq!(selected(&ToolChoice::None, tools.clone()), None);
-        assert!(check(&ToolChoice::Named(Some("zz".into())), tools.as_ref(), &mut []).is_err());
+        assert!(check(
+            &ToolChoice::Named(Some("zz".into())),
+            tools.as_ref(),
+            &mut []
+        )
+        .is_err());
         assert!(check(&ToolChoice::Required, None, &mut []).is_err());
     }
 }

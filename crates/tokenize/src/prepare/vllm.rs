@@ -33,7 +33,7 @@
 use serde_json::{Map, Value};
 
 use super::content_format::ContentFormat;
-use super::{refused, ChatRequest, Continuation, Normalize, Prepared};
+use super::{refused, ChatRequest, Continuation, Dialect, Normalize, Prepared};
 use crate::TokenizeError;
 
 /// transformers' marker for `continue_final_message` (`render_jinja_template`).
@@ -57,7 +57,9 @@ pub(super) fn prepare(
     let continue_final = flag("continue_final_message")?.unwrap_or(false);
     let add_generation_prompt = flag("add_generation_prompt")?.unwrap_or(true);
     if continue_final && flag("add_generation_prompt")? == Some(true) {
-        return Err(refused("Cannot set both `continue_final_message` and `add_generation_prompt` to True."));
+        return Err(refused(
+            "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+        ));
     }
     let tools = tool_usage(request)?;
     let Value::Array(list) = request.messages else {
@@ -84,7 +86,11 @@ pub(super) fn prepare(
     if variables.contains_key("chat_template") {
         return Err(refused("Chat template is passed with request, but --trust-request-chat-template is not set. Refused request with untrusted chat template."));
     }
-    for name in ["add_generation_prompt", "continue_final_message", "tokenize"] {
+    for name in [
+        "add_generation_prompt",
+        "continue_final_message",
+        "tokenize",
+    ] {
         variables.shift_remove(name);
     }
     if continue_final && add_generation_prompt {
@@ -106,6 +112,7 @@ pub(super) fn prepare(
         continuation,
         normalize: Normalize::AliasReasoning,
         add_special_tokens: special,
+        dialect: Dialect::Jinja2,
     })
 }
 
@@ -151,7 +158,11 @@ fn tool_usage(request: &ChatRequest<'_>) -> Result<Option<Value>, TokenizeError>
     let Some(tools) = tools else {
         return Ok(None);
     };
-    tools.iter().map(dump_tool).collect::<Result<Vec<_>, _>>().map(|t| Some(Value::Array(t)))
+    tools
+        .iter()
+        .map(dump_tool)
+        .collect::<Result<Vec<_>, _>>()
+        .map(|t| Some(Value::Array(t)))
 }
 
 /// `ChatCompletionToolsParam.model_dump()`.
@@ -166,8 +177,14 @@ fn dump_tool(tool: &Value) -> Result<Value, TokenizeError> {
         .ok_or_else(|| refused("a tool's `function.name` must be a string"))?;
     let mut f = Map::new();
     f.insert("name".into(), Value::from(name));
-    f.insert("description".into(), function.get("description").cloned().unwrap_or(Value::Null));
-    f.insert("parameters".into(), function.get("parameters").cloned().unwrap_or(Value::Null));
+    f.insert(
+        "description".into(),
+        function.get("description").cloned().unwrap_or(Value::Null),
+    );
+    f.insert(
+        "parameters".into(),
+        function.get("parameters").cloned().unwrap_or(Value::Null),
+    );
     if let Some(strict) = function.get("strict").filter(|v| !v.is_null()) {
         f.insert("strict".into(), strict.clone());
     }
@@ -218,7 +235,10 @@ fn template_variables(request: &ChatRequest<'_>) -> Result<Map<String, Value>, T
 }
 
 /// `parse_chat_message_content`: one message rebuilt for the template.
-fn parse_message(message: &Value, format: ContentFormat) -> Result<Map<String, Value>, TokenizeError> {
+fn parse_message(
+    message: &Value,
+    format: ContentFormat,
+) -> Result<Map<String, Value>, TokenizeError> {
     let m = message
         .as_object()
         .ok_or_else(|| refused("every message must be an object"))?;
@@ -235,7 +255,11 @@ fn parse_message(message: &Value, format: ContentFormat) -> Result<Map<String, V
         None | Some(Value::Null) => Vec::new(),
         Some(Value::String(s)) => vec![text_part(s)],
         Some(Value::Array(parts)) => parts.clone(),
-        Some(_) => return Err(refused("`content` must be a string, a list of parts or null")),
+        Some(_) => {
+            return Err(refused(
+                "`content` must be a string, a list of parts or null",
+            ))
+        }
     };
     let mut out = Map::new();
     out.insert("role".into(), Value::from(role));
@@ -255,7 +279,9 @@ fn parse_message(message: &Value, format: ContentFormat) -> Result<Map<String, V
                 out.insert("tool_call_id".into(), id.clone());
             }
             if let Some(Value::Array(parts)) = out.get("content") {
-                let all_text = parts.iter().all(|p| p.get("type").and_then(Value::as_str) == Some("text"));
+                let all_text = parts
+                    .iter()
+                    .all(|p| p.get("type").and_then(Value::as_str) == Some("text"));
                 if all_text {
                     let joined: Vec<&str> = parts
                         .iter()
@@ -274,7 +300,10 @@ fn parse_message(message: &Value, format: ContentFormat) -> Result<Map<String, V
         out.insert("task".into(), task.clone());
     }
     if role == "developer" {
-        out.insert("tools".into(), m.get("tools").cloned().unwrap_or(Value::Null));
+        out.insert(
+            "tools".into(),
+            m.get("tools").cloned().unwrap_or(Value::Null),
+        );
     }
     Ok(out)
 }
@@ -330,7 +359,9 @@ fn content(parts: &[Value], format: ContentFormat) -> Result<Value, TokenizeErro
                 // Keys that are not content-part fields survive (`_collect_extra_fields`).
                 if let Value::Object(extra) = part {
                     for (k, v) in extra {
-                        if !["type", "text", "refusal", "thinking", "signature"].contains(&k.as_str()) {
+                        if !["type", "text", "refusal", "thinking", "signature"]
+                            .contains(&k.as_str())
+                        {
                             p.insert(k.clone(), v.clone());
                         }
                     }
@@ -360,9 +391,13 @@ fn postprocess_tool_calls(messages: &mut [Map<String, Value>]) -> Result<(), Tok
             let Value::Object(call) = call else {
                 return Err(refused("assistant tool_calls entries must be objects."));
             };
-            let kind_ok = call.get("type").is_none_or(|t| t.as_str() == Some("function"));
+            let kind_ok = call
+                .get("type")
+                .is_none_or(|t| t.as_str() == Some("function"));
             let Some(Value::Object(function)) = call.get_mut("function").filter(|_| kind_ok) else {
-                return Err(refused("chat completions only support assistant tool_calls of type 'function'."));
+                return Err(refused(
+                    "chat completions only support assistant tool_calls of type 'function'.",
+                ));
             };
             let arguments = match function.get("arguments") {
                 Some(Value::Object(o)) => Value::Object(o.clone()),
@@ -432,9 +467,11 @@ fn developer_as_system(messages: Vec<Map<String, Value>>) -> Vec<Map<String, Val
 /// last text part) gets the tag appended; the render is cut at the tag.
 fn tag_final_message(messages: &mut [Map<String, Value>]) -> Result<(), TokenizeError> {
     let tagged = |text: &str| Value::from(format!("{text}{CONTINUE_TAG} "));
-    let last = messages
-        .last_mut()
-        .ok_or_else(|| refused("Cannot apply chat template to an empty conversation. Provide at least one message."))?;
+    let last = messages.last_mut().ok_or_else(|| {
+        refused(
+            "Cannot apply chat template to an empty conversation. Provide at least one message.",
+        )
+    })?;
     match last.get_mut("content") {
         Some(Value::String(s)) => {
             let t = tagged(s);
@@ -447,12 +484,18 @@ fn tag_final_message(messages: &mut [Map<String, Value>]) -> Result<(), Tokenize
                 .rev()
                 .find(|p| p.get("text").is_some())
                 .ok_or_else(|| refused("continue_final_message is set but we could not find any text to continue in the final message!"))?;
-            let text = part.get("text").and_then(Value::as_str).unwrap_or_default().to_owned();
+            let text = part
+                .get("text")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
             if let Value::Object(p) = part {
                 p.insert("text".into(), tagged(&text));
             }
             Ok(())
         }
-        _ => Err(refused("continue_final_message is set but the final message has no content")),
+        _ => Err(refused(
+            "continue_final_message is set but the final message has no content",
+        )),
     }
 }

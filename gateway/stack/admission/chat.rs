@@ -1,0 +1,59 @@
+//! A chat prepared and rendered as the serving engine does (`kvgate_tokenize::prepare`),
+//! and what the client is told when the engine would refuse it.
+
+use serde_json::Value;
+
+use crate::error::GatewayError;
+use kvgate_tokenize::{ChatPrompt, ChatRequest, ChatRules, ModelTokenizer, TokenizeError};
+
+/// A chat the engine would not render, as the client's 400: the engine's own refusal, or
+/// the template's own message (its `raise_exception`), naming the model.
+fn template_error(model: &str, e: TokenizeError) -> GatewayError {
+    match e {
+        TokenizeError::NoChatTemplate => GatewayError::invalid(
+            format!("model `{model}` has no chat template; use /v1/completions or /generate"),
+            Some("messages"),
+        ),
+        TokenizeError::Refused(m) => GatewayError::invalid(m, Some("messages")),
+        TokenizeError::TemplateRaised(m) => GatewayError::invalid(
+            format!("the chat template of model `{model}` refused these messages: {m}"),
+            Some("messages"),
+        ),
+        other => GatewayError::invalid(
+            format!(
+                "the chat template of model `{model}` could not render these messages: {other}"
+            ),
+            Some("messages"),
+        ),
+    }
+}
+
+/// A chat prepared by `rules` and rendered (the request's prompt fields were checked by
+/// parsing).
+pub(super) fn render_chat(
+    tokenizer: &ModelTokenizer,
+    model: &str,
+    rules: ChatRules,
+    messages: &str,
+    tools: Option<&str>,
+    fields: &serde_json::Map<String, Value>,
+) -> Result<ChatPrompt, GatewayError> {
+    let messages: Value = parse_raw(messages, "messages")?;
+    let tools: Option<Value> = tools.map(|t| parse_raw(t, "tools")).transpose()?;
+    let request = ChatRequest {
+        messages: &messages,
+        tools: tools.as_ref(),
+        fields,
+    };
+    tokenizer
+        .chat_prompt(rules, &request)
+        .map_err(|e| template_error(model, e))
+}
+
+/// A raw field (`api::raw`) as values; it was parsed once already, so this only fails
+/// when nesting is too deep for a value tree.
+pub(super) fn parse_raw(raw: &str, field: &str) -> Result<Value, GatewayError> {
+    serde_json::from_str(raw).map_err(|e| {
+        GatewayError::invalid(format!("`{field}` could not be read: {e}"), Some(field))
+    })
+}
