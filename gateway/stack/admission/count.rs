@@ -22,7 +22,6 @@ use crate::fleet::KvCost;
 use crate::stack::api::PromptInput;
 use crate::stack::routing::KvCostEstimate;
 use kvgate_tokenize::{prepare, ChatKey, ChatPrompt, ChatRules, ModelTokenizer, TokenizeError};
-use serde_json::Value;
 
 /// A sample's prompt size as admission knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
