@@ -34,7 +34,9 @@ fn ask(chat: bool, prompt: &str, stream: bool, max_new: u64) -> (&'static str, V
     if chat {
         (
             "/v1/chat/completions",
+            // Thinking off: the simulated engine answers with the end of the prompt at once.
             json!({"model": "qwen3", "stream": stream, "max_tokens": max_new,
+                   "chat_template_kwargs": {"enable_thinking": false},
                    "messages": [{"role": "user", "content": prompt}]}),
         )
     } else {

@@ -152,13 +152,14 @@ impl Drop for Llama {
     }
 }
 
-/// The config of kvgate in front of `engine`: its pool `engine = "openai"` with `kv_tokens`
+/// The config of kvgate in front of `engine`: its pool `engine = "openai"` (chats prepared
+/// by llama.cpp's rules) with `kv_tokens`
 /// and the model's `context_window`, every other setting the default (the pooled engine
 /// connections included, which llama-server closes after each stream while advertising
 /// keep-alive).
 fn config_for(engine: &Llama, kv_tokens: u64, context_window: u64) -> String {
     let pool = format!(
-        "[[pools]]\nname = \"llama\"\nmodel = \"qwen3\"\nengine = \"openai\"\nmode = \"unified\"\nworkers = [{{ url = \"{}\", kv_tokens = {kv_tokens} }}]\n",
+        "[[pools]]\nname = \"llama\"\nmodel = \"qwen3\"\nengine = \"openai\"\nchat_rules = \"llama_cpp\"\nmode = \"unified\"\nworkers = [{{ url = \"{}\", kv_tokens = {kv_tokens} }}]\n",
         engine.url()
     );
     config_with_pools(context_window, &pool)
@@ -720,4 +721,47 @@ async fn every_zoo_shape_counts_as_the_engine_counts_it() {
     );
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     assert!(exact >= 40, "only {exact} shapes served");
+}
+
+/// The official OpenAI Python SDK through kvgate to the real engine: models.retrieve,
+/// content parts, enable_thinking and the tool loop (from an SDK-shaped history: a model
+/// with random weights cannot be relied on to call the tool), plain and streamed; the
+/// guard's tolerance is 0, so every 200 is also an exact prompt count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_sdk_works_through_kvgate_against_the_real_engine() {
+    let (Some((server, model)), Some(python)) = (artifacts(), sdk_python()) else {
+        return;
+    };
+    let engine = Llama::start(&server, &model, N_CTX).await;
+    let gw = kvgate(&engine, N_CTX, N_CTX).await;
+    let base = format!("http://{}/v1", gw.data_addr());
+    let script = repo().join("tests/sdk/openai_client.py");
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(python)
+            .arg(script)
+            .args(["--base-url", &base, "--api-key", KEY, "--loop-from-history"])
+            .output()
+    })
+    .await
+    .expect("joins")
+    .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}\nengine log: {}",
+        String::from_utf8_lossy(&out.stderr),
+        engine.log_text()
+    );
+    for step in [
+        "models.retrieve",
+        "content_parts",
+        "enable_thinking_false",
+        "tool_loop",
+        "tool_loop_streamed",
+    ] {
+        assert!(
+            stdout.contains(&format!("\"step\": \"{step}\", \"ok\": true")),
+            "{step}: {stdout}"
+        );
+    }
 }

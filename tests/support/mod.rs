@@ -312,3 +312,25 @@ pub fn without_request_ids(text: &str) -> String {
     out.push_str(rest);
     out
 }
+
+/// A Python with the official `openai` SDK for the SDK tests (`.ci/run` installs it):
+/// `None` after a notice when there is none here, a failure under CI (`CI` set).
+pub fn sdk_python() -> Option<&'static str> {
+    let found = std::process::Command::new("python3")
+        .args(["-c", "import openai"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if found {
+        return Some("python3");
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "the OpenAI SDK tests need `python3 -m pip install openai` (CI installs it)"
+    );
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n*** OpenAI SDK test SKIPPED: no `openai` module for python3 (python3 -m pip install openai)\n"
+    );
+    None
+}

@@ -212,11 +212,10 @@ async fn unified_openai_chat_and_completions() {
     let sim = start(config(SimRole::Unified)).await;
     let messages =
         json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": PROMPT}]);
-    let prompt = QWEN3.apply_chat_template(&messages, None, true).unwrap();
-    let ids = QWEN3.encode(&prompt, false).unwrap();
     // Thinking off: the answer is the end of the prompt, not a thought (Qwen3 thinks by default).
     let chat = json!({"model": MODEL, "messages": messages, "max_tokens": 6,
                       "chat_template_kwargs": {"enable_thinking": false}});
+    let ids = chat_prompt_ids(&chat);
     let (status, out) = post(sim.http_addr, "/v1/chat/completions", &chat).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(out["object"], "chat.completion");
@@ -421,12 +420,7 @@ async fn pd_generate_and_chat_transfer_kv_through_the_bootstrap_server() {
     assert_eq!(prefill_events.0, StatusCode::OK);
     assert_eq!(prefill_events.1.last().unwrap(), "[DONE]");
     let events = decode_events.1;
-    let chat_ids = QWEN3
-        .encode(
-            &QWEN3.apply_chat_template(&messages, None, true).unwrap(),
-            false,
-        )
-        .unwrap();
+    let chat_ids = chat_prompt_ids(&chat);
     let content: String = events
         .iter()
         .filter_map(|e| e["choices"][0]["delta"]["content"].as_str())

@@ -23,9 +23,7 @@ fn chat(max_tokens: usize, extra: Value) -> Value {
 
 /// The token ids of [`chat`]'s prompt.
 fn chat_ids() -> Vec<u32> {
-    let messages = json!([{"role": "user", "content": PROMPT}]);
-    let prompt = QWEN3.apply_chat_template(&messages, None, true).unwrap();
-    QWEN3.encode(&prompt, false).unwrap()
+    chat_prompt_ids(&chat(1, json!({})))
 }
 
 fn streamed(mut body: Value) -> Value {

@@ -333,7 +333,11 @@ async fn thinking_is_on_by_default_for_qwen3_inline_without_a_reasoning_parser()
     let mut off = body;
     off["chat_template_kwargs"] = json!({"enable_thinking": false});
     let (_, out) = post(sim.http_addr, "/v1/chat/completions", &off).await;
-    assert_eq!(out["choices"][0]["message"]["content"], echo(&ids, 20));
+    // Off, the template ends the prompt with an empty thought, which the answer echoes.
+    assert_eq!(
+        out["choices"][0]["message"]["content"],
+        echo(&chat_prompt_ids(&off), 20)
+    );
     sim.shutdown().await;
 }
 
@@ -401,7 +405,10 @@ async fn a_reasoning_parser_separates_the_thought_plain_and_streamed() {
         out["choices"][0]["message"]["reasoning_content"],
         Value::Null
     );
-    assert_eq!(out["choices"][0]["message"]["content"], echo(&ids, 20));
+    assert_eq!(
+        out["choices"][0]["message"]["content"],
+        echo(&chat_prompt_ids(&off), 20)
+    );
     // A budget the thought alone fills: all reasoning, no content, "length".
     let mut short = body;
     short["max_tokens"] = json!(4);

@@ -19,7 +19,7 @@
 //! | `bootstrap_host`, `bootstrap_port`, `bootstrap_room` | refused | set by dispatch for the chosen prefill worker only |
 //! | `session_params`, `custom_logit_processor`, `custom_params`, `return_hidden_states`, `data_parallel_rank`, `priority`, `log_metrics` | refused | engine internals no tenant may steer |
 //! | `input_embeds`, `image_data`, `audio_data`, `video_data`, `modalities` | refused | prompts the gateway cannot count, so cannot admit (I2) |
-//! | `chat_template_kwargs`, `reasoning_effort`, `continue_final_message` (chat) | passed | template variables and the final turn's handling: admission prepares the chat with them as the pool's engine does (`kvgate_tokenize::prepare`), so the count stays exact; a tenant may be denied template keys (`denied_chat_template_kwargs`) |
+//! | `chat_template_kwargs`, `reasoning_effort`, `continue_final_message`, `add_generation_prompt`, `add_special_tokens` (chat) | passed | template variables and the final turn's handling: admission prepares the chat with them as the pool's engine does (`kvgate_tokenize::prepare`), so the count stays exact; a tenant may be denied template keys (`denied_chat_template_kwargs`) |
 //! | `suffix`, `functions`, `function_call` | refused | they change the prompt the engine renders in ways the gateway does not model, so its count would be wrong |
 //! | `extra_body` | refused | send its fields at the top level (the OpenAI SDK flattens it) |
 //! | anything else | refused | unknown to the gateway |
@@ -54,8 +54,9 @@ const ENGINE_SAMPLING: [&str; 12] = [
 ];
 
 /// `/v1/chat/completions`: OpenAI's fields, and the engines' template controls that
-/// admission models (`chat_template_kwargs`, `reasoning_effort`, `continue_final_message`).
-pub const CHAT_FIELDS: [&str; 26] = [
+/// admission models (`chat_template_kwargs`, `reasoning_effort`, `continue_final_message`,
+/// and vLLM's and llama.cpp's `add_generation_prompt`, `add_special_tokens`).
+pub const CHAT_FIELDS: [&str; 28] = [
     "model",
     "messages",
     "max_tokens",
@@ -82,6 +83,8 @@ pub const CHAT_FIELDS: [&str; 26] = [
     "chat_template_kwargs",
     "reasoning_effort",
     "continue_final_message",
+    "add_generation_prompt",
+    "add_special_tokens",
 ];
 
 /// `/v1/completions`.

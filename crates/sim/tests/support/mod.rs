@@ -133,3 +133,14 @@ pub fn echo(ids: &[u32], max_new: usize) -> String {
 
 pub const PROMPT: &str =
     "Paged attention keeps the KV cache in fixed-size pages so that memory is not wasted.";
+
+/// The token ids of a chat completions body's prompt, prepared as SGLang prepares it (the
+/// sim's default `--chat-rules`).
+pub fn chat_prompt_ids(body: &serde_json::Value) -> Vec<u32> {
+    let request = kvgate_tokenize::ChatRequest::from_body(body.as_object().expect("an object"))
+        .expect("messages");
+    let prompt = QWEN3
+        .chat_prompt(kvgate_tokenize::ChatRules::Sglang, &request)
+        .expect("the chat renders");
+    QWEN3.chat_prompt_ids(&prompt).expect("ids")
+}

@@ -237,17 +237,4 @@ pub(crate) fn cut_at_tag(rendered: &str) -> Result<String, TokenizeError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_final_message_cut_follows_transformers() {
-        let tag = vllm::CONTINUE_TAG;
-        let kept = format!("<s>assistant: The answer is {tag} </s>\n");
-        assert_eq!(cut_at_tag(&kept).unwrap(), "<s>assistant: The answer is ");
-        // A template that trimmed the tag's space: the text before it is right-trimmed.
-        let trimmed = format!("<s>assistant: The answer is {tag}</s>\n");
-        assert_eq!(cut_at_tag(&trimmed).unwrap(), "<s>assistant: The answer is");
-        assert!(cut_at_tag("no tag").is_err());
-    }
-}
+mod tests;
