@@ -31,59 +31,10 @@
 
 use serde_json::{Map, Value};
 
+pub(crate) use super::llama_caps::Caps;
+use super::schema::schema_types;
 use super::{refused, ChatRequest, Continuation, Dialect, LlamaContinuation, Normalize, Prepared};
 use crate::TokenizeError;
-
-/// What llama.cpp probes of a template at load (`caps_get`), by rendering test chats.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Caps {
-    pub(crate) string_content: bool,
-    pub(crate) typed_content: bool,
-    pub(crate) system_role: bool,
-    pub(crate) object_arguments: bool,
-    /// The reasoning block's tags, when the template writes one (`<think>`, `</think>`).
-    pub(crate) reasoning_tags: Option<(String, String)>,
-}
-
-const NEEDLE: &str = "kvgate_probe_needle";
-
-impl Caps {
-    /// Probe a template through `render(messages, add_generation_prompt)`.
-    pub(crate) fn probe(
-        source: &str,
-        render: impl Fn(&Value, bool) -> Result<String, TokenizeError>,
-    ) -> Self {
-        let shows =
-            |messages: Value| render(&messages, false).is_ok_and(|out| out.contains(NEEDLE));
-        let user = |content: Value| serde_json::json!([{"role": "user", "content": content}]);
-        let string_content = shows(user(Value::from(NEEDLE)));
-        let typed_content = shows(user(serde_json::json!([{"type": "text", "text": NEEDLE}])));
-        let system_role = shows(serde_json::json!([
-            {"role": "system", "content": NEEDLE},
-            {"role": "user", "content": "Hey"}
-        ]));
-        let object_arguments = shows(serde_json::json!([
-            {"role": "user", "content": "Hey"},
-            {"role": "assistant", "content": "", "tool_calls": [
-                {"type": "function", "function": {"name": "ipython", "arguments": {"code": NEEDLE}}, "id": "call_1___"}
-            ]},
-            {"role": "tool", "content": "ok", "tool_call_id": "call_1___"},
-            {"role": "user", "content": "Thanks"}
-        ]));
-        // The autoparser's tags for a `<think>` block (measured on llama-server with the
-        // Qwen3 template: `<think>\n` … `\n</think>\n\n`).
-        let reasoning_tags = source
-            .contains("<think>")
-            .then(|| ("<think>\n".to_owned(), "\n</think>\n\n".to_owned()));
-        Self {
-            string_content,
-            typed_content,
-            system_role,
-            object_arguments,
-            reasoning_tags,
-        }
-    }
-}
 
 pub(super) fn prepare(request: &ChatRequest<'_>, caps: &Caps) -> Result<Prepared, TokenizeError> {
     let Value::Array(list) = request.messages else {
@@ -306,47 +257,6 @@ fn parse_tools(tools: Option<&Value>) -> Result<Option<Value>, TokenizeError> {
         out.push(serde_json::json!({"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}));
     }
     Ok((!out.is_empty()).then_some(Value::Array(out)))
-}
-
-/// Every `type` of a schema is a JSON Schema type (llama.cpp's `json-schema-to-grammar`):
-/// else the path and the type, as its error names them.
-fn schema_types(schema: &Value, path: &str) -> Result<(), String> {
-    let Value::Object(map) = schema else {
-        return Ok(());
-    };
-    const TYPES: [&str; 7] = [
-        "null", "boolean", "object", "array", "number", "string", "integer",
-    ];
-    let bad = |t: &Value| t.as_str().filter(|s| !TYPES.contains(s)).map(str::to_owned);
-    match map.get("type") {
-        Some(t @ Value::String(_)) => {
-            if let Some(t) = bad(t) {
-                return Err(format!("{path}: unrecognized type {t}"));
-            }
-        }
-        Some(Value::Array(list)) => {
-            if let Some(t) = list.iter().find_map(bad) {
-                return Err(format!("{path}: unrecognized type {t}"));
-            }
-        }
-        _ => {}
-    }
-    if let Some(Value::Object(props)) = map.get("properties") {
-        for (name, child) in props {
-            schema_types(child, &format!("{path}/properties/{name}"))?;
-        }
-    }
-    if let Some(items) = map.get("items") {
-        schema_types(items, &format!("{path}/items"))?;
-    }
-    for key in ["anyOf", "oneOf", "allOf"] {
-        if let Some(Value::Array(list)) = map.get(key) {
-            for (i, child) in list.iter().enumerate() {
-                schema_types(child, &format!("{path}/{key}/{i}"))?;
-            }
-        }
-    }
-    Ok(())
 }
 
 /// The template variables (`common_chat_template_direct_apply_impl`, the thinking rules of

@@ -14,10 +14,13 @@
 //! [`TokenizeError::TemplateRaised`].
 
 pub mod content_format;
+mod llama_caps;
 pub(crate) mod llama_cpp;
+mod schema;
 mod sglang;
 mod tools;
 mod vllm;
+mod vllm_tools;
 
 use serde_json::{Map, Value};
 
