@@ -112,6 +112,64 @@ async fn demo_serves_both_pools_on_loopback() {
     demo.shutdown().await;
 }
 
+/// The official OpenAI SDK against `kvgate demo`: models.retrieve, content parts,
+/// enable_thinking and the tool loop plain and streamed (`tests/sdk/openai_client.py`, the
+/// script the demo's banner prints).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_sdk_tool_loop_works_against_the_demo() {
+    let Some(python) = sdk_python() else {
+        return;
+    };
+    let args = kvgate::commands::demo::DemoArgs {
+        config: Some(repo().join("config/demo.toml")),
+        fault: kvgate_sim::SimFault::None,
+        canary: false,
+        canary_fault: None,
+        token_latency_ms: 0,
+        ephemeral: true,
+    };
+    let demo = kvgate::commands::demo::start(&args)
+        .await
+        .expect("demo starts");
+    let banner = kvgate::commands::demo::banner(&demo);
+    assert!(banner.contains("tests/sdk/openai_client.py") && banner.contains("tool_choice"));
+    let base = format!("http://{}/v1", demo.gateway.data_addr());
+    let script = repo().join("tests/sdk/openai_client.py");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .arg(script)
+            .args([
+                "--base-url",
+                &base,
+                "--api-key",
+                kvgate::commands::demo::DEMO_API_KEY,
+            ])
+            .output()
+    })
+    .await
+    .expect("joins")
+    .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for step in [
+        "models.retrieve",
+        "content_parts",
+        "enable_thinking_false",
+        "tool_loop",
+        "tool_loop_streamed",
+    ] {
+        assert!(
+            stdout.contains(&format!("\"step\": \"{step}\", \"ok\": true")),
+            "{step}: {stdout}"
+        );
+    }
+    demo.shutdown().await;
+}
+
 /// `kvgate serve` as a real process: SIGHUP reloads tenants (a revoked key stops working
 /// without a restart) and SIGTERM drains and exits 0.
 #[cfg(unix)]

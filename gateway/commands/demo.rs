@@ -342,6 +342,14 @@ Try:
     -H 'Content-Type: application/json' \
     -d '{{"text":"The quick brown fox","sampling_params":{{"max_new_tokens":8}}}}'
 
+  # a tool call (tool_choice names the function; send the answer back as a "tool" message)
+  curl -s {base}/v1/chat/completions -H 'Authorization: Bearer {DEMO_API_KEY}' \
+    -H 'Content-Type: application/json' \
+    -d '{{"model":"qwen3","max_tokens":64,"messages":[{{"role":"user","content":"Weather in Paris?"}}],"tools":[{{"type":"function","function":{{"name":"get_weather","parameters":{{"type":"object","properties":{{"city":{{"type":"string"}}}},"required":["city"]}}}}}}],"tool_choice":{{"type":"function","function":{{"name":"get_weather"}}}}}}'
+
+  # the OpenAI SDK: models.retrieve, content parts, enable_thinking, the whole tool loop
+  python3 tests/sdk/openai_client.py --base-url {base}/v1 --api-key {DEMO_API_KEY}
+
   curl -s http://{admin}/ready
 
 Ctrl-C stops everything."#,
