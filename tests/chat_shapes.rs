@@ -64,6 +64,20 @@ fn shapes() -> Vec<(&'static str, Value)> {
     ]
 }
 
+/// One simulated SGLang engine and kvgate in front of it (window and pool 40960 tokens).
+async fn engine_and_gateway() -> (kvgate_sim::RunningSim, kvgate::runtime::RunningGateway) {
+    let engine = engine_with(SimConfig {
+        model: "qwen3".into(),
+        kv_tokens: 40960,
+        context_length: 40960,
+        ..SimConfig::default()
+    })
+    .await;
+    let pool = unified_pool("p", &[worker(&engine, Some(40960))]);
+    let gw = gateway(&config_with_pools(40960, &pool)).await;
+    (engine, gw)
+}
+
 fn count(rules: ChatRules, body: &Value) -> u64 {
     let request = ChatRequest::from_body(body.as_object().expect("object")).expect("messages");
     let tokenizer = qwen3();
@@ -81,18 +95,7 @@ fn with_model(mut body: Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_shape_is_served_with_the_engines_exact_count() {
-    let engine = engine_with(SimConfig {
-        model: "qwen3".into(),
-        kv_tokens: 40960,
-        context_length: 40960,
-        ..SimConfig::default()
-    })
-    .await;
-    let gw = gateway(&config_with_pools(
-        40960,
-        &unified_pool("p", &[worker(&engine, Some(40960))]),
-    ))
-    .await;
+    let (engine, gw) = engine_and_gateway().await;
     let url = format!("http://{}/v1/chat/completions", gw.data_addr());
     for (name, body) in shapes() {
         let body = with_model(body);
@@ -179,21 +182,13 @@ async fn pools_of_different_engines_count_each_by_its_own_rules() {
         assert_eq!(reply.status, 200, "{}", reply.text());
         assert_eq!(reply.json()["usage"]["prompt_tokens"].as_u64(), Some(short));
     }
-    assert!(generations(&llama).is_empty() || generations(&llama).len() == 1);
+    // Only the one request pinned to it above reached the llama.cpp-rules engine.
+    assert_eq!(generations(&llama).len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_the_engine_refuses_is_refused_before_it_with_the_engines_reason() {
-    let engine = engine_with(SimConfig {
-        model: "qwen3".into(),
-        ..SimConfig::default()
-    })
-    .await;
-    let gw = gateway(&config_with_pools(
-        40960,
-        &unified_pool("p", &[worker(&engine, Some(40960))]),
-    ))
-    .await;
+    let (engine, gw) = engine_and_gateway().await;
     let url = format!("http://{}/v1/chat/completions", gw.data_addr());
     let user = json!({"role": "user", "content": "Hi"});
     for (body, says) in [
@@ -311,43 +306,12 @@ async fn the_openai_sdk_tool_loop_works_through_kvgate() {
     let Some(python) = sdk_python() else {
         return;
     };
-    let engine = engine_with(SimConfig {
-        model: "qwen3".into(),
-        ..SimConfig::default()
-    })
+    let (_engine, gw) = engine_and_gateway().await;
+    run_openai_sdk(
+        python,
+        format!("http://{}/v1", gw.data_addr()),
+        &[],
+        String::new,
+    )
     .await;
-    let gw = gateway(&config_with_pools(
-        40960,
-        &unified_pool("p", &[worker(&engine, Some(40960))]),
-    ))
-    .await;
-    let base = format!("http://{}/v1", gw.data_addr());
-    let script = repo().join("tests/sdk/openai_client.py");
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python)
-            .arg(script)
-            .args(["--base-url", &base, "--api-key", KEY])
-            .output()
-    })
-    .await
-    .expect("joins")
-    .expect("python runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for step in [
-        "models.retrieve",
-        "content_parts",
-        "enable_thinking_false",
-        "tool_loop",
-        "tool_loop_streamed",
-    ] {
-        assert!(
-            stdout.contains(&format!("\"step\": \"{step}\", \"ok\": true")),
-            "{step}: {stdout}"
-        );
-    }
 }

@@ -70,17 +70,21 @@ fn every_subcommand_has_help() {
     }
 }
 
-#[tokio::test]
-async fn demo_serves_both_pools_on_loopback() {
-    let args = kvgate::commands::demo::DemoArgs {
+/// The demo as `kvgate demo --ephemeral` starts it.
+fn demo_args() -> kvgate::commands::demo::DemoArgs {
+    kvgate::commands::demo::DemoArgs {
         config: Some(repo().join("config/demo.toml")),
         fault: kvgate_sim::SimFault::None,
         canary: false,
         canary_fault: None,
         token_latency_ms: 0,
         ephemeral: true,
-    };
-    let demo = kvgate::commands::demo::start(&args)
+    }
+}
+
+#[tokio::test]
+async fn demo_serves_both_pools_on_loopback() {
+    let demo = kvgate::commands::demo::start(&demo_args())
         .await
         .expect("demo starts");
     assert_eq!(demo.engines.len(), 3);
@@ -120,53 +124,13 @@ async fn the_openai_sdk_tool_loop_works_against_the_demo() {
     let Some(python) = sdk_python() else {
         return;
     };
-    let args = kvgate::commands::demo::DemoArgs {
-        config: Some(repo().join("config/demo.toml")),
-        fault: kvgate_sim::SimFault::None,
-        canary: false,
-        canary_fault: None,
-        token_latency_ms: 0,
-        ephemeral: true,
-    };
-    let demo = kvgate::commands::demo::start(&args)
+    let demo = kvgate::commands::demo::start(&demo_args())
         .await
         .expect("demo starts");
     let banner = kvgate::commands::demo::banner(&demo);
     assert!(banner.contains("tests/sdk/openai_client.py") && banner.contains("tool_choice"));
     let base = format!("http://{}/v1", demo.gateway.data_addr());
-    let script = repo().join("tests/sdk/openai_client.py");
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python)
-            .arg(script)
-            .args([
-                "--base-url",
-                &base,
-                "--api-key",
-                kvgate::commands::demo::DEMO_API_KEY,
-            ])
-            .output()
-    })
-    .await
-    .expect("joins")
-    .expect("python runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for step in [
-        "models.retrieve",
-        "content_parts",
-        "enable_thinking_false",
-        "tool_loop",
-        "tool_loop_streamed",
-    ] {
-        assert!(
-            stdout.contains(&format!("\"step\": \"{step}\", \"ok\": true")),
-            "{step}: {stdout}"
-        );
-    }
+    run_openai_sdk(python, base, &[], String::new).await;
     demo.shutdown().await;
 }
 

@@ -334,3 +334,44 @@ pub fn sdk_python() -> Option<&'static str> {
     );
     None
 }
+
+/// Runs `tests/sdk/openai_client.py` (the official OpenAI SDK) against `base_url` with
+/// `extra` arguments, and asserts every step succeeded; `context` is added to a failure.
+pub async fn run_openai_sdk(
+    python: &'static str,
+    base_url: String,
+    extra: &[&str],
+    context: impl Fn() -> String,
+) {
+    let script = repo().join("tests/sdk/openai_client.py");
+    let args: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .arg(script)
+            .args(["--base-url", &base_url, "--api-key", KEY])
+            .args(args)
+            .output()
+    })
+    .await
+    .expect("joins")
+    .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        context()
+    );
+    for step in [
+        "models.retrieve",
+        "content_parts",
+        "enable_thinking_false",
+        "tool_loop",
+        "tool_loop_streamed",
+    ] {
+        assert!(
+            stdout.contains(&format!("\"step\": \"{step}\", \"ok\": true")),
+            "{step}: {stdout}"
+        );
+    }
+}

@@ -33,7 +33,10 @@ use serde_json::{Map, Value};
 
 pub(crate) use super::llama_caps::Caps;
 use super::schema::schema_types;
-use super::{refused, ChatRequest, Continuation, Dialect, LlamaContinuation, Normalize, Prepared};
+use super::{
+    content_text, refused, ChatRequest, Continuation, Dialect, LlamaContinuation, Normalize,
+    Prepared,
+};
 use crate::TokenizeError;
 
 pub(super) fn prepare(request: &ChatRequest<'_>, caps: &Caps) -> Result<Prepared, TokenizeError> {
@@ -413,15 +416,8 @@ fn continuation(last: &Map<String, Value>, kind: Option<&str>, caps: &Caps) -> C
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
-    let content = match last.get("content") {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n\n"),
-        _ => String::new(),
-    };
+    // A continued message's parts are joined with a blank line (`render_content`).
+    let content = content_text(last.get("content"), "\n\n");
     let empty = content.is_empty()
         && reasoning.is_empty()
         && !["name", "tool_call_id", "tool_calls"]

@@ -195,6 +195,20 @@ pub struct ChatPrompt {
     pub appended: Option<String>,
 }
 
+/// A message's content as one text: a string as it is, the text of its parts joined with
+/// `separator`.
+pub(crate) fn content_text(content: Option<&Value>, separator: &str) -> String {
+    match content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join(separator),
+        _ => String::new(),
+    }
+}
+
 /// An engine's refusal of the request, with its message.
 pub(crate) fn refused(message: impl Into<String>) -> TokenizeError {
     TokenizeError::Refused(message.into())

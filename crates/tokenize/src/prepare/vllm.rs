@@ -34,7 +34,7 @@ use serde_json::{Map, Value};
 
 use super::content_format::ContentFormat;
 use super::vllm_tools::tool_usage;
-use super::{refused, ChatRequest, Continuation, Dialect, Normalize, Prepared};
+use super::{content_text, refused, ChatRequest, Continuation, Dialect, Normalize, Prepared};
 use crate::TokenizeError;
 
 /// transformers' marker for `continue_final_message` (`render_jinja_template`).
@@ -357,15 +357,7 @@ fn developer_as_system(messages: Vec<Map<String, Value>>) -> Vec<Map<String, Val
             rest.push(m);
             continue;
         }
-        let text = match m.get("content") {
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Array(parts)) => parts
-                .iter()
-                .filter_map(|p| p.get("text").and_then(Value::as_str))
-                .collect::<Vec<_>>()
-                .join("\n"),
-            _ => String::new(),
-        };
+        let text = content_text(m.get("content"), "\n");
         if !text.is_empty() {
             system_texts.push(text);
         }
