@@ -1,6 +1,7 @@
 //! Plain `encode` against the count-only fast path, on the real Qwen3 (and DeepSeek-V3)
 //! tokenizers: ~8 KiB, ~1 MiB and 1,000,000-token prompts, a ~500-token chat (render +
-//! count), and re-counting a 500k-token conversation after one appended message.
+//! count), re-counting a 500k-token conversation after one appended message, and a chat
+//! prepared by each engine's rules against rendered as sent.
 //!
 //! Texts are built from the fixture corpus (`tests/fixtures/tokenize/text_cases.jsonl`:
 //! prose, code, CJK, emoji, whitespace, digits, URLs, …) repeated to size.
@@ -10,7 +11,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use kvgate_tokenize::{CountConfig, ModelTokenizer};
+use kvgate_tokenize::{ChatRequest, ChatRules, CountConfig, ModelTokenizer};
 use serde_json::{json, Value};
 
 fn root() -> PathBuf {
@@ -269,5 +270,57 @@ fn chats(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, sizes, chats);
+/// The cost of preparing a chat as the engine does (`kvgate_tokenize::prepare`) against
+/// rendering the client's messages as they are (what kvgate did before): a plain chat and
+/// the OpenAI SDK's tool loop with two tools, each rendered and counted.
+fn preparation(c: &mut Criterion) {
+    let tok = load("qwen3", CountConfig::default());
+    let tools = json!([
+        {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+         "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}}, "required": ["city"]}}},
+        {"type": "function", "function": {"name": "get_time", "description": "Time in a zone",
+         "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]}}}]);
+    let bodies = [
+        (
+            "plain",
+            json!({"messages": [
+            {"role": "system", "content": "You are a helpful assistant. Answer briefly and cite sources."},
+            {"role": "user", "content": "What does a KV cache page hold, and why does its size matter for long prompts?"}]}),
+        ),
+        (
+            "tool_loop",
+            json!({"tools": tools, "messages": [
+            {"role": "user", "content": "What is the weather in Paris and the time there?"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}},
+                {"id": "call_2", "type": "function", "function": {"name": "get_time", "arguments": {"tz": "Europe/Paris"}}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "{\"temperature\": 21}"},
+            {"role": "tool", "tool_call_id": "call_2", "content": "{\"time\": \"14:02\"}"}]}),
+        ),
+    ];
+    for (name, body) in bodies {
+        let map = body.as_object().expect("an object").clone();
+        let mut g = c.benchmark_group(format!("qwen3/prepare/{name}"));
+        g.bench_function("as_sent", |b| {
+            b.iter(|| {
+                let rendered = tok
+                    .apply_chat_template(&map["messages"], map.get("tools"), true)
+                    .unwrap();
+                black_box(tok.count_rendered_chat(&rendered).unwrap())
+            })
+        });
+        for rules in [ChatRules::Sglang, ChatRules::Vllm, ChatRules::LlamaCpp] {
+            g.bench_function(rules.as_str(), |b| {
+                b.iter(|| {
+                    let request = ChatRequest::from_body(&map).unwrap();
+                    let prompt = tok.chat_prompt(rules, &request).unwrap();
+                    black_box(tok.count_chat_prompt(&prompt).unwrap())
+                })
+            });
+        }
+        g.finish();
+    }
+}
+
+criterion_group!(benches, sizes, chats, preparation);
 criterion_main!(benches);

@@ -13,6 +13,9 @@ use std::time::Duration;
 use crate::body::{self, BoxBody, BoxError};
 
 /// Which tenant limit refused a request (the rate-limit stage's `Denied`).
+/// The data-port routes, for the 404 and 405 answers.
+pub const SERVED_ROUTES: &str = "POST /v1/chat/completions, POST /v1/completions, POST /generate, GET /v1/models and GET /v1/models/{id}";
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RateLimitKind {
     /// Requests per minute exhausted; `retry_after` says when one more fits.
@@ -38,10 +41,22 @@ pub enum GatewayError {
         message: String,
         param: Option<String>,
     },
-    #[error("Unknown route {method} {path}")]
-    RouteNotFound { method: String, path: String },
-    #[error("Method {method} is not allowed on {path}")]
-    MethodNotAllowed { method: String, path: String },
+    #[error("Unknown route {method} {path}. kvgate serves {}", SERVED_ROUTES)]
+    RouteNotFound {
+        method: String,
+        path: String,
+        /// The request's body was not read: the connection closes after the answer.
+        body_unread: bool,
+    },
+    #[error(
+        "Method {method} is not allowed on {path}. kvgate serves {}",
+        SERVED_ROUTES
+    )]
+    MethodNotAllowed {
+        method: String,
+        path: String,
+        body_unread: bool,
+    },
     #[error("The model `{model}` does not exist or you do not have access to it.")]
     ModelNotFound { model: String },
     /// Admission refused the prompt (I2): no pool could hold it.
@@ -404,6 +419,16 @@ impl GatewayError {
             }
             GatewayError::Overloaded { .. } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            // Refused before its body was read: the client is told the connection ends, so
+            // its next request opens a new one instead of failing on this one.
+            GatewayError::RouteNotFound {
+                body_unread: true, ..
+            }
+            | GatewayError::MethodNotAllowed {
+                body_unread: true, ..
+            } => {
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             GatewayError::NoEligibleWorker { retry_after, .. }
             | GatewayError::QueueRefused { retry_after, .. } => {

@@ -463,3 +463,52 @@ async fn a_field_sent_twice_is_refused_and_the_prompt_reaches_the_engine_as_sent
     assert_eq!(received[0].body["sampling_params"]["max_new_tokens"], 2);
     gw.shutdown().await;
 }
+
+/// A body sent to a route that does not exist is not read: the 404 names the routes kvgate
+/// serves and says the connection closes, so a keep-alive client's next request goes on a
+/// new connection and succeeds (before, it failed with "Server disconnected").
+#[tokio::test]
+async fn an_unknown_route_with_a_body_answers_404_and_leaves_the_client_usable() {
+    let gw = gateway(&config_with_pools(
+        WINDOW,
+        &unified_pool(
+            "u",
+            &["{ url = \"http://127.0.0.1:9\", kv_tokens = 40960 }".to_owned()],
+        ),
+    ))
+    .await;
+    let body = "x".repeat(70 * 1024);
+    let mut raw = TcpStream::connect(gw.data_addr()).await.unwrap();
+    raw.write_all(
+        format!(
+            "POST /v1/no_such_route HTTP/1.1\r\nhost: kvgate\r\nauthorization: Bearer {KEY}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let answer = until_closed(&mut raw).await.to_ascii_lowercase();
+    assert!(answer.starts_with("http/1.1 404"), "{answer}");
+    assert!(answer.contains("connection: close"), "{answer}");
+    assert!(
+        answer.contains("post /v1/chat/completions"),
+        "the 404 names the routes: {answer}"
+    );
+    // Through a pooled keep-alive client: the 404, then the next request on the same client.
+    let base = format!("http://{}", gw.data_addr());
+    let reply = post(
+        &format!("{base}/v1/no_such_route"),
+        Some(KEY),
+        &json!({"pad": body}),
+    )
+    .await;
+    assert_eq!(reply.status, 404);
+    assert_eq!(reply.headers["connection"], "close");
+    let models = get(&format!("{base}/v1/models"), Some(KEY)).await;
+    assert_eq!(models.status, 200, "{}", models.text());
+    // A bodiless request to an unknown route keeps its connection.
+    let plain = get(&format!("{base}/v1/nothing"), Some(KEY)).await;
+    assert_eq!(plain.status, 404);
+    assert!(plain.headers.get("connection").is_none());
+}

@@ -34,7 +34,21 @@ impl BoxedWrap for Catalog {
 
     fn call<S: Inner<B>, B: Send + 'static>(&self, inner: &S, request: Request<B>) -> ShellFuture {
         match Endpoint::classify(request.method(), request.uri().path()) {
-            Err(e) => Box::pin(async move { Err(e.into()) }),
+            Err(mut e) => {
+                // A body the client sent is not read for a route that does not exist: the
+                // answer says the connection closes, so keep-alive clients reconnect.
+                let has_body = request.headers().contains_key(header::TRANSFER_ENCODING)
+                    || request
+                        .headers()
+                        .get(header::CONTENT_LENGTH)
+                        .is_some_and(|v| v.as_bytes() != b"0");
+                if let GatewayError::RouteNotFound { body_unread, .. }
+                | GatewayError::MethodNotAllowed { body_unread, .. } = &mut e
+                {
+                    *body_unread = has_body;
+                }
+                Box::pin(async move { Err(e.into()) })
+            }
             Ok(Endpoint::ListModels) => {
                 let policy = request.extensions().get::<AuthContext>().map(|a| &a.policy);
                 let response = list_models(&self.models, policy.map(|p| &**p));

@@ -32,6 +32,7 @@ impl Endpoint {
                 return Err(GatewayError::RouteNotFound {
                     method: method.to_string(),
                     path: path.to_owned(),
+                    body_unread: false,
                 })
             }
         };
@@ -39,6 +40,7 @@ impl Endpoint {
             return Err(GatewayError::MethodNotAllowed {
                 method: method.to_string(),
                 path: path.to_owned(),
+                body_unread: false,
             });
         }
         Ok(endpoint)
