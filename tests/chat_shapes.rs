@@ -315,3 +315,44 @@ async fn the_openai_sdk_tool_loop_works_through_kvgate() {
     )
     .await;
 }
+
+/// The exact count is the boundary: a tenant whose prompt cap is the shape's count is
+/// served, one whose cap is one less is refused with `context_length_exceeded` before the
+/// engine sees the request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_prepared_count_is_the_admission_boundary() {
+    let (engine, _) = engine_and_gateway().await;
+    for (name, body) in shapes() {
+        let body = with_model(body);
+        let n = count(ChatRules::Sglang, &body);
+        let tenants = format!(
+            "{}max_prompt_tokens = {n}\n{}max_prompt_tokens = {}\n",
+            tenant_table("exact", "sk-exact"),
+            tenant_table("short", "sk-short"),
+            n - 1
+        );
+        let gw = gateway(
+            &(config_with_pools(40960, &unified_pool("p", &[worker(&engine, Some(40960))]))
+                + &tenants),
+        )
+        .await;
+        let url = format!("http://{}/v1/chat/completions", gw.data_addr());
+        let before = generations(&engine).len();
+        let refused = post(&url, Some("sk-short"), &body).await;
+        assert_eq!(refused.status, 400, "{name}: {}", refused.text());
+        assert_eq!(error_code(&refused), "context_length_exceeded", "{name}");
+        assert_eq!(
+            generations(&engine).len(),
+            before,
+            "{name}: refused before the engine"
+        );
+        let served = post(&url, Some("sk-exact"), &body).await;
+        assert_eq!(served.status, 200, "{name}: {}", served.text());
+        assert_eq!(
+            served.json()["usage"]["prompt_tokens"].as_u64(),
+            Some(n),
+            "{name}"
+        );
+        gw.shutdown().await;
+    }
+}
