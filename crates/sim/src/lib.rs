@@ -68,6 +68,7 @@ mod reasoning;
 mod reply;
 mod request;
 mod rooms;
+mod run;
 mod schedule;
 mod scheduler;
 mod server;
