@@ -47,7 +47,10 @@ mod bare_proxy;
 mod bootstrap;
 mod cli;
 mod config;
+mod embeddings;
 mod engine;
+mod errors;
+mod fields;
 mod json_value;
 mod kv_pool;
 mod limits;
@@ -62,19 +65,30 @@ mod native;
 mod openai;
 mod openai_stream;
 mod options;
+mod pooling;
 mod prefill;
 mod prefix_cache;
 mod reasoning;
 mod reply;
 mod request;
+mod rerank;
+mod responses;
+mod responses_chat;
+mod responses_output;
+mod responses_request;
+mod responses_store;
+mod responses_stream;
 mod rooms;
+mod routes;
 mod run;
 mod schedule;
 mod scheduler;
+mod score;
 mod server;
 mod stats;
 mod stop;
 mod stream;
+mod tokenize_routes;
 mod tool_call;
 
 use std::net::SocketAddr;
@@ -149,6 +163,7 @@ pub async fn spawn(
         .prefix_cache_capacity()
         .map(|tokens| Arc::new(PrefixCache::new(config.page_size, tokens)));
     let thinking = reasoning::ThinkingTemplate::of(&tokenizer);
+    let inline_system = responses_chat::inline_system(&tokenizer);
     let engine = Arc::new(SimEngine {
         config,
         thinking,
@@ -161,6 +176,8 @@ pub async fn spawn(
         shutdown: stop.clone(),
         bootstrap_port: bootstrap_addr.map(|a| a.port()),
         changed,
+        responses: responses_store::ResponseStore::default(),
+        inline_system,
     });
     let mut tasks = Vec::new();
     if let Some(listener) = bootstrap {

@@ -12,11 +12,14 @@ use serde_json::{json, Value};
 use super::answer::Style;
 use super::config::{SimRole, DEFAULT_BOOTSTRAP_PORT};
 use super::engine::SimEngine;
+use super::errors;
+use super::fields::RouteBody;
 use super::listen::{full, json_response, Body, ResetConnection};
 use super::native;
 use super::openai;
 use super::reply::unix_now;
 use super::request::{Api, ParseError};
+use super::routes;
 use super::run;
 use super::scheduler::Demand;
 use super::stats::ReceivedRequest;
@@ -52,6 +55,7 @@ pub(crate) async fn handle(
     let path = req.uri().path().to_string();
     let (parts, body) = req.into_parts();
     let headers = parts.headers;
+    let json_type = errors::json_content_type(&headers);
     let bytes = match Limited::new(body, MAX_BODY_BYTES).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(_) => {
@@ -79,6 +83,13 @@ pub(crate) async fn handle(
         body: parsed.clone().unwrap_or(Value::Null),
         bytes: bytes.len(),
     });
+    match routes::Route::of(&method, &path) {
+        Some(Ok(route)) => {
+            return routes::serve(&engine, route, RouteBody { json_type, parsed }).await
+        }
+        Some(Err(())) => return Ok(routes::method_not_allowed()),
+        None => {}
+    }
     let response = match (&method, path.as_str()) {
         (&Method::POST, "/generate") => generation(&engine, Api::Generate, parsed).await?,
         (&Method::POST, "/v1/chat/completions") => generation(&engine, Api::Chat, parsed).await?,
@@ -106,10 +117,7 @@ pub(crate) async fn handle(
             );
             response
         }
-        (_, p) if KNOWN_PATHS.contains(&p) => json_response(
-            StatusCode::METHOD_NOT_ALLOWED,
-            &json!({"detail": "Method Not Allowed"}),
-        ),
+        (_, p) if KNOWN_PATHS.contains(&p) => routes::method_not_allowed(),
         _ => json_response(StatusCode::NOT_FOUND, &json!({"detail": "Not Found"})),
     };
     Ok(response)
