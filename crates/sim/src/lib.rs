@@ -29,6 +29,12 @@
 //! size and evicted least recently used first, are found again by later prompts that start
 //! the same way, reported as `cached_tokens` and not computed again.
 //!
+//! Beyond generation it serves SGLang's `/v1/embeddings`, `/v1/rerank` and `/v1/score`
+//! (prompts that only prefill, through the same scheduler and pool, with made-up but
+//! deterministic vectors and scores), `/tokenize` and `/detokenize`, and the Responses API
+//! (`/v1/responses`, converted to a chat and answered as one; kept in this process with
+//! `--enable-response-store`), each in SGLang's request, response and error shapes.
+//!
 //! Files: `config` (settings, roles, faults), `kv_pool` (pages), `scheduler` (running batch
 //! and waiting queue), `rooms` + `bootstrap` (the KV hand-off), `request` (parsing),
 //! `schedule` (checks, roles, faults), `limits` (the length limits each fault mode applies),
@@ -40,7 +46,13 @@
 //! (`/v1/loads`, `/get_load`), `metrics` (`/metrics`), `listen` (accept loop), `cli` (`kvgate sim-engine` and the `kvgate-sim`
 //! binary), `mock` (`kvgate mock-engine`: no pool, no faults, answers prepared once per body,
 //! optionally paced; `mock_answer`: its answer kinds — the load harness's engine), `loadgen`
-//! (`kvgate load-gen`: fixed-rate arrivals, latency percentiles, for the harness).
+//! (`kvgate load-gen`: fixed-rate arrivals, latency percentiles, for the harness), `run`
+//! (scheduling a parsed request and sending its reply), `routes` (the routes beyond
+//! generation) with `errors` (SGLang's error bodies), `fields` (request fields as its
+//! models read them), `pooling` (prefill-only prompts), `embeddings`, `rerank`, `score`,
+//! `tokenize_routes`, and `responses` with `responses_request` (its model),
+//! `responses_chat` (the chat it becomes), `responses_output` (the response object and
+//! items), `responses_stream` (its events) and `responses_store`.
 
 mod answer;
 mod bare_proxy;

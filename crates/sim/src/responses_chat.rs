@@ -7,7 +7,7 @@
 //! coalesced into one leading block unless the template renders a system message anywhere
 //! (`_construct_input_messages`, `detect_inline_system_support`), function tools as chat
 //! tools (`_response_tools_to_chat_tools`, `_chat_tool_choice`), `max_output_tokens - 2` as
-//! the budget (`to_sampling_params`). That chat is then prepared, rendered and counted as
+//! the budget and `text.format` as a JSON constraint (`to_sampling_params`). That chat is then prepared, rendered and counted as
 //! `/v1/chat/completions` does (`request.rs`).
 //!
 //! `custom` tools and `custom_tool_call` input items are not served: the tool is left out
@@ -91,6 +91,17 @@ pub(crate) fn chat_body(
     if let Some(max) = req.max_output_tokens {
         // `to_sampling_params`: two tokens of headroom for BOS/EOS.
         body.insert("max_tokens".into(), json!(max.saturating_sub(2).max(0)));
+    }
+    // `_json_schema_from_text_format`: `text.format` constrains the answer to JSON, as a
+    // chat's `response_format` does (a schema given beside `type`).
+    let format = req.echo.get("text").and_then(|t| t.get("format"));
+    let constrained = format.is_some_and(|f| match f.get("type").and_then(Value::as_str) {
+        Some("json_object") => true,
+        Some("json_schema") => f.get("schema").is_some_and(|s| !s.is_null()),
+        _ => false,
+    });
+    if let (true, Some(format)) = (constrained, format) {
+        body.insert("response_format".into(), format.clone());
     }
     body.insert("rid".into(), json!(req.id));
     body.extend(req.passed.clone());

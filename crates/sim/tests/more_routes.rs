@@ -1027,3 +1027,64 @@ async fn a_background_response_is_queued_then_kept_or_cancelled() {
         .unwrap();
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_reasoning_parser_adds_a_reasoning_item_and_text_format_answers_json() {
+    let sim = start(SimConfig {
+        reasoning_parser: Some(kvgate_sim::ReasoningParser::Qwen3),
+        ..config(SimRole::Unified)
+    })
+    .await;
+    let addr = sim.http_addr;
+    // Thinking on (Qwen3's default): the thought is a reasoning item before the message.
+    let body =
+        json!({"input": QUESTION, "max_output_tokens": 60, "reasoning": {"summary": "auto"}});
+    let (status, out) = post(addr, "/v1/responses", &body).await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    let reasoning = &out["output"][0];
+    assert_eq!(reasoning["type"], "reasoning", "{out}");
+    assert!(reasoning["id"].as_str().unwrap().starts_with("rs_"));
+    let thought = reasoning["content"][0]["text"].as_str().unwrap();
+    assert!(!thought.is_empty());
+    assert_eq!(reasoning["content"][0]["type"], "reasoning_text");
+    assert_eq!(
+        reasoning["summary"],
+        json!([{"type": "summary_text", "text": thought}])
+    );
+    assert_eq!(out["output"][1]["type"], "message");
+    assert_eq!(
+        out["reasoning"],
+        json!({"effort": "medium", "summary": null})
+    );
+    // Streamed: the reasoning item's summary events, then the message's.
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let (_, events) = post_events(addr, &streamed).await;
+    let kinds: Vec<&str> = events.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(kinds[2], "response.output_item.added");
+    assert_eq!(kinds[3], "response.reasoning_summary_part.added");
+    let summary: String = events
+        .iter()
+        .filter(|(k, _)| k == "response.reasoning_summary_text.delta")
+        .map(|(_, d)| d["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(summary, thought);
+    let at = |kind: &str| kinds.iter().position(|k| *k == kind).unwrap();
+    assert!(at("response.reasoning_summary_text.done") < at("response.output_text.delta"));
+    assert_eq!(
+        events.last().unwrap().1["response"]["output"][0]["type"],
+        "reasoning"
+    );
+
+    // `text.format` constrains the answer to a JSON document, echoed in `text`.
+    let schema =
+        json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]});
+    let format = json!({"format": {"type": "json_schema", "name": "place", "schema": schema}});
+    let body = json!({"input": QUESTION, "text": format, "reasoning": {"effort": "none"}, "max_output_tokens": 100});
+    let (_, out) = post(addr, "/v1/responses", &body).await;
+    let text = out["output"][0]["content"][0]["text"].as_str().unwrap();
+    let document: Value = serde_json::from_str(text).unwrap();
+    assert!(document["city"].is_string(), "{document}");
+    assert_eq!(out["text"], format);
+    sim.shutdown().await;
+}
