@@ -70,20 +70,20 @@ fn store_disabled(param: &str) -> Response<Body> {
 }
 
 /// `_make_invalid_id_error` and `_make_not_found_error`: `Err` when `id` is not stored.
-fn lookup(engine: &SimEngine, id: &str) -> Result<Value, Response<Body>> {
+fn lookup(engine: &SimEngine, id: &str) -> Result<Value, Box<Response<Body>>> {
     if !id.starts_with("resp_") {
-        return Err(refuse(
+        return Err(Box::new(refuse(
             &format!("Invalid 'response_id': '{id}'. Expected an ID that begins with 'resp'."),
             Some("response_id"),
-        ));
+        )));
     }
     engine.responses.get(id).ok_or_else(|| {
-        responses_error(
+        Box::new(responses_error(
             &format!("Response with id '{id}' not found."),
             INVALID,
             Some("response_id"),
             404,
-        )
+        ))
     })
 }
 
@@ -155,7 +155,7 @@ fn refusal(engine: &SimEngine, req: &ResponsesRequest) -> Option<Response<Body>>
     }
     if let Some(id) = &req.previous_response_id {
         if let Err(response) = lookup(engine, id) {
-            return Some(response);
+            return Some(*response);
         }
     }
     None
@@ -435,7 +435,7 @@ pub(crate) fn retrieve(engine: &SimEngine, id: &str) -> Response<Body> {
     }
     match lookup(engine, id) {
         Ok(response) => json_response(StatusCode::OK, &response),
-        Err(response) => response,
+        Err(response) => *response,
     }
 }
 
@@ -445,7 +445,7 @@ pub(crate) fn cancel(engine: &SimEngine, id: &str) -> Response<Body> {
         return store_disabled("response_id");
     }
     if let Err(response) = lookup(engine, id) {
-        return response;
+        return *response;
     }
     match engine.responses.cancel(id) {
         Some(response) => json_response(StatusCode::OK, &response),

@@ -213,9 +213,9 @@ fn chat_part(part: Value) -> Value {
                     o
                 }
             };
-            if !image
+            if image
                 .get("detail")
-                .is_some_and(|d| d.as_str().is_some_and(|d| !d.is_empty()))
+                .is_none_or(|d| d.as_str().is_none_or(str::is_empty))
             {
                 let detail = map.get("detail").filter(|d| !d.is_null()).cloned();
                 image.insert("detail".into(), detail.unwrap_or(json!("auto")));

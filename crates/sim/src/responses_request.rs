@@ -315,10 +315,10 @@ fn tool(value: &Value, i: usize) -> Result<Value, String> {
         ));
     }
     if kind == Some("function")
-        && !map
+        && map
             .get("name")
             .and_then(Value::as_str)
-            .is_some_and(|n| !n.is_empty())
+            .is_none_or(str::is_empty)
     {
         return Err(format!(
             "tools.{i}: Value error, Function tools must include a name."

@@ -190,19 +190,19 @@ pub(crate) fn detokenize(engine: &SimEngine, body: RouteBody) -> Response<Body> 
         Err(message) => return validation(&message),
     };
     let list = tokens.as_array().map(Vec::as_slice).unwrap_or_default();
-    let decode = |ids: &Value, name: &str| -> Result<String, Response<Body>> {
-        let ids = fields::ids(ids, name).map_err(|m| validation(&m))?;
+    let decode = |ids: &Value, name: &str| -> Result<String, Box<Response<Body>>> {
+        let ids = fields::ids(ids, name).map_err(|m| Box::new(validation(&m)))?;
         let Some(ids) = ids.into_iter().collect::<Option<Vec<u32>>>() else {
             // Python's int → unsigned conversion inside the tokenizer.
-            return Err(serving_error(
+            return Err(Box::new(serving_error(
                 "Internal server error during detokenization: can't convert negative int to unsigned",
                 "InternalServerError",
                 500,
-            ));
+            )));
         };
         engine.tokenizer.decode(&ids, skip).map_err(|e| {
             let e = e.to_string();
-            if e.to_lowercase().contains("decode") {
+            Box::new(if e.to_lowercase().contains("decode") {
                 serving_error(
                     &format!(
                         "Error decoding tokens: {e}. Input tokens might be invalid for the model."
@@ -216,7 +216,7 @@ pub(crate) fn detokenize(engine: &SimEngine, body: RouteBody) -> Response<Body> 
                     "InternalServerError",
                     500,
                 )
-            }
+            })
         })
     };
     let text = match list.first() {
@@ -231,6 +231,6 @@ pub(crate) fn detokenize(engine: &SimEngine, body: RouteBody) -> Response<Body> 
     };
     match text {
         Ok(text) => json_response(StatusCode::OK, &json!({"text": text})),
-        Err(response) => response,
+        Err(response) => *response,
     }
 }
