@@ -37,6 +37,18 @@ impl EngineArgs {
         .map_err(SimError::from)
     }
 
+    /// The tokenizer's `model_max_length` from `tokenizer_config.json` beside it, when it
+    /// has a usable one (what `/tokenize` reports as `max_model_len`).
+    pub(crate) fn model_max_length(&self) -> Option<usize> {
+        let path = self.tokenizer.with_file_name("tokenizer_config.json");
+        let text = std::fs::read_to_string(path).ok()?;
+        let config: serde_json::Value = serde_json::from_str(&text).ok()?;
+        config
+            .get("model_max_length")?
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+    }
+
     /// Bind the HTTP listener.
     pub(crate) async fn bind(&self) -> Result<tokio::net::TcpListener, SimError> {
         tokio::net::TcpListener::bind(self.listen)
@@ -107,6 +119,10 @@ pub struct SimArgs {
     /// vllm or llama_cpp (the prompt counts then match that engine's).
     #[arg(long, value_name = "RULES", default_value = "sglang")]
     pub chat_rules: kvgate_tokenize::ChatRules,
+    /// Keep /v1/responses answers for previous_response_id, GET /v1/responses/{id},
+    /// background and cancel (SGLang's --enable-response-store; unified role only).
+    #[arg(long)]
+    pub enable_response_store: bool,
 }
 
 /// Why the simulated engine could not start.
@@ -145,6 +161,7 @@ pub async fn run_cli(args: SimArgs) -> Result<(), SimError> {
         }
         SimRole::Unified | SimRole::Decode => None,
     };
+    let model_max_length = args.engine.model_max_length();
     let config = SimConfig {
         role: args.role,
         model: args.engine.model,
@@ -162,6 +179,8 @@ pub async fn run_cli(args: SimArgs) -> Result<(), SimError> {
         enable_cache_report: args.enable_cache_report,
         reasoning_parser: args.reasoning_parser,
         chat_rules: args.chat_rules,
+        model_max_length,
+        enable_response_store: args.enable_response_store,
         ..SimConfig::default()
     };
     let running = super::spawn(config, Arc::new(tokenizer), http, bootstrap)

@@ -65,6 +65,15 @@ pub struct SimConfig {
     pub reasoning_parser: Option<ReasoningParser>,
     /// Which engine's rules prepare a chat before its template renders it.
     pub chat_rules: kvgate_tokenize::ChatRules,
+    /// The tokenizer's `model_max_length` (`tokenizer_config.json`), which `/tokenize`
+    /// reports as `max_model_len` as SGLang does. `None` (the default): the context length,
+    /// SGLang's fallback for a tokenizer without one.
+    pub model_max_length: Option<usize>,
+    /// SGLang's `--enable-response-store`: `/v1/responses` keeps responses (`store`) for
+    /// `previous_response_id`, `GET /v1/responses/{id}`, `background` and `cancel`, in this
+    /// engine process only. Off (the default, as in SGLang): those are refused; a prefill
+    /// or decode worker never keeps them (SGLang has no store in PD mode).
+    pub enable_response_store: bool,
 }
 
 impl Default for SimConfig {
@@ -89,6 +98,8 @@ impl Default for SimConfig {
             enable_cache_report: false,
             reasoning_parser: None,
             chat_rules: kvgate_tokenize::ChatRules::Sglang,
+            model_max_length: None,
+            enable_response_store: false,
         }
     }
 }

@@ -9,6 +9,7 @@ use super::bootstrap::BootstrapClient;
 use super::config::SimConfig;
 use super::prefix_cache::PrefixCache;
 use super::reasoning::ThinkingTemplate;
+use super::responses_store::ResponseStore;
 use super::rooms::Rooms;
 use super::scheduler::Scheduler;
 use super::stats::{ReceivedRequest, SimStats, SimStatsSnapshot};
@@ -33,6 +34,11 @@ pub struct SimEngine {
     /// Woken whenever a stream starts, ends or sends a token event, so tests can wait on
     /// counters without sleeping.
     pub(crate) changed: Arc<Notify>,
+    /// `/v1/responses`' kept responses (`--enable-response-store`).
+    pub(crate) responses: ResponseStore,
+    /// Whether the chat template renders a system message after the first turn, probed
+    /// once at start (`/v1/responses` then keeps system messages where they are).
+    pub(crate) inline_system: bool,
 }
 
 impl std::fmt::Debug for SimEngine {

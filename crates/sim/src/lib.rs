@@ -29,6 +29,12 @@
 //! size and evicted least recently used first, are found again by later prompts that start
 //! the same way, reported as `cached_tokens` and not computed again.
 //!
+//! Beyond generation it serves SGLang's `/v1/embeddings`, `/v1/rerank` and `/v1/score`
+//! (prompts that only prefill, through the same scheduler and pool, with made-up but
+//! deterministic vectors and scores), `/tokenize` and `/detokenize`, and the Responses API
+//! (`/v1/responses`, converted to a chat and answered as one; kept in this process with
+//! `--enable-response-store`), each in SGLang's request, response and error shapes.
+//!
 //! Files: `config` (settings, roles, faults), `kv_pool` (pages), `scheduler` (running batch
 //! and waiting queue), `rooms` + `bootstrap` (the KV hand-off), `request` (parsing),
 //! `schedule` (checks, roles, faults), `limits` (the length limits each fault mode applies),
@@ -40,14 +46,23 @@
 //! (`/v1/loads`, `/get_load`), `metrics` (`/metrics`), `listen` (accept loop), `cli` (`kvgate sim-engine` and the `kvgate-sim`
 //! binary), `mock` (`kvgate mock-engine`: no pool, no faults, answers prepared once per body,
 //! optionally paced; `mock_answer`: its answer kinds — the load harness's engine), `loadgen`
-//! (`kvgate load-gen`: fixed-rate arrivals, latency percentiles, for the harness).
+//! (`kvgate load-gen`: fixed-rate arrivals, latency percentiles, for the harness), `run`
+//! (scheduling a parsed request and sending its reply), `routes` (the routes beyond
+//! generation) with `errors` (SGLang's error bodies), `fields` (request fields as its
+//! models read them), `pooling` (prefill-only prompts), `embeddings`, `rerank`, `score`,
+//! `tokenize_routes`, and `responses` with `responses_request` (its model),
+//! `responses_chat` (the chat it becomes), `responses_output` (the response object and
+//! items), `responses_stream` (its events) and `responses_store`.
 
 mod answer;
 mod bare_proxy;
 mod bootstrap;
 mod cli;
 mod config;
+mod embeddings;
 mod engine;
+mod errors;
+mod fields;
 mod json_value;
 mod kv_pool;
 mod limits;
@@ -62,18 +77,30 @@ mod native;
 mod openai;
 mod openai_stream;
 mod options;
+mod pooling;
 mod prefill;
 mod prefix_cache;
 mod reasoning;
 mod reply;
 mod request;
+mod rerank;
+mod responses;
+mod responses_chat;
+mod responses_output;
+mod responses_request;
+mod responses_store;
+mod responses_stream;
 mod rooms;
+mod routes;
+mod run;
 mod schedule;
 mod scheduler;
+mod score;
 mod server;
 mod stats;
 mod stop;
 mod stream;
+mod tokenize_routes;
 mod tool_call;
 
 use std::net::SocketAddr;
@@ -148,6 +175,7 @@ pub async fn spawn(
         .prefix_cache_capacity()
         .map(|tokens| Arc::new(PrefixCache::new(config.page_size, tokens)));
     let thinking = reasoning::ThinkingTemplate::of(&tokenizer);
+    let inline_system = responses_chat::inline_system(&tokenizer);
     let engine = Arc::new(SimEngine {
         config,
         thinking,
@@ -160,6 +188,8 @@ pub async fn spawn(
         shutdown: stop.clone(),
         bootstrap_port: bootstrap_addr.map(|a| a.port()),
         changed,
+        responses: responses_store::ResponseStore::default(),
+        inline_system,
     });
     let mut tasks = Vec::new();
     if let Some(listener) = bootstrap {

@@ -3,7 +3,6 @@
 //! Load and metrics bodies are built in `load.rs` and `metrics.rs`; this file only routes.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
@@ -11,18 +10,19 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 
 use super::answer::Style;
-use super::config::{SimFault, SimRole, DEFAULT_BOOTSTRAP_PORT};
+use super::config::{SimRole, DEFAULT_BOOTSTRAP_PORT};
 use super::engine::SimEngine;
+use super::errors;
+use super::fields::RouteBody;
 use super::listen::{full, json_response, Body, ResetConnection};
 use super::native;
 use super::openai;
-use super::prefill::{self, CacheInsert};
-use super::reply::{unix_now, Reply};
-use super::request::{self, Api, ParseError};
-use super::schedule::{self, SampleResult};
+use super::reply::unix_now;
+use super::request::{Api, ParseError};
+use super::routes;
+use super::run;
 use super::scheduler::Demand;
 use super::stats::ReceivedRequest;
-use super::stream::{Pace, SseBody};
 use super::{load, metrics};
 
 /// Largest request body accepted (a 1M-token prompt is a few MB of text).
@@ -55,6 +55,7 @@ pub(crate) async fn handle(
     let path = req.uri().path().to_string();
     let (parts, body) = req.into_parts();
     let headers = parts.headers;
+    let json_type = errors::json_content_type(&headers);
     let bytes = match Limited::new(body, MAX_BODY_BYTES).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(_) => {
@@ -82,6 +83,13 @@ pub(crate) async fn handle(
         body: parsed.clone().unwrap_or(Value::Null),
         bytes: bytes.len(),
     });
+    match routes::Route::of(&method, &path) {
+        Some(Ok(route)) => {
+            return routes::serve(&engine, route, RouteBody { json_type, parsed }).await
+        }
+        Some(Err(())) => return Ok(routes::method_not_allowed()),
+        None => {}
+    }
     let response = match (&method, path.as_str()) {
         (&Method::POST, "/generate") => generation(&engine, Api::Generate, parsed).await?,
         (&Method::POST, "/v1/chat/completions") => generation(&engine, Api::Chat, parsed).await?,
@@ -109,10 +117,7 @@ pub(crate) async fn handle(
             );
             response
         }
-        (_, p) if KNOWN_PATHS.contains(&p) => json_response(
-            StatusCode::METHOD_NOT_ALLOWED,
-            &json!({"detail": "Method Not Allowed"}),
-        ),
+        (_, p) if KNOWN_PATHS.contains(&p) => routes::method_not_allowed(),
         _ => json_response(StatusCode::NOT_FOUND, &json!({"detail": "Not Found"})),
     };
     Ok(response)
@@ -132,26 +137,15 @@ async fn generation(
     api: Api,
     parsed: Result<Value, String>,
 ) -> Result<Response<Body>, ResetConnection> {
-    match engine.config.fault {
-        SimFault::Hang => std::future::pending::<()>().await,
-        SimFault::Reset => return Err(ResetConnection),
-        _ => {}
-    }
+    run::connection_faults(engine).await?;
     let body = match parsed {
         Ok(body) => body,
         Err(e) => return Ok(error_response(api, 400, &format!("Invalid JSON body: {e}"))),
     };
-    // Tokenizing is CPU work; keep it off the async workers.
-    let parse = {
-        let engine = Arc::clone(engine);
-        tokio::task::spawn_blocking(move || {
-            request::parse(api, &body, &engine.config, &engine.tokenizer)
-        })
-    };
-    let req = match parse.await {
-        Ok(Ok(req)) => req,
-        Ok(Err(ParseError::BadRequest(msg))) => return Ok(error_response(api, 400, &msg)),
-        Ok(Err(err @ ParseError::ModelNotFound(_))) => {
+    let req = match run::parse(engine, api, body).await {
+        Some(Ok(req)) => req,
+        Some(Err(ParseError::BadRequest(msg))) => return Ok(error_response(api, 400, &msg)),
+        Some(Err(err @ ParseError::ModelNotFound(_))) => {
             let mut body = openai::error_object(&err.to_string(), 404);
             if let Some(map) = body.as_object_mut() {
                 map.insert("param".into(), json!("model"));
@@ -159,37 +153,14 @@ async fn generation(
             }
             return Ok(json_response(StatusCode::NOT_FOUND, &body));
         }
-        Err(_) => return Ok(error_response(api, 500, "tokenizer task failed")),
+        None => return Ok(error_response(api, 500, "tokenizer task failed")),
     };
-    let started = Instant::now();
-    let mut results = Vec::with_capacity(req.samples.len());
-    let mut pages = Vec::new();
-    for sample in &req.samples {
-        let (result, hold) = schedule::run_sample(engine, req.max_new_tokens, sample).await;
-        results.push(result);
-        pages.extend(hold);
-    }
-    let e2e = started.elapsed().as_secs_f64();
-    // A unified engine computes the prompts' uncached KV before the first token; a prefill
-    // worker spent that time before publishing, and a decode received the KV ready-made.
-    let prefill = match engine.config.role {
-        SimRole::Unified => {
-            let uncached = results.iter().map(SampleResult::uncached_tokens).sum();
-            prefill::charge(engine, uncached)
-        }
-        SimRole::Prefill | SimRole::Decode => std::time::Duration::ZERO,
-    };
-    let pace = Pace::of(&engine.config).after_prefill(prefill);
-    // Unified prompts enter the prefix cache when their prefill is over: at the first token.
-    let inserts: Vec<CacheInsert> = results
-        .iter_mut()
-        .filter_map(|r| r.cache_insert.take())
-        .collect();
+    let ran = run::schedule(engine, &req).await;
     let tokenizer = &engine.tokenizer;
     let (reply, tokens) = match api {
         Api::Generate => (
-            native::reply(&req, &results, tokenizer, e2e),
-            results.iter().map(|r| r.output_ids.len()).sum(),
+            native::reply(&req, &ran.results, tokenizer, ran.e2e),
+            ran.results.iter().map(|r| r.output_ids.len()).sum(),
         ),
         Api::Chat | Api::Completions => {
             let style = Style {
@@ -199,70 +170,10 @@ async fn generation(
                 // The router discards a prefill's answer: it stays plain.
                 plain: engine.config.role == SimRole::Prefill,
             };
-            openai::reply(&req, &engine.config, &results, &style)
+            openai::reply(&req, &engine.config, &ran.results, &style)
         }
     };
-    match reply {
-        Reply::Full { status, body } => {
-            // A non-streaming answer still takes as long as generating its tokens.
-            if !pace.is_zero() && tokens > 0 {
-                tokio::time::sleep(pace.first).await;
-            }
-            // The prefill is over by the first token: from now on the prompts are cache hits.
-            inserts.into_iter().for_each(CacheInsert::commit);
-            if !pace.is_zero() && tokens > 1 {
-                let later = u32::try_from(tokens - 1).unwrap_or(u32::MAX);
-                tokio::time::sleep(pace.every.saturating_mul(later)).await;
-            }
-            drop(pages);
-            let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            Ok(json_response(code, &body))
-        }
-        Reply::Stream(mut events) => {
-            let mut stall = false;
-            match engine.config.fault {
-                // Keep the first three token events; the end never comes.
-                SimFault::CutStream => {
-                    let cut = nth_token_event(&events, 3).unwrap_or(events.len().saturating_sub(2));
-                    events.truncate(cut);
-                }
-                // Two token events, then silence with the connection open.
-                SimFault::StallStream => {
-                    events.truncate(nth_token_event(&events, 2).unwrap_or(events.len()));
-                    stall = true;
-                }
-                SimFault::GarbageEvent => events.insert(
-                    0,
-                    crate::reply::Event {
-                        token: false,
-                        data: bytes::Bytes::from_static(
-                            b"data: <html><body>502 Bad Gateway</body></html>\n\n",
-                        ),
-                    },
-                ),
-                _ => {}
-            }
-            let body = SseBody::new(
-                events,
-                pace,
-                pages,
-                Arc::clone(&engine.stats),
-                Arc::clone(&engine.changed),
-            )
-            .stalling(stall)
-            .caching(inserts);
-            let mut response = Response::new(body.boxed_unsync());
-            response.headers_mut().insert(
-                hyper::header::CONTENT_TYPE,
-                hyper::header::HeaderValue::from_static("text/event-stream"),
-            );
-            response.headers_mut().insert(
-                hyper::header::CACHE_CONTROL,
-                hyper::header::HeaderValue::from_static("no-cache"),
-            );
-            Ok(response)
-        }
-    }
+    run::send(engine, reply, tokens, ran).await
 }
 
 /// `/health_generate`: a one-token generation through the scheduler (PD roles use a local
@@ -348,14 +259,5 @@ fn model_info(engine: &SimEngine) -> Value {
         "has_audio_understanding": false,
         "model_type": "sim",
         "architectures": ["SimForCausalLM"],
-    })
-}
-
-/// The index of the event after the first `n` token events, if there are more.
-fn nth_token_event(events: &[crate::reply::Event], n: usize) -> Option<usize> {
-    let mut tokens = 0;
-    events.iter().position(|e| {
-        tokens += usize::from(e.token);
-        tokens > n
     })
 }
