@@ -112,10 +112,11 @@ async fn probe_pool(
                 detail: e.to_string(),
             }
         })?;
-    let prompts = PromptMaker::new(&tokenizer).map_err(|e| PreflightError::Tokenizer {
-        model: model.name.clone(),
-        detail: e.to_string(),
-    })?;
+    let prompts =
+        PromptMaker::new(&tokenizer, pool.chat_rules).map_err(|e| PreflightError::Tokenizer {
+            model: model.name.clone(),
+            detail: e.to_string(),
+        })?;
     let pool_config = config.pools.iter().find(|p| *p.name == *pool.name);
     let guard = pool_config.map(|p| p.guard.clone()).unwrap_or_default();
     let markers = Markers::from_config(&guard);

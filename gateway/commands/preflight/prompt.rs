@@ -9,7 +9,7 @@
 
 use serde_json::{json, Map, Value};
 
-use kvgate_tokenize::{ModelTokenizer, TokenizeError};
+use kvgate_tokenize::{ChatRequest, ChatRules, ModelTokenizer, TokenizeError};
 
 use crate::secure_random;
 
@@ -47,11 +47,13 @@ pub struct Prompt {
 /// Builds prompts with one model's tokenizer.
 pub struct PromptMaker<'a> {
     tokenizer: &'a ModelTokenizer,
+    /// How the pool's engines prepare a chat: chat probes are sized by their count.
+    rules: ChatRules,
 }
 
 impl<'a> PromptMaker<'a> {
-    pub fn new(tokenizer: &'a ModelTokenizer) -> Result<Self, TokenizeError> {
-        Ok(Self { tokenizer })
+    pub fn new(tokenizer: &'a ModelTokenizer, rules: ChatRules) -> Result<Self, TokenizeError> {
+        Ok(Self { tokenizer, rules })
     }
 
     /// Whether chat prompts can be counted (the model has a chat template).
@@ -156,8 +158,14 @@ impl<'a> PromptMaker<'a> {
 
     fn count_chat(&self, content: &str) -> Result<u64, TokenizeError> {
         let messages = json!([{ "role": "user", "content": content }]);
-        let rendered = self.tokenizer.apply_chat_template(&messages, None, true)?;
-        Ok(self.tokenizer.count_rendered_chat(&rendered)? as u64)
+        let fields = Map::new();
+        let request = ChatRequest {
+            messages: &messages,
+            tools: None,
+            fields: &fields,
+        };
+        let prompt = self.tokenizer.chat_prompt(self.rules, &request)?;
+        Ok(self.tokenizer.count_chat_prompt(&prompt)? as u64)
     }
 }
 
@@ -196,7 +204,7 @@ mod tests {
     #[test]
     fn generate_prompts_have_exactly_n_ids() {
         let t = qwen3();
-        let maker = PromptMaker::new(&t).expect("maker");
+        let maker = PromptMaker::new(&t, ChatRules::Sglang).expect("maker");
         for n in [1, 17, 4095] {
             let p = maker.generate(n).expect("generate");
             assert_eq!(
@@ -210,7 +218,7 @@ mod tests {
     #[test]
     fn chat_prompts_count_exactly_n_after_the_template() {
         let t = qwen3();
-        let maker = PromptMaker::new(&t).expect("maker");
+        let maker = PromptMaker::new(&t, ChatRules::Sglang).expect("maker");
         for n in [40, 64, 1000, 4041, 4089, 4095, 4096, 4097] {
             let p = maker.chat(n).expect("chat");
             assert_eq!(p.tokens, n, "asked for {n}");
@@ -224,7 +232,7 @@ mod tests {
     #[test]
     fn every_prompt_holds_its_own_nonce_throughout() {
         let t = qwen3();
-        let maker = PromptMaker::new(&t).expect("maker");
+        let maker = PromptMaker::new(&t, ChatRules::Sglang).expect("maker");
         let a = maker.generate(200).expect("generate");
         let b = maker.generate(200).expect("generate");
         let c = maker.chat(1000).expect("chat");
