@@ -134,8 +134,10 @@ impl ChatTemplate {
     /// then the engine's handling of a continued final message.
     pub(crate) fn render_prepared(&self, prepared: &Prepared) -> Result<String, TokenizeError> {
         let messages = match prepared.normalize {
-            Normalize::AliasReasoning => alias_reasoning(&prepared.messages),
-            Normalize::AsGiven => prepared.messages.clone(),
+            Normalize::AliasReasoning => {
+                std::borrow::Cow::Owned(alias_reasoning(&prepared.messages))
+            }
+            Normalize::AsGiven => std::borrow::Cow::Borrowed(&prepared.messages),
         };
         // transformers refuses an empty conversation; llama.cpp renders it.
         if messages.as_array().is_some_and(Vec::is_empty) && prepared.dialect == Dialect::Jinja2 {
@@ -147,10 +149,21 @@ impl ChatTemplate {
         };
         let with_retry = |agp: bool| match render(prepared.tools.as_ref(), agp) {
             Ok(text) => Ok(text),
-            Err(first) => match &prepared.retry_tools {
-                Some(retry) => render(Some(retry), agp),
-                None => Err(first),
-            },
+            Err(first) if !prepared.retry_with_functions => Err(first),
+            Err(_) => {
+                let functions = prepared
+                    .tools
+                    .as_ref()
+                    .and_then(|t| t.as_array())
+                    .map(|list| {
+                        serde_json::Value::Array(
+                            list.iter()
+                                .map(|t| t.get("function").cloned().unwrap_or_else(|| t.clone()))
+                                .collect(),
+                        )
+                    });
+                render(functions.as_ref(), agp)
+            }
         };
         let rendered = with_retry(prepared.add_generation_prompt)?;
         match &prepared.continuation {

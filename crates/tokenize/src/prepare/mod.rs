@@ -171,8 +171,9 @@ pub(crate) enum Normalize {
 pub(crate) struct Prepared {
     pub(crate) messages: Value,
     pub(crate) tools: Option<Value>,
-    /// SGLang renders again with these tools when the first render fails.
-    pub(crate) retry_tools: Option<Value>,
+    /// SGLang renders again, with each tool reduced to its `function`, when the first
+    /// render fails (`_apply_jinja_template`).
+    pub(crate) retry_with_functions: bool,
     /// Template variables beside `messages`, `tools` and `add_generation_prompt`.
     pub(crate) variables: Map<String, Value>,
     pub(crate) add_generation_prompt: bool,

@@ -110,17 +110,10 @@ pub(super) fn prepare(
     }
     kwargs.shift_remove("continue_final_message");
     variables.extend(kwargs);
-    let retry_tools = selected.as_ref().map(|list| {
-        Value::Array(
-            list.iter()
-                .map(|t| t.get("function").cloned().unwrap_or_else(|| t.clone()))
-                .collect(),
-        )
-    });
     Ok(Prepared {
         messages: Value::Array(out.into_iter().map(Value::Object).collect()),
         tools: selected.map(Value::Array),
-        retry_tools,
+        retry_with_functions: true,
         variables,
         add_generation_prompt: true,
         continuation,

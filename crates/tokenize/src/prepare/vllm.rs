@@ -107,7 +107,7 @@ pub(super) fn prepare(
     Ok(Prepared {
         messages: Value::Array(messages.into_iter().map(Value::Object).collect()),
         tools,
-        retry_tools: None,
+        retry_with_functions: false,
         variables,
         add_generation_prompt,
         continuation,
