@@ -36,6 +36,7 @@ mod error;
 mod fast;
 pub mod prepare;
 mod pyjson;
+mod strftime;
 mod template;
 
 use std::path::Path;

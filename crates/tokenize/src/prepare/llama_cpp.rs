@@ -327,8 +327,8 @@ pub(crate) fn today() -> (String, String) {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     (
-        crate::template::strftime_utc("%b %d %Y", secs),
-        crate::template::strftime_utc("%d %b %Y", secs),
+        crate::strftime::strftime_utc("%b %d %Y", secs),
+        crate::strftime::strftime_utc("%d %b %Y", secs),
     )
 }
 
