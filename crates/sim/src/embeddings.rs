@@ -35,7 +35,7 @@ use super::engine::SimEngine;
 use super::errors::{bad_request, prefill_failure, validation};
 use super::fields::{self, RouteBody};
 use super::listen::{json_response, Body, ResetConnection};
-use super::pooling::{prefill_only, unit};
+use super::pooling::{encode_texts, prefill_only, unit};
 use super::run;
 
 /// The sim model's embedding size (`hidden_size`).
@@ -69,21 +69,10 @@ pub(crate) async fn handle(
     run::connection_faults(engine).await?;
     let inputs = match input {
         Input::Ids(ids) => ids,
-        Input::Texts(texts) => {
-            let tokenizer = Arc::clone(&engine.tokenizer);
-            let encoded = run::off_thread(move || {
-                texts
-                    .iter()
-                    .map(|t| tokenizer.encode(t, true))
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .await;
-            match encoded {
-                Some(Ok(ids)) => ids,
-                Some(Err(e)) => return Ok(bad_request(&e.to_string())),
-                None => return Ok(bad_request("tokenizer task failed")),
-            }
-        }
+        Input::Texts(texts) => match encode_texts(engine, texts).await {
+            Ok(ids) => ids,
+            Err(message) => return Ok(bad_request(&message)),
+        },
     };
     if let Err(message) = tokenizer_manager_checks(engine, &inputs, dimensions) {
         return Ok(bad_request(&message));

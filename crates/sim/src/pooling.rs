@@ -25,6 +25,28 @@ use super::schedule::{self, Finish};
 use super::scheduler::Running;
 use super::stream::Pace;
 
+/// Token ids of `texts`, each encoded with special tokens (SGLang's tokenizer manager does
+/// so for embedding and score prompts), on the blocking pool; the engine's 400 message when
+/// the tokenizer fails.
+pub(crate) async fn encode_texts(
+    engine: &Arc<SimEngine>,
+    texts: Vec<String>,
+) -> Result<Vec<Vec<u32>>, String> {
+    let tokenizer = Arc::clone(&engine.tokenizer);
+    let encoded = super::run::off_thread(move || {
+        texts
+            .iter()
+            .map(|t| tokenizer.encode(t, true))
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await;
+    match encoded {
+        Some(Ok(ids)) => Ok(ids),
+        Some(Err(e)) => Err(e.to_string()),
+        None => Err("tokenizer task failed".to_owned()),
+    }
+}
+
 /// What one prompt's prefill left.
 #[derive(Clone, Debug)]
 pub(crate) struct Prefilled {

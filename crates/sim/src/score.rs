@@ -36,7 +36,7 @@ use super::engine::SimEngine;
 use super::errors::{bad_request, kind, prefill_failure, validation};
 use super::fields::{self, RouteBody};
 use super::listen::{json_response, Body, ResetConnection};
-use super::pooling::{mix, prefill_only, unit};
+use super::pooling::{encode_texts, mix, prefill_only, unit};
 use super::run;
 
 /// The prompts to score, before tokenizing.
@@ -88,21 +88,10 @@ pub(crate) async fn handle(
     run::connection_faults(engine).await?;
     let inputs = match score.prompts {
         Prompts::Ids(ids) => ids,
-        Prompts::Texts(texts) => {
-            let tokenizer = Arc::clone(&engine.tokenizer);
-            let encoded = run::off_thread(move || {
-                texts
-                    .iter()
-                    .map(|t| tokenizer.encode(t, true))
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .await;
-            match encoded {
-                Some(Ok(ids)) => ids,
-                Some(Err(e)) => return Ok(bad_request(&e.to_string())),
-                None => return Ok(bad_request("tokenizer task failed")),
-            }
-        }
+        Prompts::Texts(texts) => match encode_texts(engine, texts).await {
+            Ok(ids) => ids,
+            Err(message) => return Ok(bad_request(&message)),
+        },
     };
     let context = engine.config.context_length;
     if let Some(n) = inputs.iter().map(Vec::len).find(|&n| n >= context) {
