@@ -301,9 +301,18 @@ async fn buffered_bodies_share_one_memory_budget() {
         s.write_all(head.as_bytes()).await.unwrap();
         holders.push(s);
     }
+    // Their reservations land as their heads are read. Wait for both before asking: a
+    // probe that arrived first would hold a unit and leave the second holder refused.
+    for _ in 0..1000 {
+        if gw.buffered_bytes() >= 8 * 1024 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(gw.buffered_bytes(), 8 * 1024, "both holders hold their 4 KiB");
     let url = format!("http://{}/generate", gw.data_addr());
-    // The holders' reservations land as their heads are read: ask until they have.
-    let refused = eventually(&url, 503).await.expect("the budget is full");
+    let refused = post(&url, Some(KEY), &json!({"text": "hi"})).await;
+    assert_eq!(refused.status, 503, "{}", refused.text());
     assert_eq!(error_code(&refused), "overloaded");
     assert!(
         refused.text().contains("buffered request bytes"),

@@ -325,6 +325,7 @@ impl Gateway {
             trigger,
             tasks,
             live: self.live,
+            budget: self.shared.body.budget.clone(),
             audit: self.shared.audit,
             reloader,
         })
@@ -395,6 +396,7 @@ pub struct RunningGateway {
     live: Arc<Live>,
     audit: AuditLog,
     reloader: Reloader,
+    budget: BufferBudget,
 }
 
 impl RunningGateway {
@@ -431,6 +433,12 @@ impl RunningGateway {
     /// The audit log (recent lines in memory).
     pub fn audit(&self) -> &AuditLog {
         &self.audit
+    }
+
+    /// Bytes of request bodies and engine answers held in memory right now, over all
+    /// requests (`server.max_buffered_bytes` bounds it).
+    pub fn buffered_bytes(&self) -> u64 {
+        self.budget.in_use()
     }
 
     /// Stop accepting and start draining.
