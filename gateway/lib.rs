@@ -104,6 +104,7 @@ use crate::stack::dispatch::Dispatch;
 use crate::stack::guard::Guard;
 use crate::stack::isolate::Isolate;
 use crate::stack::load_shed::LoadShed;
+use crate::stack::local_answer::LocalAnswer;
 use crate::stack::observe::Observe;
 use crate::stack::rate_limit::RateLimit;
 use crate::stack::request_id::RequestIdLayer;
@@ -177,6 +178,9 @@ where
             StageName::RateLimit,
             RateLimit::layer(shared.limiter.clone()),
         ))
+        // `/tokenize` and `/detokenize` are answered here from the model's tokenizer: they
+        // hold a rate-limit slot, never an engine.
+        .layer(LocalAnswer::layer(generation.admission.clone()))
         // Pool by weight, then the eligible workers with the most KV room (I3: unknown
         // capacity never serves), the one holding the prompt's prefix first within a load
         // margin ([prefix_routing]); with none, a turn in the pool's fair queue ([scheduling]).

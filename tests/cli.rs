@@ -130,7 +130,7 @@ async fn the_openai_sdk_tool_loop_works_against_the_demo() {
     let banner = kvgate::commands::demo::banner(&demo);
     assert!(banner.contains("tests/sdk/openai_client.py") && banner.contains("tool_choice"));
     let base = format!("http://{}/v1", demo.gateway.data_addr());
-    run_openai_sdk(python, base, &[], String::new).await;
+    run_openai_sdk(python, base, &["--embeddings"], String::new).await;
     demo.shutdown().await;
 }
 

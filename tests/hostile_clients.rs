@@ -309,7 +309,11 @@ async fn buffered_bodies_share_one_memory_budget() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(gw.buffered_bytes(), 8 * 1024, "both holders hold their 4 KiB");
+    assert_eq!(
+        gw.buffered_bytes(),
+        8 * 1024,
+        "both holders hold their 4 KiB"
+    );
     let url = format!("http://{}/generate", gw.data_addr());
     let refused = post(&url, Some(KEY), &json!({"text": "hi"})).await;
     assert_eq!(refused.status, 503, "{}", refused.text());

@@ -193,14 +193,33 @@ impl Pool {
         a.iter().chain(b.iter())
     }
 
+    /// Whether this pool can ever serve a route with these needs (its engine kind and mode
+    /// fit), whatever its workers' state.
+    pub fn fits_route(&self, needs_sglang: bool, needs_unified: bool) -> bool {
+        !(needs_sglang && self.engine != EngineKind::Sglang)
+            && !(needs_unified && matches!(self.workers, PoolWorkers::Disaggregated { .. }))
+    }
+
     /// Why this pool cannot take a request now (None: it can); `needs_sglang`: the
-    /// request is SGLang's native `/generate`. Admission and routing both filter pools
-    /// with it. `chosen`: the client named this pool (`x-kvgate-pool`), so weight 0 does
-    /// not refuse it (a canary tried by hand).
-    pub fn refusal_for(&self, needs_sglang: bool, chosen: bool) -> Option<String> {
+    /// endpoint speaks SGLang's own API; `needs_unified`: the engine runs the request in one
+    /// process (prefill-only requests). Admission and routing both filter pools with it.
+    /// `chosen`: the client named this pool (`x-kvgate-pool`), so weight 0 does not refuse
+    /// it (a canary tried by hand).
+    pub fn refusal_for(
+        &self,
+        needs_sglang: bool,
+        needs_unified: bool,
+        chosen: bool,
+    ) -> Option<String> {
         if needs_sglang && self.engine != EngineKind::Sglang {
             return Some(format!(
-                "pool `{}` is not an SGLang pool (/generate)",
+                "pool `{}` is not an SGLang pool (/generate, /v1/rerank and /v1/score need one)",
+                self.name
+            ));
+        }
+        if needs_unified && matches!(self.workers, PoolWorkers::Disaggregated { .. }) {
+            return Some(format!(
+                "pool `{}` is prefill/decode disaggregated; embeddings, rerank and score need a unified pool",
                 self.name
             ));
         }

@@ -14,6 +14,7 @@ pub mod guard;
 pub mod header_limits;
 pub mod isolate;
 pub mod load_shed;
+pub mod local_answer;
 pub mod observe;
 pub mod priority;
 pub mod rate_limit;

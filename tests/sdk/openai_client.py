@@ -12,6 +12,8 @@ first failure:
      result sent back as a `tool` message after the assistant turn the SDK returned
      (`content: None` + `tool_calls`), then the final answer
   5. the same tool loop streamed
+  6. (with --embeddings) embeddings.create for two inputs, as the SDK sends it (base64
+     vectors, decoded by the SDK)
 
 --loop-from-history skips asking the model for the tool call (an engine with random
 weights cannot be relied on to call one) and sends an SDK-shaped history instead.
@@ -122,6 +124,7 @@ def main():
     parser.add_argument("--api-key", default="none")
     parser.add_argument("--model", default="qwen3")
     parser.add_argument("--loop-from-history", action="store_true")
+    parser.add_argument("--embeddings", action="store_true")
     args = parser.parse_args()
     client = openai.OpenAI(base_url=args.base_url, api_key=args.api_key, max_retries=0)
 
@@ -169,6 +172,16 @@ def main():
             report(step, prompt_tokens=prompt_tokens, finish_reason=finish)
         except Exception as e:  # noqa: BLE001
             fail(step, e)
+
+    if args.embeddings:
+        try:
+            reply = client.embeddings.create(model=args.model, input=["a KV cache", "holds pages"])
+            assert len(reply.data) == 2, reply
+            assert all(len(d.embedding) > 0 for d in reply.data), reply
+            assert reply.usage.prompt_tokens > 0, reply
+            report("embeddings", prompt_tokens=reply.usage.prompt_tokens, dims=len(reply.data[0].embedding))
+        except Exception as e:  # noqa: BLE001
+            fail("embeddings", e)
 
 
 if __name__ == "__main__":

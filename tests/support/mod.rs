@@ -345,6 +345,7 @@ pub async fn run_openai_sdk(
 ) {
     let script = repo().join("tests/sdk/openai_client.py");
     let args: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
+    let extra: Vec<&str> = extra.to_vec();
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new(python)
             .arg(script)
@@ -362,13 +363,17 @@ pub async fn run_openai_sdk(
         String::from_utf8_lossy(&out.stderr),
         context()
     );
-    for step in [
+    let mut steps = vec![
         "models.retrieve",
         "content_parts",
         "enable_thinking_false",
         "tool_loop",
         "tool_loop_streamed",
-    ] {
+    ];
+    if extra.contains(&"--embeddings") {
+        steps.push("embeddings");
+    }
+    for step in steps {
         assert!(
             stdout.contains(&format!("\"step\": \"{step}\", \"ok\": true")),
             "{step}: {stdout}"

@@ -197,7 +197,8 @@ pub enum SimFault {
     Incident,
     /// Stream a few tokens, then end with `finish_reason.type == "abort"`, all on HTTP 200.
     AbortMidStream,
-    /// HTTP 200 stream carrying `data: {"error": ...}` before `[DONE]`.
+    /// HTTP 200 stream carrying `data: {"error": ...}` before `[DONE]`; on the prefill-only
+    /// routes (embeddings, rerank, score), an error object answered with HTTP 200.
     ErrorEvent,
     /// HTTP 200 with `finish_reason: {"type": "abort", "status_code": null}`.
     AbortNoStatus,

@@ -78,6 +78,9 @@ pub(crate) async fn handle(
         return Ok(bad_request(&message));
     }
     let batch = prefill_only(engine, inputs).await;
+    if let Some(response) = super::errors::error_in_success(engine) {
+        return Ok(response);
+    }
     if let Some(response) = batch.failure().and_then(prefill_failure) {
         return Ok(response);
     }

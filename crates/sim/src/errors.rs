@@ -33,6 +33,19 @@ pub(crate) fn serving_error(message: &str, err_type: &str, status: u16) -> Respo
     json_response(code(status), &body)
 }
 
+/// The `error-event` fault on a prefill-only route (embeddings, rerank, score): the
+/// engine's error object sent with HTTP 200, as a broken engine or a proxy in front of one
+/// would, so the gateway's guard must tell it from a result.
+pub(crate) fn error_in_success(engine: &super::engine::SimEngine) -> Option<Response<Body>> {
+    (engine.config.fault == super::config::SimFault::ErrorEvent).then(|| {
+        let body = json!({
+            "object": "error", "message": "simulated engine error inside a 200",
+            "type": "InternalServerError", "param": null, "code": 500,
+        });
+        json_response(StatusCode::OK, &body)
+    })
+}
+
 /// A refused input: `create_error_response(message)` (400, "BadRequestError").
 pub(crate) fn bad_request(message: &str) -> Response<Body> {
     serving_error(message, "BadRequestError", 400)

@@ -30,7 +30,7 @@ fn template_error(model: &str, e: TokenizeError) -> GatewayError {
 
 /// A chat prepared by `rules` and rendered (the request's prompt fields were checked by
 /// parsing).
-pub(super) fn render_chat(
+pub fn render_chat(
     tokenizer: &ModelTokenizer,
     model: &str,
     rules: ChatRules,

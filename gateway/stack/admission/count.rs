@@ -11,16 +11,13 @@
 //! `max_concurrent_counts` at a time, never on the async threads; it stops early once a
 //! prompt is over every limit.
 
-use futures_util::future::{BoxFuture, FutureExt, Shared};
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 use super::chat::render_chat;
 use super::prompt::{MaxNew, Sample};
 use crate::error::GatewayError;
-use crate::fleet::KvCost;
 use crate::stack::api::PromptInput;
-use crate::stack::routing::KvCostEstimate;
 use kvgate_tokenize::{prepare, ChatKey, ChatPrompt, ChatRules, ModelTokenizer, TokenizeError};
 
 /// A sample's prompt size as admission knows it.
@@ -54,6 +51,8 @@ pub(super) struct Pending {
 pub(super) enum PendingText {
     /// Plain text, encoded with special tokens.
     Plain(Arc<str>),
+    /// A text pair (rerank): each side encoded with special tokens.
+    Pair(Arc<str>, Arc<str>),
     /// A prepared, rendered chat (its render counted without special tokens, through the
     /// segment cache).
     Chat(Arc<ChatPrompt>),
@@ -63,6 +62,7 @@ impl PendingText {
     fn len(&self) -> usize {
         match self {
             PendingText::Plain(t) => t.len(),
+            PendingText::Pair(a, b) => a.len() + b.len(),
             PendingText::Chat(c) => c.rendered.len() + c.appended.as_ref().map_or(0, |a| a.len()),
         }
     }
@@ -109,6 +109,17 @@ pub(super) fn measure(
                     PromptTokens::AtMost(tokenizer.token_upper_bound(t.len(), true) as u64),
                     Some(Pending {
                         text: PendingText::Plain(Arc::from(t.as_ref())),
+                        key: None,
+                    }),
+                ),
+                PromptInput::Pair(a, b) => (
+                    PromptTokens::AtMost(
+                        (tokenizer.token_upper_bound(a.len(), true)
+                            + tokenizer.token_upper_bound(b.len(), true))
+                            as u64,
+                    ),
+                    Some(Pending {
+                        text: PendingText::Pair(Arc::from(a.as_ref()), Arc::from(b.as_ref())),
                         key: None,
                     }),
                 ),
@@ -188,6 +199,11 @@ pub(super) fn measure(
 fn ids_one(tokenizer: &ModelTokenizer, p: &Pending) -> Result<Vec<u32>, TokenizeError> {
     let prompt = match &p.text {
         PendingText::Plain(text) => return tokenizer.ids_fast(text, true),
+        PendingText::Pair(a, b) => {
+            let mut ids = tokenizer.ids_fast(a, true)?;
+            ids.extend(tokenizer.ids_fast(b, true)?);
+            return Ok(ids);
+        }
         PendingText::Chat(prompt) => prompt,
     };
     let ids = tokenizer.chat_prompt_ids(prompt)?;
@@ -231,11 +247,14 @@ fn count_one(tokenizer: &ModelTokenizer, p: &Pending) -> Result<u64, TokenizeErr
             n
         }
         PendingText::Plain(text) => tokenizer.count_fast(text, true)?,
+        PendingText::Pair(a, b) => {
+            tokenizer.count_fast(a, true)? + tokenizer.count_fast(b, true)?
+        }
     };
     Ok(n as u64)
 }
 
-async fn run_blocking(
+pub(super) async fn run_blocking(
     pending: Vec<(usize, Pending)>,
     tokenizer: Arc<ModelTokenizer>,
     permits: Arc<Semaphore>,
@@ -263,140 +282,6 @@ async fn run_blocking(
     })
     .await
     .map_err(|e| GatewayError::Internal(format!("token counting task failed: {e}")))?
-}
-
-type ExactFuture = Shared<BoxFuture<'static, Option<Arc<[u64]>>>>;
-
-/// The token counts of an admitted request, carried on as a request extension for later
-/// stages (rate limits, the response guard).
-#[derive(Debug, Clone)]
-pub struct TokenCount {
-    /// Per sample: exact when admission needed it, else the bound it admitted on.
-    pub prompt_tokens: Vec<PromptTokens>,
-    /// Per sample: the new tokens admission allowed for.
-    pub max_new_tokens: Vec<u64>,
-    /// The `max_tokens` admission chose for a chat that gave none (also sent to the engine).
-    pub clamped_max_new: Option<u64>,
-    /// The model's context window and the sequences per sample (`n`): a sample's new
-    /// tokens never count past what the window leaves each sequence ([`Self::kv_cost`]).
-    pub(super) window: u64,
-    pub(super) fanout: u64,
-    exact: Option<ExactFuture>,
-    /// The rules these counts were prepared by.
-    pub(super) rules: ChatRules,
-    /// The counts by other rules, when the request's pools prepare chats differently.
-    pub(super) others: Vec<TokenCount>,
-}
-
-impl TokenCount {
-    pub(super) fn new(
-        measured: &[Measured],
-        max_new_tokens: Vec<u64>,
-        tokenizer: &Arc<ModelTokenizer>,
-        permits: &Arc<Semaphore>,
-    ) -> Self {
-        let prompt_tokens: Vec<PromptTokens> = measured.iter().map(|m| m.tokens).collect();
-        let pending: Vec<(usize, Pending)> = measured
-            .iter()
-            .enumerate()
-            .filter_map(|(i, m)| m.pending.clone().map(|p| (i, p)))
-            .collect();
-        let exact = (!pending.is_empty()).then(|| {
-            let known = prompt_tokens.clone();
-            let task = tokio::spawn(run_blocking(pending, tokenizer.clone(), permits.clone()));
-            async move {
-                let counts = task.await.ok()?.ok()?;
-                let mut all: Vec<u64> = known.iter().map(|t| t.value()).collect();
-                for (i, n) in counts {
-                    all[i] = n;
-                }
-                Some(Arc::from(all))
-            }
-            .boxed()
-            .shared()
-        });
-        Self {
-            prompt_tokens,
-            max_new_tokens,
-            clamped_max_new: None,
-            window: u64::MAX,
-            fanout: 1,
-            exact,
-            rules: ChatRules::Sglang,
-            others: Vec::new(),
-        }
-    }
-
-    /// The counts as an engine of `rules` sees the request (the guard compares the serving
-    /// pool's engine with them).
-    pub fn for_rules(&self, rules: ChatRules) -> &TokenCount {
-        std::iter::once(self)
-            .chain(&self.others)
-            .find(|c| c.rules == rules)
-            .unwrap_or(self)
-    }
-
-    /// The exact prompt counts of every sample (waits for the background count if admission
-    /// did not need it). `None` when counting failed.
-    pub async fn exact(&self) -> Option<Arc<[u64]>> {
-        match &self.exact {
-            Some(f) => f.clone().await,
-            None => Some(self.prompt_tokens.iter().map(|t| t.value()).collect()),
-        }
-    }
-
-    /// Sum of the prompt sizes admission knows (exact or bound).
-    pub fn prompt_total(&self) -> u64 {
-        self.prompt_tokens.iter().map(|t| t.value()).sum()
-    }
-
-    /// What the request holds in a worker's KV, summed over its samples: the prompt (exact
-    /// when the count is known by now — it is never waited for here — else admission's
-    /// bound) and the prompt plus the new tokens allowed, clipped to the context window.
-    pub fn cost(&self) -> KvCost {
-        let exact = self
-            .exact
-            .as_ref()
-            .and_then(|f| f.peek().cloned().flatten());
-        let mut cost = KvCost::ZERO;
-        for (i, (known, &new)) in self
-            .prompt_tokens
-            .iter()
-            .zip(&self.max_new_tokens)
-            .enumerate()
-        {
-            let prompt = exact
-                .as_ref()
-                .and_then(|e| e.get(i).copied())
-                .unwrap_or(known.value());
-            let fits = self
-                .window
-                .saturating_sub(prompt)
-                .saturating_mul(self.fanout);
-            cost.prompt = cost.prompt.saturating_add(prompt);
-            cost.total = cost
-                .total
-                .saturating_add(prompt.saturating_add(new.min(fits)));
-        }
-        cost
-    }
-
-    /// Exact prompt tokens plus the new tokens allowed, over every sample: what a
-    /// tokens-per-minute limit reserves (waits for the background count; the bound only if
-    /// counting failed).
-    pub async fn exact_total(&self) -> u64 {
-        let prompts = match self.exact().await {
-            Some(exact) => exact.iter().sum(),
-            None => self.prompt_total(),
-        };
-        prompts + self.max_new_tokens.iter().sum::<u64>()
-    }
-}
-
-impl KvCostEstimate for TokenCount {
-    fn kv_cost(&self) -> KvCost {
-        self.cost()
-    }
 }
 
 #[cfg(test)]
@@ -447,37 +332,5 @@ mod tests {
             counted[0].tokens,
             PromptTokens::Exact(tok.count(&rendered, false).unwrap() as u64)
         );
-    }
-
-    #[test]
-    fn kv_cost_sums_samples_and_clips_new_tokens_to_the_window() {
-        let count = |prompts: Vec<PromptTokens>, new: Vec<u64>, window: u64, fanout: u64| {
-            TokenCount {
-                prompt_tokens: prompts,
-                max_new_tokens: new,
-                clamped_max_new: None,
-                window,
-                fanout,
-                exact: None,
-                rules: ChatRules::Sglang,
-                others: Vec::new(),
-            }
-            .cost()
-        };
-        let one = count(vec![PromptTokens::Exact(100)], vec![50], 1000, 1);
-        assert_eq!((one.prompt, one.total), (100, 150));
-        // Two samples add up; the bound counts until the exact count is known.
-        let two = count(
-            vec![PromptTokens::Exact(100), PromptTokens::AtMost(40)],
-            vec![50, 10],
-            1000,
-            1,
-        );
-        assert_eq!((two.prompt, two.total), (140, 200));
-        // New tokens never count past the window (per sequence, n of them).
-        let clipped = count(vec![PromptTokens::Exact(900)], vec![500], 1000, 1);
-        assert_eq!((clipped.prompt, clipped.total), (900, 1000));
-        let fanned = count(vec![PromptTokens::Exact(900)], vec![500], 1000, 2);
-        assert_eq!(fanned.total, 1100);
     }
 }

@@ -17,14 +17,17 @@ mod budget;
 mod chat;
 mod count;
 mod prompt;
+mod token_count;
 
 pub use crate::stack::routing::AdmittedPools;
 pub use blocks::{PrefixHashing, PromptBlocks};
 pub use budget::{
     sglang_max_req_input_len, worker_input_limit, Bound, PoolBudget, Violation, WorkerBound,
 };
-pub use count::{PromptTokens, TokenCount};
+pub use chat::render_chat;
+pub use count::PromptTokens;
 pub use prompt::{MaxNew, COMPLETIONS_DEFAULT_MAX_TOKENS, GENERATE_DEFAULT_MAX_NEW_TOKENS};
+pub use token_count::TokenCount;
 
 use bytes::Bytes;
 use http::Request;
@@ -172,6 +175,11 @@ pub async fn admit(
     tenant: Option<&TenantPolicy>,
     choice: Option<&str>,
 ) -> Result<(TokenCount, AdmittedPools, Option<RequestBlocks>), GatewayError> {
+    if parsed.endpoint.is_local() {
+        // `/tokenize` and `/detokenize` never reach an engine: nothing to admit (the rate
+        // limits still take the request; `local_answer` answers it).
+        return Ok((TokenCount::none(), AdmittedPools(Arc::from([])), None));
+    }
     let model = state.models.get(&parsed.model).ok_or_else(|| {
         GatewayError::Internal(format!("no tokenizer loaded for `{}`", parsed.model))
     })?;
@@ -363,18 +371,43 @@ fn candidate_budgets(
             model: parsed.model.clone(),
         });
     }
+    let needs = parsed.endpoint.engine_needs();
+    if !allowed.is_empty()
+        && !allowed
+            .iter()
+            .any(|p| p.fits_route(needs.sglang, needs.unified))
+    {
+        // No state of the workers would change this: a 400 saying so, not "retry".
+        let what = match (needs.sglang, needs.unified) {
+            (true, true) => "a unified SGLang pool",
+            (true, false) => "an SGLang pool",
+            _ => "a unified pool (prefill-only requests run in one engine process)",
+        };
+        return Err(GatewayError::invalid(
+            format!(
+                "model `{}` is not served on {} here: that route needs {what}",
+                parsed.model,
+                parsed.endpoint.path()
+            ),
+            None,
+        ));
+    }
     let mut reasons = Vec::new();
     let budgets: Vec<PoolBudget> = allowed
         .into_iter()
-        .filter(
-            |p| match p.refusal_for(parsed.endpoint.needs_sglang(), choice.is_some()) {
+        .filter(|p| {
+            match p.refusal_for(
+                parsed.endpoint.engine_needs().sglang,
+                parsed.endpoint.engine_needs().unified,
+                choice.is_some(),
+            ) {
                 Some(r) => {
                     reasons.push(r);
                     false
                 }
                 None => true,
-            },
-        )
+            }
+        })
         .map(|p| PoolBudget::of(p, window))
         .collect();
     if budgets.is_empty() {

@@ -40,9 +40,10 @@ fn engine_default(endpoint: Endpoint) -> MaxNew {
     match endpoint {
         Endpoint::Generate => MaxNew::Tokens(GENERATE_DEFAULT_MAX_NEW_TOKENS),
         Endpoint::Completions => MaxNew::Tokens(COMPLETIONS_DEFAULT_MAX_TOKENS),
-        Endpoint::ChatCompletions | Endpoint::ListModels | Endpoint::RetrieveModel => {
-            MaxNew::RestOfWindow
-        }
+        Endpoint::ChatCompletions => MaxNew::RestOfWindow,
+        // Prefill-only requests generate nothing (their `requested_max_new` is 0 anyway);
+        // the rest have no prompt.
+        _ => MaxNew::Tokens(0),
     }
 }
 

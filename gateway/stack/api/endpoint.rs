@@ -17,6 +17,26 @@ pub enum Endpoint {
     ListModels,
     /// `GET /v1/models/{id}` (the OpenAI SDK's `models.retrieve`)
     RetrieveModel,
+    /// `POST /v1/embeddings` (OpenAI; SGLang and vLLM serve it)
+    Embeddings,
+    /// `POST /v1/rerank` (SGLang's cross-encoder rerank)
+    Rerank,
+    /// `POST /v1/score` (SGLang's label scoring)
+    Score,
+    /// `POST /tokenize` or `/v1/tokenize` (SGLang's shape), answered by kvgate itself
+    Tokenize,
+    /// `POST /detokenize` or `/v1/detokenize` (SGLang's shape), answered by kvgate itself
+    Detokenize,
+}
+
+/// What an endpoint asks of the pool that serves it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EngineNeeds {
+    /// The engine must speak SGLang's own API (`/generate`, `/v1/rerank`, `/v1/score`).
+    pub sglang: bool,
+    /// The pool must be unified: SGLang runs prefill-only requests (embeddings, rerank,
+    /// score) in one process, with no bootstrap room to hand KV to a decode worker.
+    pub unified: bool,
 }
 
 impl Endpoint {
@@ -27,6 +47,11 @@ impl Endpoint {
             "/v1/completions" => (Endpoint::Completions, Method::POST),
             "/generate" => (Endpoint::Generate, Method::POST),
             "/v1/models" => (Endpoint::ListModels, Method::GET),
+            "/v1/embeddings" => (Endpoint::Embeddings, Method::POST),
+            "/v1/rerank" => (Endpoint::Rerank, Method::POST),
+            "/v1/score" => (Endpoint::Score, Method::POST),
+            "/tokenize" | "/v1/tokenize" => (Endpoint::Tokenize, Method::POST),
+            "/detokenize" | "/v1/detokenize" => (Endpoint::Detokenize, Method::POST),
             p if model_id(p).is_some() => (Endpoint::RetrieveModel, Method::GET),
             _ => {
                 return Err(GatewayError::RouteNotFound {
@@ -53,6 +78,11 @@ impl Endpoint {
             Endpoint::Completions => "/v1/completions",
             Endpoint::Generate => "/generate",
             Endpoint::ListModels | Endpoint::RetrieveModel => "/v1/models",
+            Endpoint::Embeddings => "/v1/embeddings",
+            Endpoint::Rerank => "/v1/rerank",
+            Endpoint::Score => "/v1/score",
+            Endpoint::Tokenize => "/tokenize",
+            Endpoint::Detokenize => "/detokenize",
         }
     }
 
@@ -63,12 +93,60 @@ impl Endpoint {
             Endpoint::Completions => "completions",
             Endpoint::Generate => "generate",
             Endpoint::ListModels | Endpoint::RetrieveModel => "models",
+            Endpoint::Embeddings => "embeddings",
+            Endpoint::Rerank => "rerank",
+            Endpoint::Score => "score",
+            Endpoint::Tokenize => "tokenize",
+            Endpoint::Detokenize => "detokenize",
         }
     }
 
-    /// Whether the engine must speak SGLang's native API.
-    pub fn needs_sglang(self) -> bool {
-        self == Endpoint::Generate
+    /// What the serving pool must be.
+    pub fn engine_needs(self) -> EngineNeeds {
+        match self {
+            Endpoint::Generate => EngineNeeds {
+                sglang: true,
+                unified: false,
+            },
+            Endpoint::Rerank | Endpoint::Score => EngineNeeds {
+                sglang: true,
+                unified: true,
+            },
+            Endpoint::Embeddings => EngineNeeds {
+                sglang: false,
+                unified: true,
+            },
+            _ => EngineNeeds::default(),
+        }
+    }
+
+    /// Prefill-only requests: the engine generates nothing (no new tokens, no stream).
+    pub fn is_pooling(self) -> bool {
+        matches!(
+            self,
+            Endpoint::Embeddings | Endpoint::Rerank | Endpoint::Score
+        )
+    }
+
+    /// Answered by kvgate from the model's tokenizer: no engine is asked.
+    pub fn is_local(self) -> bool {
+        matches!(self, Endpoint::Tokenize | Endpoint::Detokenize)
+    }
+
+    /// Whether the engine's API for this route takes a prefix-cache salt: SGLang's
+    /// `EmbeddingRequest`, `V1RerankReqInput` and `ScoringRequest` have no `cache_salt` or
+    /// `extra_key` (sglang 0.5.23 `protocol.py`), so none is sent there.
+    pub fn takes_cache_salt(self) -> bool {
+        matches!(
+            self,
+            Endpoint::ChatCompletions | Endpoint::Completions | Endpoint::Generate
+        )
+    }
+
+    /// Whether the engine's API for this route takes SGLang's `rid` (`V1RerankReqInput` has
+    /// none).
+    pub fn takes_rid(self) -> bool {
+        !matches!(self, Endpoint::Rerank)
     }
 }
 

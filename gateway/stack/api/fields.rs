@@ -153,6 +153,48 @@ pub const SAMPLING_PARAMS: [&str; 22] = [
 ];
 
 /// Keys of `stream_options`.
+/// `/v1/embeddings`: OpenAI's fields (SGLang's `EmbeddingRequest` and vLLM's take them).
+pub const EMBEDDING_FIELDS: [&str; 6] = [
+    "model",
+    "input",
+    "encoding_format",
+    "dimensions",
+    "user",
+    "lora_path",
+];
+
+/// SGLang `/v1/rerank` (`V1RerankReqInput`); `model` only selects the gateway model.
+pub const RERANK_FIELDS: [&str; 5] = ["model", "query", "documents", "top_n", "return_documents"];
+
+/// SGLang `/v1/score` (`ScoringRequest`), without its embedding overrides.
+pub const SCORE_FIELDS: [&str; 8] = [
+    "model",
+    "query",
+    "items",
+    "label_token_ids",
+    "apply_softmax",
+    "temperature",
+    "return_token_logprobs",
+    "item_first",
+];
+
+/// `/tokenize`, answered by kvgate (SGLang's `TokenizeRequest`; a chat takes the template
+/// fields chat completions take).
+pub const TOKENIZE_FIELDS: [&str; 9] = [
+    "model",
+    "prompt",
+    "messages",
+    "tools",
+    "add_special_tokens",
+    "tool_choice",
+    "chat_template_kwargs",
+    "reasoning_effort",
+    "continue_final_message",
+];
+
+/// `/detokenize`, answered by kvgate (SGLang's `DetokenizeRequest`).
+pub const DETOKENIZE_FIELDS: [&str; 3] = ["model", "tokens", "skip_special_tokens"];
+
 pub const STREAM_OPTIONS: [&str; 2] = ["include_usage", "continuous_usage_stats"];
 
 /// Why a well-known engine-control field is refused (the client's error says so).
@@ -173,6 +215,12 @@ fn refusal_reason(field: &str) -> &'static str {
             "it changes the prompt the engine renders in a way the gateway does not model, so it could not count it exactly"
         }
         "extra_body" => "send its fields at the top level of the body",
+        "instruct" => "it selects a reranker template prompt; kvgate counts rerank pairs as SGLang's cross-encoder path builds them, where it has no meaning",
+        "embed_overrides" | "embed_override_token_id" | "query_embed_overrides"
+        | "item_embed_overrides" => "embedding overrides replace prompt tokens the gateway counted",
+        "score_extraction_token" | "return_pooled_hidden_states" => {
+            "it changes what the engine computes in a way the gateway does not check"
+        }
         _ => "it is not a field this gateway passes to engines",
     }
 }
@@ -182,6 +230,11 @@ fn allowed(endpoint: Endpoint) -> &'static [&'static str] {
         Endpoint::ChatCompletions => &CHAT_FIELDS,
         Endpoint::Completions => &COMPLETION_FIELDS,
         Endpoint::Generate => &GENERATE_FIELDS,
+        Endpoint::Embeddings => &EMBEDDING_FIELDS,
+        Endpoint::Rerank => &RERANK_FIELDS,
+        Endpoint::Score => &SCORE_FIELDS,
+        Endpoint::Tokenize => &TOKENIZE_FIELDS,
+        Endpoint::Detokenize => &DETOKENIZE_FIELDS,
         Endpoint::ListModels | Endpoint::RetrieveModel => &[],
     }
 }
@@ -202,7 +255,8 @@ fn refuse(param: String, field: &str) -> GatewayError {
 pub fn check(endpoint: Endpoint, fields: &Map<String, Value>) -> Result<(), GatewayError> {
     let passes = |f: &str| {
         allowed(endpoint).contains(&f)
-            || (endpoint != Endpoint::Generate && ENGINE_SAMPLING.contains(&f))
+            || (matches!(endpoint, Endpoint::ChatCompletions | Endpoint::Completions)
+                && ENGINE_SAMPLING.contains(&f))
     };
     for (name, value) in fields {
         if is_stripped(name) {
@@ -274,7 +328,8 @@ pub fn lora_adapters(fields: &Map<String, Value>) -> Result<Vec<&str>, GatewayEr
 /// [`check`]ed) minus the stripped ones and `/generate`'s `model`. The gateway's own
 /// values are added by dispatch.
 pub fn passthrough(endpoint: Endpoint, mut fields: Map<String, Value>) -> Map<String, Value> {
-    if endpoint == Endpoint::Generate {
+    // SGLang's `GenerateReqInput` and `V1RerankReqInput` have no `model`.
+    if matches!(endpoint, Endpoint::Generate | Endpoint::Rerank) {
         fields.shift_remove("model");
     }
     strip(&mut fields);

@@ -11,12 +11,13 @@ pub mod catalog;
 mod endpoint;
 pub mod fields;
 mod parse;
+pub mod pooling_view;
 pub mod prompt_view;
 pub mod raw;
 pub mod read_body;
 mod request;
 
-pub use endpoint::{model_id, Endpoint};
+pub use endpoint::{model_id, Endpoint, EngineNeeds};
 pub use parse::{parse_inference, ModelCatalog, Parse, ParseLayer};
 
 pub use request::{bulk_fields, EngineDirectives, InferenceRequest, PromptInput, PromptView};

@@ -78,13 +78,36 @@ impl ModelCatalog {
                 "`model` must be a string",
                 Some("model"),
             )),
-            None if endpoint == Endpoint::Generate => {
-                self.generate_default.clone().ok_or_else(|| {
-                    GatewayError::invalid(
-                        "this gateway serves several models: add \"model\" to the /generate body",
-                        Some("model"),
-                    )
-                })
+            // SGLang's own routes name no model (`/generate`, `/v1/rerank`) or default it:
+            // the one model SGLang pools serve, or for kvgate's own tokenizer routes the one
+            // model there is.
+            None if matches!(
+                endpoint,
+                Endpoint::Generate
+                    | Endpoint::Rerank
+                    | Endpoint::Score
+                    | Endpoint::Tokenize
+                    | Endpoint::Detokenize
+            ) =>
+            {
+                let only = (self.names.len() == 1)
+                    .then(|| self.names.iter().next().cloned())
+                    .flatten();
+                let default = match endpoint {
+                    Endpoint::Tokenize | Endpoint::Detokenize => only,
+                    _ => None,
+                };
+                default
+                    .or_else(|| self.generate_default.clone())
+                    .ok_or_else(|| {
+                        GatewayError::invalid(
+                            format!(
+                                "this gateway serves several models: add \"model\" to the {} body",
+                                endpoint.path()
+                            ),
+                            Some("model"),
+                        )
+                    })
             }
             None => Err(GatewayError::invalid(
                 "you must provide a model parameter",
@@ -131,12 +154,28 @@ pub fn parse_inference(
             1
         }
         Endpoint::Completions => prompt_batch(raw.get("prompt"), "prompt")?,
+        Endpoint::Embeddings => prompt_batch(raw.get("input"), "input")?,
+        Endpoint::Rerank => {
+            super::pooling_view::rerank_pairs(raw.get("query"), raw.get("documents"))?
+                .documents
+                .len()
+        }
+        // Counted once the request is built (`item_first` is among its fields).
+        Endpoint::Score => 0,
+        Endpoint::Tokenize => {
+            tokenize_input(&raw)?;
+            0
+        }
+        Endpoint::Detokenize => {
+            detokenize_input(&raw)?;
+            0
+        }
         _ => generate_batch(&raw)?,
     };
     // On `/generate` the (optional) `model` only selects the gateway model: SGLang's
     // GenerateReqInput has none, so `api::fields` keeps it from the engine.
     let model = catalog.resolve(endpoint, &fields)?;
-    Ok(InferenceRequest {
+    let mut request = InferenceRequest {
         endpoint,
         model,
         stream,
@@ -144,7 +183,55 @@ pub fn parse_inference(
         fields,
         raw,
         directives: EngineDirectives::default(),
-    })
+    };
+    if endpoint == Endpoint::Score {
+        request.batch = request.score_prompts()?.len();
+    }
+    Ok(request)
+}
+
+/// `/tokenize`: exactly one of `prompt` (a string or a list of strings) and `messages` (a
+/// chat, with its `tools`).
+fn tokenize_input(raw: &RawFields) -> Result<(), GatewayError> {
+    match (raw.get("prompt"), raw.get("messages")) {
+        (Some(prompt), None) => match prompt_view::prompts(prompt, "prompt") {
+            Ok(Prompts::Texts(_)) => Ok(()),
+            _ => Err(GatewayError::invalid(
+                "`prompt` must be a string or a non-empty list of strings",
+                Some("prompt"),
+            )),
+        },
+        (None, Some(messages)) => prompt_view::messages(messages).map(drop),
+        (Some(_), Some(_)) => Err(GatewayError::invalid(
+            "send either `prompt` or `messages`, not both",
+            Some("prompt"),
+        )),
+        (None, None) => Err(GatewayError::invalid(
+            "`prompt` or `messages` is required",
+            Some("prompt"),
+        )),
+    }
+}
+
+/// `/detokenize`: `tokens`, a list of token ids or a list of token-id lists.
+fn detokenize_input(raw: &RawFields) -> Result<(), GatewayError> {
+    let bad = || {
+        GatewayError::invalid(
+            "`tokens` must be a list of token ids or a list of token-id lists",
+            Some("tokens"),
+        )
+    };
+    match raw.get("tokens") {
+        Some(tokens) => match prompt_view::prompts(tokens, "tokens") {
+            Ok(Prompts::Ids(_)) => Ok(()),
+            _ if tokens.trim() == "[]" => Ok(()),
+            _ => Err(bad()),
+        },
+        None => Err(GatewayError::invalid(
+            "`tokens` is required",
+            Some("tokens"),
+        )),
+    }
 }
 
 fn prompt_batch(prompt: Option<&str>, field: &str) -> Result<usize, GatewayError> {

@@ -222,6 +222,12 @@ pub fn prompts<'a>(raw: &'a str, field: &str) -> Result<Prompts<'a>, GatewayErro
     }
 }
 
+/// Whether a checked prompt (raw JSON) is a list of token-id lists (not one list).
+pub fn is_nested_ids(raw: &str) -> bool {
+    raw.strip_prefix('[')
+        .is_some_and(|rest| rest.trim_start().starts_with('['))
+}
+
 /// Whether a checked prompt (raw JSON) is token ids rather than text.
 pub fn is_token_ids(raw: &str) -> bool {
     let Some(rest) = raw.strip_prefix('[') else {

@@ -9,6 +9,7 @@
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 
+use super::pooling_view::{self, ScorePrompts};
 use super::prompt_view::{self, Message, Prompts};
 use super::raw::RawFields;
 use super::Endpoint;
@@ -59,6 +60,9 @@ pub enum PromptInput<'a> {
     Text(Cow<'a, str>),
     /// Token ids: the count is their number.
     Ids(usize),
+    /// A text pair (a rerank query and document): each side encoded with special tokens,
+    /// the ids of the first then the second.
+    Pair(Cow<'a, str>, Cow<'a, str>),
     /// Chat messages (and tools) to prepare and render through the template, as raw JSON,
     /// with the request's other fields (`tool_choice`, `chat_template_kwargs`, ...).
     Chat {
@@ -81,6 +85,11 @@ pub fn bulk_fields(endpoint: Endpoint) -> &'static [&'static str] {
         Endpoint::ChatCompletions => &["messages", "tools"],
         Endpoint::Completions => &["prompt"],
         Endpoint::Generate => &["text", "input_ids"],
+        Endpoint::Embeddings => &["input"],
+        Endpoint::Rerank => &["query", "documents"],
+        Endpoint::Score => &["query", "items"],
+        Endpoint::Tokenize => &["prompt", "messages", "tools"],
+        Endpoint::Detokenize => &["tokens"],
         Endpoint::ListModels | Endpoint::RetrieveModel => &[],
     }
 }
@@ -122,16 +131,34 @@ impl InferenceRequest {
                 tools: self.raw.get("tools").filter(|t| *t != "null"),
                 fields: &self.fields,
             }],
-            Endpoint::Completions | Endpoint::Generate => match self.prompt_view()? {
-                Some(PromptView::Samples(Prompts::Texts(texts))) => {
-                    texts.into_iter().map(PromptInput::Text).collect()
+            Endpoint::Completions | Endpoint::Generate | Endpoint::Embeddings => {
+                match self.prompt_view()? {
+                    Some(PromptView::Samples(Prompts::Texts(texts))) => {
+                        texts.into_iter().map(PromptInput::Text).collect()
+                    }
+                    Some(PromptView::Samples(Prompts::Ids(ids))) => {
+                        ids.iter().map(|i| PromptInput::Ids(i.len())).collect()
+                    }
+                    _ => Vec::new(),
                 }
-                Some(PromptView::Samples(Prompts::Ids(ids))) => {
-                    ids.iter().map(|i| PromptInput::Ids(i.len())).collect()
-                }
-                _ => Vec::new(),
+            }
+            Endpoint::Rerank => {
+                let pairs =
+                    pooling_view::rerank_pairs(self.raw.get("query"), self.raw.get("documents"))?;
+                pairs
+                    .documents
+                    .into_iter()
+                    .map(|d| PromptInput::Pair(pairs.query.clone(), d))
+                    .collect()
+            }
+            Endpoint::Score => match self.score_prompts()? {
+                ScorePrompts::Texts(texts) => texts.into_iter().map(PromptInput::Text).collect(),
+                ScorePrompts::Ids(lens) => lens.into_iter().map(PromptInput::Ids).collect(),
             },
-            Endpoint::ListModels | Endpoint::RetrieveModel => Vec::new(),
+            Endpoint::ListModels
+            | Endpoint::RetrieveModel
+            | Endpoint::Tokenize
+            | Endpoint::Detokenize => Vec::new(),
         };
         if found.len() != self.batch {
             return Err(GatewayError::Internal(format!(
@@ -143,8 +170,30 @@ impl InferenceRequest {
         Ok(found)
     }
 
-    /// The prompt, read from its raw JSON (None: a request without one).
+    /// A score request's prompts (`query` and `items`, joined as SGLang joins them).
+    pub fn score_prompts(&self) -> Result<ScorePrompts<'_>, GatewayError> {
+        let item_first = match self.fields.get("item_first") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err(GatewayError::invalid(
+                    "`item_first` must be a boolean",
+                    Some("item_first"),
+                ))
+            }
+        };
+        pooling_view::score_prompts(self.raw.get("query"), self.raw.get("items"), item_first)
+    }
+
+    /// The prompt, read from its raw JSON (None: a request without one, or one whose
+    /// prompt is built from several fields: rerank and score).
     pub fn prompt_view(&self) -> Result<Option<PromptView<'_>>, GatewayError> {
+        if matches!(
+            self.endpoint,
+            Endpoint::Rerank | Endpoint::Score | Endpoint::Tokenize | Endpoint::Detokenize
+        ) {
+            return Ok(None);
+        }
         let param = self.prompt_param();
         let Some(raw) = self.raw.get(param) else {
             return Ok(None);
@@ -161,6 +210,12 @@ impl InferenceRequest {
             Endpoint::ChatCompletions => "messages",
             Endpoint::Completions => "prompt",
             Endpoint::Generate if self.raw.contains("input_ids") => "input_ids",
+            Endpoint::Embeddings => "input",
+            Endpoint::Rerank => "documents",
+            Endpoint::Score => "items",
+            Endpoint::Tokenize if self.raw.contains("messages") => "messages",
+            Endpoint::Tokenize => "prompt",
+            Endpoint::Detokenize => "tokens",
             Endpoint::Generate | Endpoint::ListModels | Endpoint::RetrieveModel => "text",
         }
     }
@@ -181,6 +236,8 @@ impl InferenceRequest {
                 .raw
                 .get("prompt")
                 .is_some_and(prompt_view::is_token_ids),
+            Endpoint::Embeddings => self.raw.get("input").is_some_and(prompt_view::is_token_ids),
+            Endpoint::Score => self.raw.get("items").is_some_and(prompt_view::is_token_ids),
             _ => false,
         }
     }
@@ -223,14 +280,16 @@ impl InferenceRequest {
                     .try_fold(1, |most, n| n.map(|n| most.max(n))),
                 _ => Ok(1),
             },
-            Endpoint::ListModels | Endpoint::RetrieveModel => Ok(1),
+            _ => Ok(1),
         }
     }
 
-    /// The client's requested new tokens for sample `i` (None: not given).
+    /// The client's requested new tokens for sample `i` (None: not given); prefill-only
+    /// requests generate none.
     pub fn requested_max_new(&self, i: usize) -> Result<Option<u64>, GatewayError> {
         let body = &self.fields;
         match self.endpoint {
+            Endpoint::Embeddings | Endpoint::Rerank | Endpoint::Score => Ok(Some(0)),
             Endpoint::ChatCompletions => {
                 match max_tokens_field(body.get("max_completion_tokens"), "max_completion_tokens")?
                 {
@@ -259,7 +318,10 @@ impl InferenceRequest {
                     Some("sampling_params"),
                 )),
             },
-            Endpoint::ListModels | Endpoint::RetrieveModel => Ok(None),
+            Endpoint::ListModels
+            | Endpoint::RetrieveModel
+            | Endpoint::Tokenize
+            | Endpoint::Detokenize => Ok(None),
         }
     }
 }

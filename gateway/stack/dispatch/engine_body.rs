@@ -40,12 +40,12 @@ fn build_for(
         ..
     } = request;
     let mut body = fields::passthrough(endpoint, client);
-    if endpoint != Endpoint::Generate {
+    if !matches!(endpoint, Endpoint::Generate | Endpoint::Rerank) {
         // Engines know the model by their own served name.
         body.insert("model".into(), Value::from(served_model));
     }
     apply_directives(endpoint, &mut body, &directives);
-    if engine == EngineKind::Sglang {
+    if engine == EngineKind::Sglang && endpoint.takes_rid() {
         // Only the gateway names requests inside the engine (clients' `rid` is refused).
         let rid = if batch > 1 {
             Value::Array(
@@ -89,7 +89,11 @@ fn apply_directives(endpoint: Endpoint, body: &mut Map<String, Value>, d: &Engin
     if let Some(default) = d.default_max_new_tokens {
         default_max_new(endpoint, body, default);
     }
-    if let Some(salt) = &d.cache_salt {
+    if let Some(salt) = d
+        .cache_salt
+        .as_ref()
+        .filter(|_| endpoint.takes_cache_salt())
+    {
         body.insert("cache_salt".to_owned(), Value::String(salt.clone()));
     }
     if d.stream_usage {
@@ -140,7 +144,8 @@ fn default_max_new(endpoint: Endpoint, body: &mut Map<String, Value>, default: u
                 other => fill(other),
             }
         }
-        Endpoint::ListModels | Endpoint::RetrieveModel => {}
+        // Prefill-only and local routes have no new-token allowance.
+        _ => {}
     }
 }
 

@@ -12,9 +12,11 @@ use std::sync::Arc;
 use crate::config::GuardConfig;
 
 mod answer;
+mod pooling;
 pub(super) mod typed;
 
 pub use answer::{check_answer, Answer};
+pub use pooling::{check_pooling, pooling_usage, PoolingShape};
 
 /// Which response shapes to read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

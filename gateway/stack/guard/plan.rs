@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::check_stream::UsageRewrite;
-use super::inspect::{Expectation, Markers, Shape};
+use super::inspect::{Expectation, Markers, PoolingShape, Shape};
 use crate::config::GuardConfig;
 use crate::error::GatewayError;
 use crate::stack::admission::TokenCount;
@@ -66,6 +66,8 @@ pub(super) struct GuardPlan<'a> {
     /// still runs.
     pub(super) checks: bool,
     pub(super) shape: Shape,
+    /// Set for prefill-only requests: their answers have shapes of their own.
+    pub(super) pooling: Option<PoolingShape>,
     pub(super) stream: bool,
     pub(super) batch: usize,
     /// Stream usage the gateway asked for on the client's behalf.
@@ -103,6 +105,12 @@ impl<'a> GuardPlan<'a> {
         } else {
             Shape::OpenAi
         };
+        let pooling = match parsed.endpoint {
+            Endpoint::Embeddings => Some(PoolingShape::Embeddings),
+            Endpoint::Rerank => Some(PoolingShape::Rerank),
+            Endpoint::Score => Some(PoolingShape::Score),
+            _ => None,
+        };
         let (stream, batch, endpoint) = (parsed.stream, parsed.batch, parsed.endpoint);
         let rewrite = if checks && stream && shape == Shape::OpenAi {
             request_stream_usage(parsed)
@@ -134,6 +142,7 @@ impl<'a> GuardPlan<'a> {
             rules,
             checks,
             shape,
+            pooling,
             stream,
             batch,
             rewrite,

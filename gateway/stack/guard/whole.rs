@@ -7,7 +7,7 @@ use http::Response;
 use http_body_util::BodyExt;
 
 use super::extensions::BufferedAnswer;
-use super::inspect::{Answer, Expectation};
+use super::inspect::{check_pooling, pooling_usage, Answer, Expectation};
 use super::leak::LeakScan;
 use super::plan::GuardPlan;
 use super::report::TripReport;
@@ -36,6 +36,18 @@ pub(super) async fn check_whole_answer(
             (bytes.clone(), body::full(bytes))
         }
     };
+    if let Some(shape) = plan.pooling {
+        // Embeddings, rerank and score: nothing generated, so no text to scan for leaks.
+        if plan.checks {
+            if let Err(trip) = check_pooling(shape, &bytes, plan.batch, expect) {
+                return Err(report.record(&trip));
+            }
+        }
+        if let (Some(cell), Some(total)) = (&plan.usage, pooling_usage(shape, &bytes)) {
+            cell.set(total);
+        }
+        return Ok(Response::from_parts(parts, body));
+    }
     // Parsed once: the checks, the leak scan and the usage all read this.
     let answer = Answer::parse(&bytes, plan.shape);
     if plan.checks {

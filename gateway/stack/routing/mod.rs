@@ -179,7 +179,11 @@ pub fn choose_pool(
             if choice.is_some_and(|c| c != &*pool.name) {
                 return false;
             }
-            match pool.refusal_for(request.endpoint.needs_sglang(), choice.is_some()) {
+            match pool.refusal_for(
+                request.endpoint.engine_needs().sglang,
+                request.endpoint.engine_needs().unified,
+                choice.is_some(),
+            ) {
                 Some(r) => {
                     reasons.push(r);
                     false

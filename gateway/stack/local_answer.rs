@@ -1,0 +1,182 @@
+//! `/tokenize` and `/detokenize`, answered by kvgate from the model's own tokenizer in
+//! SGLang's shapes (sglang 0.5.23 `serving_tokenize.py`), with no engine round trip.
+//!
+//! They sit below the rate limits (a tenant's requests per minute and concurrency hold
+//! for them too; they hold no engine tokens) and above routing: no pool, worker or guard
+//! is involved. What `/tokenize` answers for `messages` is exactly what admission counts
+//! for the same chat on the model's first pool (its `chat_rules`), so a client can size a
+//! request before sending it.
+//!
+//! - `/tokenize`: `prompt` (a string or a list of strings; `add_special_tokens`, default
+//!   true) or `messages` (with `tools` and the template fields chat completions take) →
+//!   `{"tokens", "count", "max_model_len"}` (lists for a list of prompts); `max_model_len`
+//!   is the model's `context_window`.
+//! - `/detokenize`: `tokens` (a list of ids or of id lists; `skip_special_tokens`, default
+//!   true) → `{"text"}` (a list for a list of lists). An id outside the vocabulary is a 400.
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Request, Response};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+use crate::body::{self, BoxBody};
+use crate::error::GatewayError;
+use crate::stack::admission::{render_chat, AdmissionState};
+use crate::stack::api::prompt_view::{self, Prompts};
+use crate::stack::api::{Endpoint, InferenceRequest};
+use crate::stack::stage::{Next, Stage, StageFuture, StageLayer};
+use kvgate_tokenize::{ChatRules, ModelTokenizer};
+
+/// The local-answer stage.
+#[derive(Debug, Clone)]
+pub struct LocalAnswer {
+    state: Arc<AdmissionState>,
+}
+
+impl LocalAnswer {
+    /// Answer from the tokenizers (and pools) of `state`.
+    pub fn layer(state: Arc<AdmissionState>) -> StageLayer<Self> {
+        StageLayer::new(Self { state })
+    }
+}
+
+impl Stage for LocalAnswer {
+    fn handle(&self, request: Request<Bytes>, next: Next) -> StageFuture {
+        let Some(parsed) = request
+            .extensions()
+            .get::<InferenceRequest>()
+            .filter(|p| p.endpoint.is_local())
+            .cloned()
+        else {
+            return next.oneshot(request);
+        };
+        let state = self.state.clone();
+        Box::pin(async move {
+            let model = state.models.get(&parsed.model).ok_or_else(|| {
+                GatewayError::Internal(format!("no tokenizer loaded for `{}`", parsed.model))
+            })?;
+            let tokenizer = model.tokenizer.clone();
+            let window = model.context_window;
+            let rules = state
+                .fleet
+                .pools_of(&parsed.model)
+                .first()
+                .map_or(ChatRules::Sglang, |p| p.chat_rules);
+            // Tokenizing is CPU work: off the async threads.
+            let answer = tokio::task::spawn_blocking(move || match parsed.endpoint {
+                Endpoint::Tokenize => tokenize(&tokenizer, &parsed, rules, window),
+                _ => detokenize(&tokenizer, &parsed),
+            })
+            .await
+            .map_err(|e| GatewayError::Internal(format!("tokenizer task failed: {e}")))??;
+            let mut response = Response::new(body::full(answer.to_string()));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            Ok::<Response<BoxBody>, _>(response)
+        })
+    }
+}
+
+fn flag(parsed: &InferenceRequest, name: &str, default: bool) -> Result<bool, GatewayError> {
+    match parsed.fields.get(name) {
+        None | Some(Value::Null) => Ok(default),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(GatewayError::invalid(
+            format!("`{name}` must be a boolean"),
+            Some(name),
+        )),
+    }
+}
+
+fn tokenizing(e: kvgate_tokenize::TokenizeError) -> GatewayError {
+    GatewayError::Internal(format!("tokenizing: {e}"))
+}
+
+fn tokenize(
+    tokenizer: &ModelTokenizer,
+    parsed: &InferenceRequest,
+    rules: ChatRules,
+    window: u64,
+) -> Result<Value, GatewayError> {
+    let (tokens, count) = if let Some(messages) = parsed.raw.get("messages") {
+        let prompt = render_chat(
+            tokenizer,
+            &parsed.model,
+            rules,
+            messages,
+            parsed.raw.get("tools").filter(|t| *t != "null"),
+            &parsed.fields,
+        )?;
+        let ids = tokenizer.chat_prompt_ids(&prompt).map_err(tokenizing)?;
+        let n = ids.len();
+        (json!(ids), json!(n))
+    } else {
+        let specials = flag(parsed, "add_special_tokens", true)?;
+        let raw = parsed.raw.get("prompt").unwrap_or("null");
+        let encode = |t: &str| tokenizer.encode(t, specials).map_err(tokenizing);
+        match prompt_view::prompts(raw, "prompt")? {
+            Prompts::Texts(texts) if raw.starts_with('"') => {
+                let ids = encode(texts.first().map_or("", |t| t.as_ref()))?;
+                let n = ids.len();
+                (json!(ids), json!(n))
+            }
+            Prompts::Texts(texts) => {
+                let lists = texts
+                    .iter()
+                    .map(|t| encode(t))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let counts: Vec<usize> = lists.iter().map(Vec::len).collect();
+                (json!(lists), json!(counts))
+            }
+            Prompts::Ids(_) => {
+                return Err(GatewayError::invalid(
+                    "`prompt` must be a string or a list of strings",
+                    Some("prompt"),
+                ))
+            }
+        }
+    };
+    Ok(json!({"tokens": tokens, "count": count, "max_model_len": window}))
+}
+
+fn detokenize(
+    tokenizer: &ModelTokenizer,
+    parsed: &InferenceRequest,
+) -> Result<Value, GatewayError> {
+    let skip = flag(parsed, "skip_special_tokens", true)?;
+    let raw = parsed.raw.get("tokens").unwrap_or("[]");
+    let vocab = tokenizer.vocab_size();
+    let decode = |ids: &[u32]| -> Result<String, GatewayError> {
+        if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab) {
+            return Err(GatewayError::invalid(
+                format!("token id {bad} is outside this model's vocabulary of {vocab}"),
+                Some("tokens"),
+            ));
+        }
+        tokenizer.decode(ids, skip).map_err(|e| {
+            GatewayError::invalid(
+                format!("the tokens could not be decoded: {e}"),
+                Some("tokens"),
+            )
+        })
+    };
+    if raw.trim() == "[]" {
+        return Ok(json!({"text": ""}));
+    }
+    let text = match prompt_view::prompts(raw, "tokens")? {
+        Prompts::Ids(lists) if prompt_view::is_nested_ids(raw) => json!(lists
+            .iter()
+            .map(|ids| decode(ids))
+            .collect::<Result<Vec<_>, _>>()?),
+        Prompts::Ids(lists) => json!(decode(lists.first().map_or(&[][..], Vec::as_slice))?),
+        Prompts::Texts(_) => {
+            return Err(GatewayError::invalid(
+                "`tokens` must be a list of token ids or a list of token-id lists",
+                Some("tokens"),
+            ))
+        }
+    };
+    Ok(json!({ "text": text }))
+}
