@@ -27,6 +27,10 @@ pub enum Endpoint {
     Tokenize,
     /// `POST /detokenize` or `/v1/detokenize` (SGLang's shape), answered by kvgate itself
     Detokenize,
+    /// `POST /v1/messages` (Anthropic's Messages API), translated to chat completions
+    Messages,
+    /// `POST /v1/messages/count_tokens` (Anthropic's), answered by kvgate itself
+    CountTokens,
 }
 
 /// What an endpoint asks of the pool that serves it.
@@ -52,6 +56,8 @@ impl Endpoint {
             "/v1/score" => (Endpoint::Score, Method::POST),
             "/tokenize" | "/v1/tokenize" => (Endpoint::Tokenize, Method::POST),
             "/detokenize" | "/v1/detokenize" => (Endpoint::Detokenize, Method::POST),
+            "/v1/messages" => (Endpoint::Messages, Method::POST),
+            "/v1/messages/count_tokens" => (Endpoint::CountTokens, Method::POST),
             p if model_id(p).is_some() => (Endpoint::RetrieveModel, Method::GET),
             _ => {
                 return Err(GatewayError::RouteNotFound {
@@ -83,6 +89,9 @@ impl Endpoint {
             Endpoint::Score => "/v1/score",
             Endpoint::Tokenize => "/tokenize",
             Endpoint::Detokenize => "/detokenize",
+            // Sent to engines as chat completions (the request is translated at parsing).
+            Endpoint::Messages => "/v1/chat/completions",
+            Endpoint::CountTokens => "/v1/messages/count_tokens",
         }
     }
 
@@ -98,6 +107,8 @@ impl Endpoint {
             Endpoint::Score => "score",
             Endpoint::Tokenize => "tokenize",
             Endpoint::Detokenize => "detokenize",
+            Endpoint::Messages => "messages",
+            Endpoint::CountTokens => "count_tokens",
         }
     }
 
@@ -130,7 +141,15 @@ impl Endpoint {
 
     /// Answered by kvgate from the model's tokenizer: no engine is asked.
     pub fn is_local(self) -> bool {
-        matches!(self, Endpoint::Tokenize | Endpoint::Detokenize)
+        matches!(
+            self,
+            Endpoint::Tokenize | Endpoint::Detokenize | Endpoint::CountTokens
+        )
+    }
+
+    /// Whether the client speaks Anthropic's API (its errors take Anthropic's shape).
+    pub fn is_anthropic(self) -> bool {
+        matches!(self, Endpoint::Messages | Endpoint::CountTokens)
     }
 
     /// Whether the engine's API for this route takes a prefix-cache salt: SGLang's

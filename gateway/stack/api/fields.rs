@@ -235,6 +235,8 @@ fn allowed(endpoint: Endpoint) -> &'static [&'static str] {
         Endpoint::Score => &SCORE_FIELDS,
         Endpoint::Tokenize => &TOKENIZE_FIELDS,
         Endpoint::Detokenize => &DETOKENIZE_FIELDS,
+        // Anthropic bodies are checked after their translation to a chat.
+        Endpoint::Messages | Endpoint::CountTokens => &CHAT_FIELDS,
         Endpoint::ListModels | Endpoint::RetrieveModel => &[],
     }
 }

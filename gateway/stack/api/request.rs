@@ -82,7 +82,9 @@ pub enum PromptView<'a> {
 /// The fields of `endpoint` kept raw (`api::raw`): the bulk of every body.
 pub fn bulk_fields(endpoint: Endpoint) -> &'static [&'static str] {
     match endpoint {
-        Endpoint::ChatCompletions => &["messages", "tools"],
+        Endpoint::ChatCompletions | Endpoint::Messages | Endpoint::CountTokens => {
+            &["messages", "tools"]
+        }
         Endpoint::Completions => &["prompt"],
         Endpoint::Generate => &["text", "input_ids"],
         Endpoint::Embeddings => &["input"],
@@ -158,7 +160,9 @@ impl InferenceRequest {
             Endpoint::ListModels
             | Endpoint::RetrieveModel
             | Endpoint::Tokenize
-            | Endpoint::Detokenize => Vec::new(),
+            | Endpoint::Detokenize
+            | Endpoint::Messages
+            | Endpoint::CountTokens => Vec::new(),
         };
         if found.len() != self.batch {
             return Err(GatewayError::Internal(format!(
@@ -190,7 +194,11 @@ impl InferenceRequest {
     pub fn prompt_view(&self) -> Result<Option<PromptView<'_>>, GatewayError> {
         if matches!(
             self.endpoint,
-            Endpoint::Rerank | Endpoint::Score | Endpoint::Tokenize | Endpoint::Detokenize
+            Endpoint::Rerank
+                | Endpoint::Score
+                | Endpoint::Tokenize
+                | Endpoint::Detokenize
+                | Endpoint::CountTokens
         ) {
             return Ok(None);
         }
@@ -216,6 +224,7 @@ impl InferenceRequest {
             Endpoint::Tokenize if self.raw.contains("messages") => "messages",
             Endpoint::Tokenize => "prompt",
             Endpoint::Detokenize => "tokens",
+            Endpoint::Messages | Endpoint::CountTokens => "messages",
             Endpoint::Generate | Endpoint::ListModels | Endpoint::RetrieveModel => "text",
         }
     }
@@ -321,7 +330,9 @@ impl InferenceRequest {
             Endpoint::ListModels
             | Endpoint::RetrieveModel
             | Endpoint::Tokenize
-            | Endpoint::Detokenize => Ok(None),
+            | Endpoint::Detokenize
+            | Endpoint::Messages
+            | Endpoint::CountTokens => Ok(None),
         }
     }
 }
