@@ -60,6 +60,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod activity;
+pub mod anthropic;
 pub mod audit;
 pub mod body;
 pub mod commands;
