@@ -229,6 +229,16 @@ fn kept(status: StatusCode) -> Option<StatusCode> {
     (status.is_client_error() || status == StatusCode::SERVICE_UNAVAILABLE).then_some(status)
 }
 
+/// Whose error shape a client reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ErrorDialect {
+    /// `{"error": {"message", "type", "param", "code"}}` (OpenAI, SGLang, vLLM clients).
+    #[default]
+    OpenAi,
+    /// `{"type": "error", "error": {"type", "message"}}` (the Anthropic SDK).
+    Anthropic,
+}
+
 impl GatewayError {
     /// A 400 for a request the gateway cannot read.
     pub fn invalid(message: impl Into<String>, param: Option<&str>) -> Self {
@@ -401,10 +411,34 @@ impl GatewayError {
         json!({ "error": error })
     }
 
-    /// The only place a gateway error becomes an HTTP response.
+    /// The error body in Anthropic's shape (`/v1/messages` clients): `{"type": "error",
+    /// "error": {"type", "message"}, "request_id"}`, its type from the status
+    /// (`anthropic::error_type`).
+    pub fn to_anthropic_json(&self, request_id: Option<&str>) -> serde_json::Value {
+        let mut body = crate::anthropic::error_body(self.status(), &self.client_message());
+        if let (Some(id), Some(map)) = (request_id, body.as_object_mut()) {
+            map.insert("request_id".into(), id.into());
+        }
+        body
+    }
+
+    /// The only place a gateway error becomes an HTTP response (OpenAI's error shape).
     pub fn into_response(self, request_id: Option<&str>) -> Response<BoxBody> {
+        self.into_response_as(request_id, ErrorDialect::OpenAi)
+    }
+
+    /// [`Self::into_response`] in the error shape of the client's API.
+    pub fn into_response_as(
+        self,
+        request_id: Option<&str>,
+        dialect: ErrorDialect,
+    ) -> Response<BoxBody> {
         let status = self.status();
-        let body = Bytes::from(self.to_json(request_id).to_string());
+        let json = match dialect {
+            ErrorDialect::OpenAi => self.to_json(request_id),
+            ErrorDialect::Anthropic => self.to_anthropic_json(request_id),
+        };
+        let body = Bytes::from(json.to_string());
         let mut response = Response::new(body::full(body));
         *response.status_mut() = status;
         let headers = response.headers_mut();

@@ -97,6 +97,7 @@ use crate::error::GatewayError;
 use crate::generation::Generation;
 use crate::shared::Shared;
 use crate::stack::admission::Admit;
+use crate::stack::anthropic_reply::AnthropicReply;
 use crate::stack::api::catalog::Catalog;
 use crate::stack::api::read_body::ReadBody;
 use crate::stack::api::Parse;
@@ -173,6 +174,9 @@ where
             StageName::Admission,
             Admit::layer(generation.admission.clone()),
         ))
+        // Anthropic clients get Anthropic answers: `/v1/messages` ran as the chat it was
+        // translated to, and its (guarded) answer or stream is translated back here.
+        .layer(AnthropicReply::layer())
         // Tenant RPM/TPM/concurrency: reserves admission's count; the permit lives in the
         // response body (slot until the stream ends; tokens settled with engine usage).
         .layer(StageSpanLayer::new(

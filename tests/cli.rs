@@ -120,7 +120,7 @@ async fn demo_serves_both_pools_on_loopback() {
 /// enable_thinking and the tool loop plain and streamed (`tests/sdk/openai_client.py`, the
 /// script the demo's banner prints).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_openai_sdk_tool_loop_works_against_the_demo() {
+async fn the_openai_and_anthropic_sdks_work_against_the_demo() {
     let Some(python) = sdk_python() else {
         return;
     };
@@ -129,8 +129,15 @@ async fn the_openai_sdk_tool_loop_works_against_the_demo() {
         .expect("demo starts");
     let banner = kvgate::commands::demo::banner(&demo);
     assert!(banner.contains("tests/sdk/openai_client.py") && banner.contains("tool_choice"));
+    assert!(banner.contains("anthropic.Anthropic(") && banner.contains("count_tokens"));
     let base = format!("http://{}/v1", demo.gateway.data_addr());
     run_openai_sdk(python, base, &["--embeddings"], String::new).await;
+    // The Anthropic SDK: messages plain, streamed and the tool loop, count_tokens.
+    if let Some(python) = anthropic_python() {
+        let root = format!("http://{}", demo.gateway.data_addr());
+        let cases = run_anthropic_sdk(python, root, "qwen3").await;
+        assert_eq!(cases["messages.count_tokens"]["ok"], true, "{cases:?}");
+    }
     demo.shutdown().await;
 }
 

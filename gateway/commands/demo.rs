@@ -347,8 +347,20 @@ Try:
     -H 'Content-Type: application/json' \
     -d '{{"model":"qwen3","max_tokens":64,"messages":[{{"role":"user","content":"Weather in Paris?"}}],"tools":[{{"type":"function","function":{{"name":"get_weather","parameters":{{"type":"object","properties":{{"city":{{"type":"string"}}}},"required":["city"]}}}}}}],"tool_choice":{{"type":"function","function":{{"name":"get_weather"}}}}}}'
 
-  # the OpenAI SDK: models.retrieve, content parts, enable_thinking, the whole tool loop
-  python3 tests/sdk/openai_client.py --base-url {base}/v1 --api-key {DEMO_API_KEY}
+  # the OpenAI SDK: models.retrieve, content parts, enable_thinking, the tool loop, embeddings
+  python3 tests/sdk/openai_client.py --base-url {base}/v1 --api-key {DEMO_API_KEY} --embeddings
+
+  # the Anthropic SDK (pip install anthropic): messages plain and streamed, count_tokens
+  python3 -c "import anthropic; c = anthropic.Anthropic(base_url='{base}', api_key='{DEMO_API_KEY}'); \
+    print(c.messages.create(model='qwen3', max_tokens=16, messages=[{{'role': 'user', 'content': 'Hi'}}]).content); \
+    print(c.messages.count_tokens(model='qwen3', messages=[{{'role': 'user', 'content': 'Hi'}}]))"
+  python3 tests/sdk/anthropic_client.py {base} {DEMO_API_KEY} qwen3
+
+  # embeddings, and kvgate's own tokenizer routes
+  curl -s {base}/v1/embeddings -H 'Authorization: Bearer {DEMO_API_KEY}' \
+    -H 'Content-Type: application/json' -d '{{"model":"qwen3","input":["a KV cache","holds pages"]}}'
+  curl -s {base}/tokenize -H 'Authorization: Bearer {DEMO_API_KEY}' \
+    -H 'Content-Type: application/json' -d '{{"prompt":"How many tokens is this?"}}'
 
   curl -s http://{admin}/ready
 

@@ -1,4 +1,4 @@
-//! `/tokenize` and `/detokenize`, answered by kvgate from the model's own tokenizer in
+//! `/tokenize`, `/detokenize` and Anthropic's `/v1/messages/count_tokens`, answered by kvgate from the model's own tokenizer in
 //! SGLang's shapes (sglang 0.5.23 `serving_tokenize.py`), with no engine round trip.
 //!
 //! They sit below the rate limits (a tenant's requests per minute and concurrency hold
@@ -13,6 +13,9 @@
 //!   is the model's `context_window`.
 //! - `/detokenize`: `tokens` (a list of ids or of id lists; `skip_special_tokens`, default
 //!   true) → `{"text"}` (a list for a list of lists). An id outside the vocabulary is a 400.
+//! - `/v1/messages/count_tokens`: `{"input_tokens"}`, the count admission gives the same
+//!   `/v1/messages` request (its translation to a chat, prepared and rendered by the
+//!   model's first pool's rules): what kvgate would send the engine.
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Request, Response};
@@ -65,6 +68,7 @@ impl Stage for LocalAnswer {
             // Tokenizing is CPU work: off the async threads.
             let answer = tokio::task::spawn_blocking(move || match parsed.endpoint {
                 Endpoint::Tokenize => tokenize(&tokenizer, &parsed, rules, window),
+                Endpoint::CountTokens => count_tokens(&tokenizer, &parsed, rules),
                 _ => detokenize(&tokenizer, &parsed),
             })
             .await
@@ -139,6 +143,25 @@ fn tokenize(
         }
     };
     Ok(json!({"tokens": tokens, "count": count, "max_model_len": window}))
+}
+
+/// Anthropic's `count_tokens`: the prompt of the chat the request translates to, counted
+/// exactly as admission counts a `/v1/messages` request with the same fields.
+fn count_tokens(
+    tokenizer: &ModelTokenizer,
+    parsed: &InferenceRequest,
+    rules: ChatRules,
+) -> Result<Value, GatewayError> {
+    let prompt = render_chat(
+        tokenizer,
+        &parsed.model,
+        rules,
+        parsed.raw.get("messages").unwrap_or("[]"),
+        parsed.raw.get("tools").filter(|t| *t != "null"),
+        &parsed.fields,
+    )?;
+    let n = tokenizer.count_chat_prompt(&prompt).map_err(tokenizing)?;
+    Ok(crate::anthropic::count_tokens_reply(n as u64))
 }
 
 fn detokenize(

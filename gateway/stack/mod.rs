@@ -7,6 +7,7 @@ pub mod shell;
 pub mod stage;
 
 pub mod admission;
+pub mod anthropic_reply;
 pub mod api;
 pub mod auth;
 pub mod dispatch;

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use crate::activity::Activity;
 use crate::audit::AuditLog;
-use crate::error::GatewayError;
+use crate::error::{ErrorDialect, GatewayError};
 use crate::metrics;
 use crate::stack::api::Endpoint;
 use crate::stack::guard::OutcomeAtStreamEnd;
@@ -53,9 +53,13 @@ impl BoxedWrap for Rescue {
         request: Request<B>,
     ) -> ShellFuture<Infallible> {
         let inner = inner.clone();
-        let endpoint = Endpoint::classify(request.method(), request.uri().path())
-            .map(Endpoint::label)
-            .unwrap_or("other");
+        let classified = Endpoint::classify(request.method(), request.uri().path()).ok();
+        let endpoint = classified.map_or("other", Endpoint::label);
+        let dialect = if classified.is_some_and(Endpoint::is_anthropic) {
+            ErrorDialect::Anthropic
+        } else {
+            ErrorDialect::OpenAi
+        };
         let started = Instant::now();
         let sinks = self.sinks.clone();
         let request_id = RequestId::of(&request).cloned();
@@ -90,7 +94,7 @@ impl BoxedWrap for Rescue {
                     }
                     let code = error.code();
                     let mut response =
-                        error.into_response(request_id.as_ref().map(RequestId::as_str));
+                        error.into_response_as(request_id.as_ref().map(RequestId::as_str), dialect);
                     if trace.is_some() {
                         response.extensions_mut().insert(ErrorCode(code));
                     }

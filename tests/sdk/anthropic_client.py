@@ -151,7 +151,7 @@ def count_tokens(client, model):
 
 
 def too_long(client, model):
-    prompt = "token " * 2_000_000
+    prompt = "token " * 200_000
     try:
         client.messages.create(
             model=model, max_tokens=8, messages=[{"role": "user", "content": prompt}]

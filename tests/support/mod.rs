@@ -316,8 +316,18 @@ pub fn without_request_ids(text: &str) -> String {
 /// A Python with the official `openai` SDK for the SDK tests (`.ci/run` installs it):
 /// `None` after a notice when there is none here, a failure under CI (`CI` set).
 pub fn sdk_python() -> Option<&'static str> {
+    python_with("openai")
+}
+
+/// `python3` when it can import the official Anthropic SDK (`anthropic`); on CI its absence
+/// fails the test, elsewhere it is skipped with a note.
+pub fn anthropic_python() -> Option<&'static str> {
+    python_with("anthropic")
+}
+
+fn python_with(module: &str) -> Option<&'static str> {
     let found = std::process::Command::new("python3")
-        .args(["-c", "import openai"])
+        .args(["-c", &format!("import {module}")])
         .output()
         .is_ok_and(|o| o.status.success());
     if found {
@@ -325,14 +335,45 @@ pub fn sdk_python() -> Option<&'static str> {
     }
     assert!(
         std::env::var_os("CI").is_none(),
-        "the OpenAI SDK tests need `python3 -m pip install openai` (CI installs it)"
+        "the SDK tests need `python3 -m pip install {module}` (CI installs it)"
     );
     use std::io::Write;
     let _ = writeln!(
         std::io::stderr(),
-        "\n*** OpenAI SDK test SKIPPED: no `openai` module for python3 (python3 -m pip install openai)\n"
+        "\n*** SDK test SKIPPED: no `{module}` module for python3 (python3 -m pip install {module})\n"
     );
     None
+}
+
+/// Runs `tests/sdk/anthropic_client.py` (the official Anthropic SDK) against the gateway at
+/// `base_url`, asserts every case succeeded and returns each case's observations by name.
+pub async fn run_anthropic_sdk(
+    python: &'static str,
+    base_url: String,
+    model: &str,
+) -> std::collections::HashMap<String, Value> {
+    let script = repo().join("tests/sdk/anthropic_client.py");
+    let model = model.to_owned();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .arg(script)
+            .args([&base_url, KEY, &model])
+            .output()
+    })
+    .await
+    .expect("joins")
+    .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|v| (v["case"].as_str().unwrap_or_default().to_owned(), v))
+        .collect()
 }
 
 /// Runs `tests/sdk/openai_client.py` (the official OpenAI SDK) against `base_url` with

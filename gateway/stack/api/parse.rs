@@ -129,6 +129,9 @@ pub fn parse_inference(
             "list-models requests carry no body to parse".into(),
         ));
     }
+    if endpoint.is_anthropic() {
+        return parse_anthropic(endpoint, body, catalog);
+    }
     let (fields, raw) = raw::split(body, bulk_fields(endpoint))?;
     let stream = match fields.get("stream") {
         None | Some(Value::Null) => false,
@@ -188,6 +191,39 @@ pub fn parse_inference(
         request.batch = request.score_prompts()?.len();
     }
     Ok(request)
+}
+
+/// An Anthropic Messages body, translated to the chat completions request the engine will
+/// get (`anthropic::to_chat`) and parsed as one, so admission, limits, routing and the
+/// guard treat it as any chat. `count_tokens` keeps its own endpoint: kvgate answers it.
+fn parse_anthropic(
+    endpoint: Endpoint,
+    body: &Bytes,
+    catalog: &ModelCatalog,
+) -> Result<InferenceRequest, GatewayError> {
+    let map: Map<String, Value> = serde_json::from_slice(body)
+        .map_err(|e| GatewayError::invalid(format!("the body must be a JSON object: {e}"), None))?;
+    let chat = match endpoint {
+        Endpoint::CountTokens => crate::anthropic::count_tokens_to_chat(&map),
+        _ => crate::anthropic::to_chat(&map),
+    }
+    .map_err(|e| match e {
+        crate::anthropic::AnthropicError::InvalidRequest { path, message } => {
+            GatewayError::invalid(format!("{path}: {message}"), Some(&path))
+        }
+        crate::anthropic::AnthropicError::Unsupported { path, reason } => {
+            GatewayError::invalid(format!("{path}: {reason}"), Some(&path))
+        }
+        other => GatewayError::invalid(other.to_string(), None),
+    })?;
+    let chat = serde_json::to_vec(&chat)
+        .map_err(|e| GatewayError::Internal(format!("encoding the translated chat: {e}")))?;
+    let mut parsed = parse_inference(Endpoint::ChatCompletions, &Bytes::from(chat), catalog)?;
+    if endpoint == Endpoint::CountTokens {
+        parsed.endpoint = Endpoint::CountTokens;
+        parsed.batch = 0;
+    }
+    Ok(parsed)
 }
 
 /// `/tokenize`: exactly one of `prompt` (a string or a list of strings) and `messages` (a
