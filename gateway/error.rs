@@ -5,12 +5,11 @@
 //! status code and the OpenAI-style body `{"error":{"message","type","param","code"}}` are
 //! chosen here and nowhere else.
 
-use bytes::Bytes;
-use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
+use http::{HeaderMap, StatusCode};
 use serde_json::json;
 use std::time::Duration;
 
-use crate::body::{self, BoxBody, BoxError};
+use crate::body::BoxError;
 
 /// Which tenant limit refused a request (the rate-limit stage's `Denied`).
 /// The data-port routes, for the 404 and 405 answers.
@@ -229,16 +228,6 @@ fn kept(status: StatusCode) -> Option<StatusCode> {
     (status.is_client_error() || status == StatusCode::SERVICE_UNAVAILABLE).then_some(status)
 }
 
-/// Whose error shape a client reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ErrorDialect {
-    /// `{"error": {"message", "type", "param", "code"}}` (OpenAI, SGLang, vLLM clients).
-    #[default]
-    OpenAi,
-    /// `{"type": "error", "error": {"type", "message"}}` (the Anthropic SDK).
-    Anthropic,
-}
-
 impl GatewayError {
     /// A 400 for a request the gateway cannot read.
     pub fn invalid(message: impl Into<String>, param: Option<&str>) -> Self {
@@ -411,70 +400,6 @@ impl GatewayError {
         json!({ "error": error })
     }
 
-    /// The error body in Anthropic's shape (`/v1/messages` clients): `{"type": "error",
-    /// "error": {"type", "message"}, "request_id"}`, its type from the status
-    /// (`anthropic::error_type`).
-    pub fn to_anthropic_json(&self, request_id: Option<&str>) -> serde_json::Value {
-        let mut body = crate::anthropic::error_body(self.status(), &self.client_message());
-        if let (Some(id), Some(map)) = (request_id, body.as_object_mut()) {
-            map.insert("request_id".into(), id.into());
-        }
-        body
-    }
-
-    /// The only place a gateway error becomes an HTTP response (OpenAI's error shape).
-    pub fn into_response(self, request_id: Option<&str>) -> Response<BoxBody> {
-        self.into_response_as(request_id, ErrorDialect::OpenAi)
-    }
-
-    /// [`Self::into_response`] in the error shape of the client's API.
-    pub fn into_response_as(
-        self,
-        request_id: Option<&str>,
-        dialect: ErrorDialect,
-    ) -> Response<BoxBody> {
-        let status = self.status();
-        let json = match dialect {
-            ErrorDialect::OpenAi => self.to_json(request_id),
-            ErrorDialect::Anthropic => self.to_anthropic_json(request_id),
-        };
-        let body = Bytes::from(json.to_string());
-        let mut response = Response::new(body::full(body));
-        *response.status_mut() = status;
-        let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        match self {
-            GatewayError::RateLimited { headers: extra, .. } => headers.extend(*extra),
-            GatewayError::Unauthenticated => {
-                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            }
-            GatewayError::Overloaded { .. } => {
-                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            }
-            // Refused before its body was read: the client is told the connection ends, so
-            // its next request opens a new one instead of failing on this one.
-            GatewayError::RouteNotFound {
-                body_unread: true, ..
-            }
-            | GatewayError::MethodNotAllowed {
-                body_unread: true, ..
-            } => {
-                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
-            }
-            GatewayError::NoEligibleWorker { retry_after, .. }
-            | GatewayError::QueueRefused { retry_after, .. } => {
-                // Whole seconds, rounded up, at least 1 and at most 5 minutes.
-                let secs = retry_after.as_secs_f64().ceil().clamp(1.0, 300.0) as u64;
-                headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
-            }
-            _ => {}
-        }
-        response
-    }
-
     /// Recover a `GatewayError` from a boxed error raised through a tower combinator,
     /// walking its cause chain (a layer may wrap ours). Anything unknown is an internal
     /// error (never a silently dropped connection).
@@ -506,6 +431,10 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     }
     out
 }
+
+mod response;
+
+pub use response::ErrorDialect;
 
 #[cfg(test)]
 mod tests;

@@ -28,7 +28,7 @@
 use serde_json::{json, Map, Value};
 
 use super::error::AnthropicError;
-use super::request::present;
+use super::json::present;
 
 /// The converted conversation.
 pub(super) struct Converted {

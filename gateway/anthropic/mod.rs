@@ -18,6 +18,7 @@
 //! (docs.claude.com/en/api/messages, /en/docs/build-with-claude/streaming, /en/api/errors).
 
 mod error;
+mod json;
 mod messages;
 mod request;
 mod response;

@@ -23,6 +23,7 @@
 use serde_json::{json, Map, Value};
 
 use super::error::AnthropicError;
+use super::json::present;
 use super::{messages, tools};
 
 /// Fields `/v1/messages` translates.
@@ -197,11 +198,6 @@ fn check_fields(body: &Map<String, Value>, allowed: &[&str]) -> Result<(), Anthr
         ));
     }
     Ok(())
-}
-
-/// A field's value, or `None` when it is absent or `null`.
-pub(super) fn present<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    obj.get(key).filter(|v| !v.is_null())
 }
 
 fn positive_int(v: &Value, path: &str) -> Result<u64, AnthropicError> {

@@ -14,7 +14,7 @@
 use serde_json::{json, Map, Value};
 
 use super::error::AnthropicError;
-use super::request::present;
+use super::json::present;
 
 /// Writes the chat's `tools`, `tool_choice` and `parallel_tool_calls` from the body.
 pub(super) fn translate(
