@@ -21,6 +21,7 @@ pub mod priority;
 pub mod rate_limit;
 pub mod request_id;
 pub mod rescue;
+pub mod responses;
 pub mod routing;
 pub mod stage_span;
 pub mod tenant_rules;

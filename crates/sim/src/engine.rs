@@ -36,9 +36,6 @@ pub struct SimEngine {
     pub(crate) changed: Arc<Notify>,
     /// `/v1/responses`' kept responses (`--enable-response-store`).
     pub(crate) responses: ResponseStore,
-    /// Whether the chat template renders a system message after the first turn, probed
-    /// once at start (`/v1/responses` then keeps system messages where they are).
-    pub(crate) inline_system: bool,
 }
 
 impl std::fmt::Debug for SimEngine {

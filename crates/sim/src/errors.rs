@@ -20,7 +20,7 @@
 
 use hyper::header::{HeaderMap, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::listen::{json_response, Body};
 use super::schedule::Finish;
@@ -140,15 +140,4 @@ fn code(status: u16) -> StatusCode {
     StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
-/// The JSON type names pydantic reports, for validation messages.
-pub(crate) fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "bool",
-        Value::Number(n) if n.is_i64() || n.is_u64() => "int",
-        Value::Number(_) => "float",
-        Value::String(_) => "str",
-        Value::Array(_) => "list",
-        Value::Object(_) => "dict",
-    }
-}
+pub(crate) use kvgate_tokenize::prepare::fields::kind;

@@ -28,76 +28,9 @@ impl RouteBody {
     }
 }
 
-/// A field's value, absent and `null` alike as `None`.
-pub(crate) fn get<'a>(map: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
-    map.get(name).filter(|v| !v.is_null())
-}
-
-fn wrong(name: &str, expected: &str, value: &Value) -> String {
-    format!("{name}: Input should be {expected}, got {}", kind(value))
-}
-
-/// A required field's value.
-pub(crate) fn required<'a>(map: &'a Map<String, Value>, name: &str) -> Result<&'a Value, String> {
-    map.get(name)
-        .ok_or_else(|| format!("{name}: Field required"))
-}
-
-/// An optional string.
-pub(crate) fn opt_str<'a>(
-    map: &'a Map<String, Value>,
-    name: &str,
-) -> Result<Option<&'a str>, String> {
-    match get(map, name) {
-        None => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(v) => Err(wrong(name, "a valid string", v)),
-    }
-}
-
-/// A boolean with a default (`null` is not a boolean to pydantic, but SGLang's optional
-/// flags take it as unset).
-pub(crate) fn flag(map: &Map<String, Value>, name: &str, default: bool) -> Result<bool, String> {
-    match get(map, name) {
-        None => Ok(default),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(v) => Err(wrong(name, "a valid boolean", v)),
-    }
-}
-
-/// An optional integer (any sign).
-pub(crate) fn opt_int(map: &Map<String, Value>, name: &str) -> Result<Option<i64>, String> {
-    match get(map, name) {
-        None => Ok(None),
-        Some(v) => v
-            .as_i64()
-            .map(Some)
-            .ok_or_else(|| wrong(name, "a valid integer", v)),
-    }
-}
-
-/// An optional number.
-pub(crate) fn opt_f64(map: &Map<String, Value>, name: &str) -> Result<Option<f64>, String> {
-    match get(map, name) {
-        None => Ok(None),
-        Some(v) => v
-            .as_f64()
-            .map(Some)
-            .ok_or_else(|| wrong(name, "a valid number", v)),
-    }
-}
-
-/// An optional object.
-pub(crate) fn opt_object<'a>(
-    map: &'a Map<String, Value>,
-    name: &str,
-) -> Result<Option<&'a Map<String, Value>>, String> {
-    match get(map, name) {
-        None => Ok(None),
-        Some(Value::Object(o)) => Ok(Some(o)),
-        Some(v) => Err(wrong(name, "a valid dictionary", v)),
-    }
-}
+pub(crate) use kvgate_tokenize::prepare::fields::{
+    flag, get, opt_f64, opt_int, opt_object, opt_str, py_repr, required, wrong,
+};
 
 /// Token ids: a list of integers; one that is negative or past `u32` is `None`, for the
 /// caller's own message (pydantic's `List[int]` takes any integer).
@@ -114,13 +47,4 @@ pub(crate) fn ids(value: &Value, name: &str) -> Result<Vec<Option<u32>>, String>
             other => Err(wrong(&format!("{name}.{i}"), "a valid integer", other)),
         })
         .collect()
-}
-
-/// Python's `repr` of a string, as SGLang's messages quote names (`{name!r}`).
-pub(crate) fn py_repr(s: &str) -> String {
-    if s.contains('\'') && !s.contains('"') {
-        format!("\"{s}\"")
-    } else {
-        format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
-    }
 }

@@ -50,9 +50,9 @@
 //! (scheduling a parsed request and sending its reply), `routes` (the routes beyond
 //! generation) with `errors` (SGLang's error bodies), `fields` (request fields as its
 //! models read them), `pooling` (prefill-only prompts), `embeddings`, `rerank`, `score`,
-//! `tokenize_routes`, and `responses` with `responses_request` (its model),
-//! `responses_chat` (the chat it becomes), `responses_output` (the response object and
-//! items), `responses_stream` (its events) and `responses_store`.
+//! `tokenize_routes`, and `responses` with `responses_request` (its model; the chat it
+//! becomes is `kvgate_tokenize::prepare::responses`), `responses_output` (the response
+//! object and items), `responses_stream` (its events) and `responses_store`.
 
 mod answer;
 mod bare_proxy;
@@ -85,7 +85,6 @@ mod reply;
 mod request;
 mod rerank;
 mod responses;
-mod responses_chat;
 mod responses_output;
 mod responses_request;
 mod responses_store;
@@ -175,7 +174,6 @@ pub async fn spawn(
         .prefix_cache_capacity()
         .map(|tokens| Arc::new(PrefixCache::new(config.page_size, tokens)));
     let thinking = reasoning::ThinkingTemplate::of(&tokenizer);
-    let inline_system = responses_chat::inline_system(&tokenizer);
     let engine = Arc::new(SimEngine {
         config,
         thinking,
@@ -189,7 +187,6 @@ pub async fn spawn(
         bootstrap_port: bootstrap_addr.map(|a| a.port()),
         changed,
         responses: responses_store::ResponseStore::default(),
-        inline_system,
     });
     let mut tasks = Vec::new();
     if let Some(listener) = bootstrap {

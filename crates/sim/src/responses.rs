@@ -4,7 +4,8 @@
 //! `retrieve_responses`, `cancel_responses`; `http_server.py` routes them). SGLang has no
 //! `DELETE` for a response.
 //!
-//! `create`: the request model (`responses_request.rs`), then `create_responses`' checks in
+//! `create`: the request model (`responses_request.rs`; the prompt's fields and the chat
+//! they become are `kvgate_tokenize::prepare::responses`), then `create_responses`' checks in
 //! its order (shell tools; the store for `previous_response_id` and `background`;
 //! `background` without `store`; the model; `tool_choice`; logprobs when streaming; the
 //! previous response's id and presence), then the chat it becomes is prepared and counted
@@ -37,17 +38,17 @@ use super::answer::{answers, Answer, Style};
 use super::config::SimRole;
 use super::engine::SimEngine;
 use super::errors::{responses_error, responses_validation};
-use super::fields::{py_repr, RouteBody};
+use super::fields::RouteBody;
 use super::listen::{json_response, Body, ResetConnection};
 use super::reply::Reply;
 use super::request::{Api, GenRequest};
-use super::responses_chat as chat;
 use super::responses_output::{self as output, Outcome};
 use super::responses_request::{self as request, ResponsesRequest};
 use super::responses_stream::{self as stream, Events};
 use super::run::{self, Ran};
 use super::schedule::{Finish, SampleResult};
 use super::stream::Pace;
+use kvgate_tokenize::prepare::ResponsesError;
 
 const INVALID: &str = "invalid_request_error";
 
@@ -87,18 +88,18 @@ fn lookup(engine: &SimEngine, id: &str) -> Result<Value, Box<Response<Body>>> {
     })
 }
 
+/// A refusal of `create_responses` as its 400.
+fn refused(error: ResponsesError) -> Response<Body> {
+    match error {
+        ResponsesError::Refused { message, param } => refuse(&message, param),
+        other => refuse(&other.to_string(), None),
+    }
+}
+
 /// `create_responses`' checks before the prompt is built.
 fn refusal(engine: &SimEngine, req: &ResponsesRequest) -> Option<Response<Body>> {
-    let kind = |t: &Value| t.get("type").and_then(Value::as_str).map(str::to_string);
-    if req
-        .tools
-        .iter()
-        .any(|t| kind(t).as_deref() == Some("shell"))
-    {
-        return Some(refuse(
-            "Shell tools are not supported by this model",
-            Some("tools"),
-        ));
+    if let Some(error) = req.prompt.shell_refusal() {
+        return Some(refused(error));
     }
     let enabled = store_enabled(engine);
     if !enabled && req.previous_response_id.is_some() {
@@ -124,28 +125,8 @@ fn refusal(engine: &SimEngine, req: &ResponsesRequest) -> Option<Response<Body>>
             return Some(responses_error(&message, INVALID, Some("model"), 404));
         }
     }
-    let callable = |t: &&Value| matches!(kind(t).as_deref(), Some("function" | "custom"));
-    if req.tool_choice == "required" && !req.tools.iter().any(|t| callable(&t)) {
-        return Some(refuse(
-            "tool_choice=\"required\" requires at least one tool with type=\"function\" or \
-             type=\"custom\"; other built-in tool types cannot be forced.",
-            None,
-        ));
-    }
-    if let Some(name) = req
-        .effective_tool_choice()
-        .get("name")
-        .and_then(Value::as_str)
-    {
-        let declared = req
-            .tools
-            .iter()
-            .filter(callable)
-            .any(|t| t.get("name").and_then(Value::as_str) == Some(name));
-        if !declared {
-            let message = format!("Tool {} is not declared in tools", py_repr(name));
-            return Some(refuse(&message, Some("tool_choice")));
-        }
+    if let Some(error) = req.prompt.tool_choice_refusal() {
+        return Some(refused(error));
     }
     if req.stream && req.include_logprobs {
         return Some(refuse(
@@ -179,18 +160,18 @@ pub(crate) async fn create(
         .as_deref()
         .and_then(|id| engine.responses.history(id))
         .unwrap_or_default();
-    let history = chat::history(&req, stored);
-    // `_make_request`'s errors answer as `f"{e} {e.__cause__}"`.
-    let chat = match chat::chat_body(&req, &history, engine.inline_system) {
+    let history = req.prompt.history(stored);
+    let inline_system = engine.tokenizer.inline_system_support();
+    let chat = match req.chat_body(&history, inline_system) {
         Ok(chat) => chat,
-        Err(e) => return Ok(refuse(&format!("{e} None"), None)),
+        Err(e) => return Ok(refused(ResponsesError::Unconvertible(e))),
     };
     let mut gen = match run::parse(engine, Api::Chat, Value::Object(chat)).await {
         Some(Ok(gen)) => gen,
         Some(Err(e)) => return Ok(refuse(&format!("{e} None"), None)),
         None => return Ok(refuse("tokenizer task failed", None)),
     };
-    if req.max_output_tokens.is_none() {
+    if req.prompt.max_output_tokens.is_none() {
         // No budget: the scheduler gives what the context leaves (`init_req_max_new_tokens`).
         let input = gen.samples.first().map_or(0, |s| s.input_ids.len());
         gen.max_new_tokens = engine.config.context_length.saturating_sub(input);
@@ -200,9 +181,7 @@ pub(crate) async fn create(
         .clone()
         .unwrap_or_else(|| engine.config.model.clone());
     let created = output::now();
-    if let Some(max) = req.max_output_tokens.filter(|&m| m < 2) {
-        // `SamplingParams.verify` on `max_output_tokens - 2`.
-        let message = format!("max_new_tokens must be at least 0, got {}.", max - 2);
+    if let Some(message) = req.prompt.max_tokens_error() {
         if !req.stream {
             return Ok(refuse(&message, None));
         }

@@ -61,17 +61,17 @@ pub(crate) fn response(
         "output": output,
         "status": outcome.status,
         "usage": outcome.usage,
-        "parallel_tool_calls": req.parallel_tool_calls,
-        "tool_choice": req.effective_tool_choice(),
-        "tools": req.tools,
+        "parallel_tool_calls": req.prompt.parallel_tool_calls,
+        "tool_choice": req.prompt.effective_tool_choice(),
+        "tools": req.prompt.tools,
         "error": outcome.error,
         "incomplete_details": if outcome.status == "incomplete" {
             json!({"reason": "max_output_tokens"})
         } else {
             Value::Null
         },
-        "instructions": req.instructions,
-        "max_output_tokens": req.max_output_tokens,
+        "instructions": req.prompt.instructions,
+        "max_output_tokens": req.prompt.max_output_tokens,
         "previous_response_id": req.previous_response_id,
         "reasoning": req.reasoning_echo(),
         "store": req.store,

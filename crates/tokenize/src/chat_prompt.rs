@@ -5,6 +5,22 @@ use crate::prepare::{self, ChatPrompt, ChatRequest, ChatRules};
 use crate::{ModelTokenizer, TokenizeError};
 
 impl ModelTokenizer {
+    /// Whether the chat template renders a system message after the first turn (SGLang's
+    /// `detect_inline_system_support`, probed once per model and cached): when it does
+    /// not, a Responses request's system messages are coalesced into one leading block
+    /// ([`prepare::responses`]).
+    pub fn inline_system_support(&self) -> bool {
+        *self.inline_system.get_or_init(|| {
+            let sentinel = "__sglang_inline_system_sentinel__";
+            let messages = serde_json::json!([
+                {"role": "system", "content": "t"}, {"role": "user", "content": "t"},
+                {"role": "system", "content": sentinel}, {"role": "user", "content": "t"},
+            ]);
+            self.apply_chat_template(&messages, None, false)
+                .is_ok_and(|rendered| rendered.contains(sentinel))
+        })
+    }
+
     /// The prompt of a chat completions request as an engine of `rules` prepares and
     /// renders it (see [`prepare`]): what [`Self::chat_prompt_ids`] tokenizes.
     pub fn chat_prompt(

@@ -88,6 +88,8 @@ pub struct ModelTokenizer {
     fast: Result<fast::FastCounter, String>,
     /// Counts of whole conversations seen before.
     chat_counts: chat_cache::ChatCountCache,
+    /// [`ModelTokenizer::inline_system_support`], probed on first use.
+    inline_system: std::sync::OnceLock<bool>,
 }
 
 impl std::fmt::Debug for ModelTokenizer {
@@ -165,6 +167,7 @@ impl ModelTokenizer {
             post_processor_ids,
             fast,
             chat_counts: chat_cache::ChatCountCache::new(),
+            inline_system: std::sync::OnceLock::new(),
         })
     }
 

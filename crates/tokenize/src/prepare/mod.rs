@@ -14,8 +14,11 @@
 //! [`TokenizeError::TemplateRaised`].
 
 pub mod content_format;
+pub mod fields;
 mod llama_caps;
 pub(crate) mod llama_cpp;
+pub mod responses;
+mod responses_items;
 mod schema;
 mod sglang;
 mod tools;
@@ -25,6 +28,7 @@ mod vllm_tools;
 use serde_json::{Map, Value};
 
 pub use content_format::ContentFormat;
+pub use responses::{responses_to_chat, ResponsesChat, ResponsesError, ResponsesPrompt};
 
 pub(crate) use crate::template::Dialect;
 use crate::TokenizeError;

@@ -39,7 +39,7 @@ const GENERIC_ROLES: [&str; 7] = [
 ];
 
 /// `ReasoningEffortType`'s tiers.
-const EFFORT_TIERS: [&str; 8] = [
+pub(super) const EFFORT_TIERS: [&str; 8] = [
     "none", "minimal", "low", "medium", "high", "xhigh", "ultra", "max",
 ];
 

@@ -1,116 +1,20 @@
-//! The chat completions request a `/v1/responses` request becomes, as sglang 0.5.23 builds
-//! it (`OpenAIServingResponses._make_request`, `serving_responses.py`): `instructions` as a
-//! system message, the stored conversation of `previous_response_id` and the new input
-//! converted item by item (`_response_input_history`, `_normalize_response_message_for_chat`,
-//! `_normalize_response_content_part_for_chat`, `label_developer_content`), consecutive
-//! assistant messages merged (`_merge_consecutive_assistant_messages`), system messages
-//! coalesced into one leading block unless the template renders a system message anywhere
-//! (`_construct_input_messages`, `detect_inline_system_support`), function tools as chat
-//! tools (`_response_tools_to_chat_tools`, `_chat_tool_choice`), `max_output_tokens - 2` as
-//! the budget and `text.format` as a JSON constraint (`to_sampling_params`). That chat is then prepared, rendered and counted as
-//! `/v1/chat/completions` does (`request.rs`).
-//!
-//! `custom` tools and `custom_tool_call` input items are not served: the tool is left out
-//! and the item refused as an unsupported type.
+//! Responses input items as chat messages, as sglang 0.5.23 converts them for
+//! `_make_request` (`serving_responses.py`): each item (`_normalize_response_message_for_chat`,
+//! `_normalize_response_content_part_for_chat`, `label_developer_content`), then consecutive
+//! assistant messages merged (`_merge_consecutive_assistant_messages`) and, when the
+//! template renders no system message after the first turn, the system messages coalesced
+//! into one leading block (`_construct_input_messages`, `detect_inline_system_support`).
 
 use serde_json::{json, Map, Value};
 
-use super::fields;
-use super::responses_request::ResponsesRequest;
-use kvgate_tokenize::ModelTokenizer;
+use super::fields::py_repr;
 
 /// `DEVELOPER_BLOCK_LABEL` (`responses_adapters.py`).
 const DEVELOPER_LABEL: &str = "Developer instructions:";
 
-/// The conversation so far: the stored one, then this request's input (`_response_input_history`).
-pub(crate) fn history(req: &ResponsesRequest, stored: Vec<Value>) -> Vec<Value> {
-    let mut history = stored;
-    match &req.input {
-        Value::String(s) => history.push(json!({"role": "user", "content": s})),
-        Value::Array(items) => history.extend(items.iter().cloned()),
-        _ => {}
-    }
-    history
-}
-
-/// Whether the template renders a system message after the first turn
-/// (`detect_inline_system_support`), probed once per engine.
-pub(crate) fn inline_system(tokenizer: &ModelTokenizer) -> bool {
-    let sentinel = "__sglang_inline_system_sentinel__";
-    let messages = json!([
-        {"role": "system", "content": "t"}, {"role": "user", "content": "t"},
-        {"role": "system", "content": sentinel}, {"role": "user", "content": "t"},
-    ]);
-    tokenizer
-        .apply_chat_template(&messages, None, false)
-        .is_ok_and(|rendered| rendered.contains(sentinel))
-}
-
-/// The chat completions body the request becomes; `Err`: SGLang's `ValueError` text.
-pub(crate) fn chat_body(
-    req: &ResponsesRequest,
-    history: &[Value],
-    inline_system: bool,
-) -> Result<Map<String, Value>, String> {
-    let mut messages = Vec::new();
-    if let Some(instructions) = req.instructions.as_deref().filter(|i| !i.is_empty()) {
-        messages.push(json!({"role": "system", "content": instructions}));
-    }
-    for item in history {
-        if let Some(message) = chat_message(item)? {
-            messages.push(message);
-        }
-    }
-    let messages = merge_assistants(messages);
-    let messages = if inline_system {
-        messages
-    } else {
-        coalesce_system(messages)
-    };
-    let mut body = Map::new();
-    body.insert("messages".into(), Value::Array(messages));
-    body.insert("stream".into(), json!(req.stream));
-    let tools = req.chat_tools();
-    if tools.is_empty() {
-        body.insert("tool_choice".into(), json!("none"));
-    } else {
-        let choice = match req.effective_tool_choice() {
-            Value::Object(c) => json!({"type": "function", "function": {"name": c.get("name")}}),
-            other => other,
-        };
-        body.insert("tools".into(), Value::Array(tools));
-        body.insert("tool_choice".into(), choice);
-    }
-    body.insert("parallel_tool_calls".into(), json!(req.parallel_tool_calls));
-    if let Some((Some(effort), _)) = &req.reasoning {
-        body.insert("reasoning_effort".into(), json!(effort));
-    }
-    if let Some(kwargs) = &req.chat_template_kwargs {
-        body.insert("chat_template_kwargs".into(), Value::Object(kwargs.clone()));
-    }
-    if let Some(max) = req.max_output_tokens {
-        // `to_sampling_params`: two tokens of headroom for BOS/EOS.
-        body.insert("max_tokens".into(), json!(max.saturating_sub(2).max(0)));
-    }
-    // `_json_schema_from_text_format`: `text.format` constrains the answer to JSON, as a
-    // chat's `response_format` does (a schema given beside `type`).
-    let format = req.echo.get("text").and_then(|t| t.get("format"));
-    let constrained = format.is_some_and(|f| match f.get("type").and_then(Value::as_str) {
-        Some("json_object") => true,
-        Some("json_schema") => f.get("schema").is_some_and(|s| !s.is_null()),
-        _ => false,
-    });
-    if let (true, Some(format)) = (constrained, format) {
-        body.insert("response_format".into(), format.clone());
-    }
-    body.insert("rid".into(), json!(req.id));
-    body.extend(req.passed.clone());
-    Ok(body)
-}
-
 /// `_normalize_response_message_for_chat`: one input item as a chat message (`None`: an
 /// empty reasoning item, dropped).
-fn chat_message(item: &Value) -> Result<Option<Value>, String> {
+pub(super) fn chat_message(item: &Value) -> Result<Option<Value>, String> {
     let Some(item) = item.as_object() else {
         return Ok(Some(item.clone()));
     };
@@ -190,7 +94,7 @@ fn chat_message(item: &Value) -> Result<Option<Value>, String> {
         }
         Some(other) => Err(format!(
             "Unsupported Responses API input item type: {}",
-            fields::py_repr(other)
+            py_repr(other)
         )),
     }
 }
@@ -248,7 +152,7 @@ fn labelled(content: Value) -> Value {
 }
 
 /// `_merge_consecutive_assistant_messages`.
-fn merge_assistants(messages: Vec<Value>) -> Vec<Value> {
+pub(super) fn merge_assistants(messages: Vec<Value>) -> Vec<Value> {
     let mut merged: Vec<Value> = Vec::new();
     for message in messages {
         let is_assistant = |m: &Value| m.get("role").and_then(Value::as_str) == Some("assistant");
@@ -322,7 +226,7 @@ fn as_parts(content: &Value) -> Vec<Value> {
 }
 
 /// The system messages joined into one leading block (`_construct_input_messages`).
-fn coalesce_system(messages: Vec<Value>) -> Vec<Value> {
+pub(super) fn coalesce_system(messages: Vec<Value>) -> Vec<Value> {
     let mut chunks: Vec<String> = Vec::new();
     let mut others = Vec::new();
     for message in messages {
