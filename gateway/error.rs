@@ -13,7 +13,7 @@ use crate::body::BoxError;
 
 /// Which tenant limit refused a request (the rate-limit stage's `Denied`).
 /// The data-port routes, for the 404 and 405 answers.
-pub const SERVED_ROUTES: &str = "POST /v1/chat/completions, POST /v1/completions, POST /generate, GET /v1/models and GET /v1/models/{id}";
+pub const SERVED_ROUTES: &str = "POST /v1/chat/completions, POST /v1/completions, POST /generate, POST /v1/embeddings, POST /v1/rerank, POST /v1/score, POST /v1/messages, POST /v1/messages/count_tokens, POST /tokenize, POST /detokenize, GET /v1/models and GET /v1/models/{id}";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RateLimitKind {
