@@ -133,9 +133,11 @@ while read -r name path direct; do
   read -r sent ok errors _ p50 _ p99 _ < <(load "http://127.0.0.1:$PORT$path" "$body")
   after=$(cpu_ticks)
   cpu=$(python3 -c "print(f'{($after - $before) / $HZ * 1e6 / max($sent, 1):.0f}')")
-  added=$(python3 -c "print('-' if '$d50' == '-' else f'{$p50 - $d50:.3f}')")
+  added=-
+  [ "$d50" = - ] || added=$(python3 -c "print(f'{$p50 - $d50:.3f}')")
   if [ "$name" = chat ]; then chat_added=$added; chat_cpu=$cpu; fi
-  ratio_added=$(python3 -c "a='$added'; print('-' if a == '-' or float('$chat_added') <= 0 else f'{float(a) / float(\"$chat_added\"):.2f}')")
+  ratio_added=-
+  [ "$added" = - ] || ratio_added=$(python3 -c "c = float('$chat_added'); print(f'{float(\"$added\") / c:.2f}' if c > 0 else '-')")
   ratio_cpu=$(python3 -c "print(f'{$cpu / max($chat_cpu, 1):.2f}')")
   printf "%-13s %8s %8s %8s %8s %9s %10s %9s %11s\n" "$name" "$d50" "$p50" "$p99" "$errors" "$added" "$cpu" "$ratio_added" "$ratio_cpu"
 done <<<"$ROUTES"

@@ -345,6 +345,34 @@ fn python_with(module: &str) -> Option<&'static str> {
     None
 }
 
+/// Runs `tests/sdk/<script>` with `args` under `python` off the async threads, asserts it
+/// exited 0 (its output, and `context`, in the failure), and returns its stdout.
+async fn run_sdk_script(
+    python: &'static str,
+    script: &str,
+    args: Vec<String>,
+    context: impl Fn() -> String,
+) -> String {
+    let script = repo().join("tests/sdk").join(script);
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .arg(script)
+            .args(args)
+            .output()
+    })
+    .await
+    .expect("joins")
+    .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        context()
+    );
+    stdout
+}
+
 /// Runs `tests/sdk/anthropic_client.py` (the official Anthropic SDK) against the gateway at
 /// `base_url`, asserts every case succeeded and returns each case's observations by name.
 pub async fn run_anthropic_sdk(
@@ -352,23 +380,8 @@ pub async fn run_anthropic_sdk(
     base_url: String,
     model: &str,
 ) -> std::collections::HashMap<String, Value> {
-    let script = repo().join("tests/sdk/anthropic_client.py");
-    let model = model.to_owned();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python)
-            .arg(script)
-            .args([&base_url, KEY, &model])
-            .output()
-    })
-    .await
-    .expect("joins")
-    .expect("python runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let args = vec![base_url, KEY.to_owned(), model.to_owned()];
+    let stdout = run_sdk_script(python, "anthropic_client.py", args, String::new).await;
     stdout
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
@@ -384,26 +397,14 @@ pub async fn run_openai_sdk(
     extra: &[&str],
     context: impl Fn() -> String,
 ) {
-    let script = repo().join("tests/sdk/openai_client.py");
-    let args: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
-    let extra: Vec<&str> = extra.to_vec();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python)
-            .arg(script)
-            .args(["--base-url", &base_url, "--api-key", KEY])
-            .args(args)
-            .output()
-    })
-    .await
-    .expect("joins")
-    .expect("python runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        context()
-    );
+    let mut args = vec![
+        "--base-url".to_owned(),
+        base_url,
+        "--api-key".into(),
+        KEY.into(),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let stdout = run_sdk_script(python, "openai_client.py", args, context).await;
     let mut steps = vec![
         "models.retrieve",
         "content_parts",
