@@ -10,7 +10,7 @@
 #   - p50 and p99 latency, direct and through kvgate, and what kvgate adds (p50);
 #   - kvgate's CPU time per request (user + system, from /proc, over the route's run);
 #   - both as a ratio to chat's (the baseline measured in the same run).
-# Routes: chat, completions, /generate, embeddings, rerank, score, Anthropic messages
+# Routes: chat, completions, /generate, embeddings, rerank, score, responses, Anthropic messages
 # (through kvgate only: the engine serves chat, so "direct" is the chat it becomes),
 # and kvgate's own /tokenize and count_tokens (no engine: "direct" is the engine's
 # /tokenize for the first; none for the second).
@@ -94,6 +94,7 @@ bodies = {
     "messages": {"model": "qwen3", "max_tokens": 8, "messages": [{"role": "user", "content": q}]},
     "tokenize": {"prompt": q},
     "count_tokens": {"model": "qwen3", "messages": [{"role": "user", "content": q}]},
+    "responses": {"model": "qwen3", "input": q, "max_output_tokens": 10, "store": False},
 }
 for name, body in bodies.items():
     with open(f"{work}/{name}.json", "w") as f:
@@ -111,7 +112,8 @@ rerank /v1/rerank /v1/rerank
 score /v1/score /v1/score
 messages /v1/messages /v1/chat/completions
 tokenize /tokenize /tokenize
-count_tokens /v1/messages/count_tokens -"
+count_tokens /v1/messages/count_tokens -
+responses /v1/responses /v1/responses"
 load() { # url body
   "$BIN" load-gen --url "$1" --rate "$RATE" --duration "$SECONDS_PER_ROUTE" --body-file "$2" \
     --header "content-type: application/json" --header "authorization: Bearer kvgate-demo-key" \

@@ -13,7 +13,7 @@ use crate::body::BoxError;
 
 /// Which tenant limit refused a request (the rate-limit stage's `Denied`).
 /// The data-port routes, for the 404 and 405 answers.
-pub const SERVED_ROUTES: &str = "POST /v1/chat/completions, POST /v1/completions, POST /generate, POST /v1/embeddings, POST /v1/rerank, POST /v1/score, POST /v1/messages, POST /v1/messages/count_tokens, POST /tokenize, POST /detokenize, GET /v1/models and GET /v1/models/{id}";
+pub const SERVED_ROUTES: &str = "POST /v1/chat/completions, POST /v1/completions, POST /generate, POST /v1/embeddings, POST /v1/rerank, POST /v1/score, POST /v1/messages, POST /v1/messages/count_tokens, POST /v1/responses, GET /v1/responses/{id}, POST /v1/responses/{id}/cancel, POST /tokenize, POST /detokenize, GET /v1/models and GET /v1/models/{id}";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RateLimitKind {
@@ -58,6 +58,14 @@ pub enum GatewayError {
     },
     #[error("The model `{model}` does not exist or you do not have access to it.")]
     ModelNotFound { model: String },
+    /// A stored response that does not exist, or that another tenant created (the caller
+    /// must not learn which).
+    #[error("No response found with id '{id}'.")]
+    ResponseNotFound { id: String },
+    /// The map of stored responses' owners cannot answer (Redis down): a request naming a
+    /// stored response cannot be checked, so it is refused.
+    #[error("The owner of response '{id}' cannot be checked right now: {detail}")]
+    ResponseOwnersUnavailable { id: String, detail: String },
     /// Admission refused the prompt (I2): no pool could hold it.
     #[error("{message}")]
     ContextLengthExceeded {
@@ -246,6 +254,12 @@ impl GatewayError {
             RouteNotFound { .. } => class(S::NOT_FOUND, INVALID, "not_found"),
             MethodNotAllowed { .. } => class(S::METHOD_NOT_ALLOWED, INVALID, "method_not_allowed"),
             ModelNotFound { .. } => class(S::NOT_FOUND, INVALID, "model_not_found"),
+            ResponseNotFound { .. } => class(S::NOT_FOUND, INVALID, "response_not_found"),
+            ResponseOwnersUnavailable { .. } => class(
+                S::SERVICE_UNAVAILABLE,
+                UNAVAILABLE,
+                "response_owners_unavailable",
+            ),
             ContextLengthExceeded { .. } => {
                 class(S::BAD_REQUEST, INVALID, "context_length_exceeded")
             }
@@ -379,6 +393,9 @@ impl GatewayError {
                  cause is prompt text not in Unicode NFC (the model's tokenizer normalizes it, \
                  engines such as llama.cpp do not); sending NFC text avoids it."
             ),
+            ResponseOwnersUnavailable { id, .. } => {
+                format!("The owner of response '{id}' cannot be checked right now; retry shortly.")
+            }
             Internal(_) => "The gateway hit an internal error.".into(),
             other => other.to_string(),
         }

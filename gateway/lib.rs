@@ -111,6 +111,7 @@ use crate::stack::observe::Observe;
 use crate::stack::rate_limit::RateLimit;
 use crate::stack::request_id::RequestIdLayer;
 use crate::stack::rescue::Rescue;
+use crate::stack::responses::{ResponseOwnership, StoredResponseProxy};
 use crate::stack::routing::{PrefixRouting, Route, Scheduling};
 use crate::stack::stage_span::{StageName, StageSpanLayer};
 use crate::stack::tenant_rules::TenantRules;
@@ -168,6 +169,13 @@ where
         .layer(Parse::layer(generation.catalog.clone()))
         // 403 for models the tenant may not use, before any tokenizing.
         .layer(TenantRules::layer())
+        // A request naming a stored response (`previous_response_id`, GET/cancel) belongs
+        // to its tenant (404 for another) and is pinned to the worker that holds it;
+        // kvgate names every new response and records its owner.
+        .layer(ResponseOwnership::layer(
+            shared.responses.clone(),
+            generation.fleet.clone(),
+        ))
         // Exact token counts against every pool's smallest KV bound: 400 before any byte
         // goes downstream (I2); inserts TokenCount and the admitted pools.
         .layer(StageSpanLayer::new(
@@ -186,6 +194,12 @@ where
         // `/tokenize` and `/detokenize` are answered here from the model's tokenizer: they
         // hold a rate-limit slot, never an engine.
         .layer(LocalAnswer::layer(generation.admission.clone()))
+        // A stored response's GET and cancel: asked of the worker that holds it.
+        .layer(StoredResponseProxy::layer(
+            generation.fleet.clone(),
+            shared.upstream.clone(),
+            shared.dispatch.max_response_bytes,
+        ))
         // Pool by weight, then the eligible workers with the most KV room (I3: unknown
         // capacity never serves), the one holding the prompt's prefix first within a load
         // margin ([prefix_routing]); with none, a turn in the pool's fair queue ([scheduling]).

@@ -17,6 +17,7 @@ use crate::stack::dispatch::DispatchLimits;
 use crate::stack::header_limits::HeaderLimits;
 use crate::stack::isolate::IsolationMemory;
 use crate::stack::rate_limit::limiter::Limiter;
+use crate::stack::responses::ResponseOwners;
 use crate::telemetry::Telemetry;
 use crate::upstream::Upstream;
 
@@ -48,4 +49,7 @@ pub struct Shared {
     pub replica: Arc<str>,
     /// Bounds concurrent exact counts on the blocking pool.
     pub count_permits: Arc<Semaphore>,
+    /// Who owns each stored `/v1/responses` response (in the limits' Redis when there is
+    /// one): a reload must not forget them.
+    pub responses: Arc<ResponseOwners>,
 }

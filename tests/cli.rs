@@ -131,7 +131,7 @@ async fn the_openai_and_anthropic_sdks_work_against_the_demo() {
     assert!(banner.contains("tests/sdk/openai_client.py") && banner.contains("tool_choice"));
     assert!(banner.contains("anthropic.Anthropic(") && banner.contains("count_tokens"));
     let base = format!("http://{}/v1", demo.gateway.data_addr());
-    run_openai_sdk(python, base, &["--embeddings"], String::new).await;
+    run_openai_sdk(python, base, &["--embeddings", "--responses"], String::new).await;
     // The Anthropic SDK: messages plain, streamed and the tool loop, count_tokens.
     if let Some(python) = anthropic_python() {
         let root = format!("http://{}", demo.gateway.data_addr());

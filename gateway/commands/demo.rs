@@ -233,6 +233,9 @@ async fn start_engine(
         context_length: usize::try_from(window).unwrap_or(usize::MAX),
         fault: setup.fault,
         token_latency: Duration::from_millis(args.token_latency_ms),
+        // Stored responses (`previous_response_id`), as `--enable-response-store` gives
+        // SGLang: a unified server only.
+        enable_response_store: role == SimRole::Unified,
         version: setup
             .version
             .clone()
@@ -347,8 +350,9 @@ Try:
     -H 'Content-Type: application/json' \
     -d '{{"model":"qwen3","max_tokens":64,"messages":[{{"role":"user","content":"Weather in Paris?"}}],"tools":[{{"type":"function","function":{{"name":"get_weather","parameters":{{"type":"object","properties":{{"city":{{"type":"string"}}}},"required":["city"]}}}}}}],"tool_choice":{{"type":"function","function":{{"name":"get_weather"}}}}}}'
 
-  # the OpenAI SDK: models.retrieve, content parts, enable_thinking, the tool loop, embeddings
-  python3 tests/sdk/openai_client.py --base-url {base}/v1 --api-key {DEMO_API_KEY} --embeddings
+  # the OpenAI SDK: models.retrieve, content parts, enable_thinking, the tool loop, embeddings,
+  # responses (plain, streamed, continued by previous_response_id)
+  python3 tests/sdk/openai_client.py --base-url {base}/v1 --api-key {DEMO_API_KEY} --embeddings --responses
 
   # the Anthropic SDK (pip install anthropic): messages plain and streamed, count_tokens
   python3 -c "import anthropic; c = anthropic.Anthropic(base_url='{base}', api_key='{DEMO_API_KEY}'); \

@@ -54,6 +54,9 @@ pub const LEAK_SUSPECTED_TOTAL: &str = "kvgate_leak_suspected_total";
 pub const CONNECTIONS_OPEN: &str = "kvgate_connections_open";
 /// Requests refused at a load ceiling, by ceiling (in_flight, pool_in_flight, buffered_bytes).
 pub const LOAD_SHED_TOTAL: &str = "kvgate_load_shed_total";
+/// Stored responses whose owner could not be written to the shared map (Redis down): other
+/// replicas answer 404 for them until it is back.
+pub const RESPONSE_OWNER_WRITE_FAILURES_TOTAL: &str = "kvgate_response_owner_write_failures_total";
 /// Requests waiting in a pool's gateway queue, by pool and class (gauge).
 pub const QUEUE_DEPTH: &str = "kvgate_queue_depth";
 /// Requests routed inside a pool that chooses by prompt prefix, by pool and outcome: `hit`
@@ -158,6 +161,10 @@ fn describe_all() {
         "1 if configured and discovered KV capacity disagree"
     );
     describe_gauge!(CONNECTIONS_OPEN, "Open data-port connections");
+    describe_counter!(
+        RESPONSE_OWNER_WRITE_FAILURES_TOTAL,
+        "Stored responses whose owner was not written to the shared map"
+    );
     describe_counter!(
         PREFIX_ROUTE_TOTAL,
         "Requests routed by prompt prefix inside a pool: hit, miss or balanced"

@@ -14,6 +14,8 @@ first failure:
   5. the same tool loop streamed
   6. (with --embeddings) embeddings.create for two inputs, as the SDK sends it (base64
      vectors, decoded by the SDK)
+  7. (with --responses) responses.create, the same streamed, and a continuation by
+     previous_response_id
 
 --loop-from-history skips asking the model for the tool call (an engine with random
 weights cannot be relied on to call one) and sends an SDK-shaped history instead.
@@ -125,6 +127,7 @@ def main():
     parser.add_argument("--model", default="qwen3")
     parser.add_argument("--loop-from-history", action="store_true")
     parser.add_argument("--embeddings", action="store_true")
+    parser.add_argument("--responses", action="store_true")
     args = parser.parse_args()
     client = openai.OpenAI(base_url=args.base_url, api_key=args.api_key, max_retries=0)
 
@@ -182,6 +185,26 @@ def main():
             report("embeddings", prompt_tokens=reply.usage.prompt_tokens, dims=len(reply.data[0].embedding))
         except Exception as e:  # noqa: BLE001
             fail("embeddings", e)
+
+    if args.responses:
+        try:
+            first = client.responses.create(
+                model=args.model, input="Name a colour.", instructions="Be brief.", max_output_tokens=16
+            )
+            assert first.id.startswith("resp_") and first.usage.input_tokens > 0, first
+            streamed = []
+            with client.responses.stream(model=args.model, input="Count to three.", max_output_tokens=64) as stream:
+                for event in stream:
+                    streamed.append(event.type)
+                final = stream.get_final_response()
+            assert final.usage is not None and final.usage.input_tokens > 0, final
+            follow = client.responses.create(
+                model=args.model, input="And another?", previous_response_id=first.id, max_output_tokens=16
+            )
+            assert follow.previous_response_id == first.id, follow
+            report("responses", id=first.id, events=len(streamed), follow_input_tokens=follow.usage.input_tokens)
+        except Exception as e:  # noqa: BLE001
+            fail("responses", e)
 
 
 if __name__ == "__main__":

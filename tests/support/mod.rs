@@ -415,6 +415,9 @@ pub async fn run_openai_sdk(
     if extra.contains(&"--embeddings") {
         steps.push("embeddings");
     }
+    if extra.contains(&"--responses") {
+        steps.push("responses");
+    }
     for step in steps {
         assert!(
             stdout.contains(&format!("\"step\": \"{step}\", \"ok\": true")),

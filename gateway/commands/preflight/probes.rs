@@ -229,6 +229,7 @@ impl Prober<'_> {
                 default_max_new_tokens: None,
                 cache_salt: salt,
                 stream_usage: stream && endpoint != Endpoint::Generate,
+                response_id: None,
             },
         );
         // UUID-shaped: llama-cpp-python's server answers a bodiless 400 to any other

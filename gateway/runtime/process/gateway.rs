@@ -15,6 +15,7 @@ use crate::config::{LimitsBackend, LimitsFailurePolicy};
 use crate::fleet::{discover_all, share_loop, Fleet, PrefixShare};
 use crate::generation::Generation;
 use crate::load::{BufferBudget, InFlightLimit};
+use crate::redis_link::RedisLink;
 use crate::rollout::{sync_loop, Rollouts, SharedDecisions};
 use crate::runtime::admin::Admin;
 use crate::runtime::listener::data_threads::serve_on_threads;
@@ -36,6 +37,7 @@ use crate::stack::isolate::IsolationMemory;
 use crate::stack::rate_limit::limiter::{
     FailurePolicy, GuardedStore, Limiter, MemoryStore, RedisStore,
 };
+use crate::stack::responses::ResponseOwners;
 use crate::telemetry::export::ExportTask;
 use crate::telemetry::Telemetry;
 use crate::tls::{CertWatch, EngineTls, ServerCert};
@@ -95,6 +97,7 @@ impl Gateway {
             isolation: IsolationMemory::from_config(&config),
             replica: Arc::from(replica_name()),
             count_permits: Arc::new(tokio::sync::Semaphore::new(counts)),
+            responses: Arc::new(response_owners(&config)),
         };
         let started = Arc::new(config.clone());
         let live = Arc::new(Live::new(build::build(config, None, &shared)?));
@@ -364,6 +367,29 @@ impl Gateway {
             }
         }
     }
+}
+
+/// Stored responses kept in memory at most, and how long an owner is remembered.
+const RESPONSE_OWNERS: usize = 100_000;
+const RESPONSE_OWNER_TTL: Duration = Duration::from_secs(24 * 3600);
+/// Each Redis operation of the owner map is bounded by this.
+const RESPONSE_OWNERS_REDIS_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The owner map of stored responses: shared through the limits' Redis when `[limits]`
+/// uses one, so a continuation reaching another replica is checked too.
+fn response_owners(config: &Config) -> ResponseOwners {
+    let limits = &config.limits;
+    let redis = (limits.backend == LimitsBackend::Redis)
+        .then_some(limits.redis_url.as_deref())
+        .flatten()
+        .and_then(|url| match RedisLink::open(url, RESPONSE_OWNERS_REDIS_TIMEOUT) {
+            Ok(link) => Some(Arc::new(link)),
+            Err(e) => {
+                tracing::warn!(error = %redact_in(&e.to_string(), url), "stored responses stay per replica: the Redis URL is unusable");
+                None
+            }
+        });
+    ResponseOwners::new(RESPONSE_OWNERS, RESPONSE_OWNER_TTL, redis)
 }
 
 /// This replica's name in shared decisions and audit lines: the host name (a pod's name

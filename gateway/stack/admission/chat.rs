@@ -4,6 +4,7 @@
 use serde_json::Value;
 
 use crate::error::GatewayError;
+use kvgate_tokenize::prepare::{responses_to_chat, ResponsesError, ResponsesPrompt};
 use kvgate_tokenize::{ChatPrompt, ChatRequest, ChatRules, ModelTokenizer, TokenizeError};
 
 /// A chat the engine would not render, as the client's 400: the engine's own refusal, or
@@ -56,4 +57,33 @@ pub(super) fn parse_raw(raw: &str, field: &str) -> Result<Value, GatewayError> {
     serde_json::from_str(raw).map_err(|e| {
         GatewayError::invalid(format!("`{field}` could not be read: {e}"), Some(field))
     })
+}
+
+/// A `/v1/responses` request as the chat SGLang builds from it (sglang 0.5.23
+/// `serving_responses.py` `_make_request`, through `kvgate_tokenize::prepare::responses`),
+/// prepared and rendered by SGLang's rules. A `previous_response_id`'s stored conversation
+/// lives only in the engine that holds it: what is counted here is the new part, a lower
+/// bound of the engine's prompt (`stack::responses` says how that stays fail-closed).
+pub fn render_responses(
+    tokenizer: &ModelTokenizer,
+    model: &str,
+    fields: &serde_json::Map<String, Value>,
+) -> Result<ChatPrompt, GatewayError> {
+    let refused = |e: ResponsesError| match e {
+        ResponsesError::Refused { message, param } => GatewayError::invalid(message, param),
+        other => GatewayError::invalid(other.to_string(), Some("input")),
+    };
+    // SGLang refuses a budget below its two reserved tokens only when it samples; the
+    // gateway refuses it at once.
+    if let Some(message) = ResponsesPrompt::parse(fields)
+        .ok()
+        .and_then(|p| p.max_tokens_error())
+    {
+        return Err(GatewayError::invalid(message, Some("max_output_tokens")));
+    }
+    let chat = responses_to_chat(fields, Vec::new(), tokenizer.inline_system_support())
+        .map_err(refused)?;
+    tokenizer
+        .chat_prompt(ChatRules::Sglang, &chat.request())
+        .map_err(|e| template_error(model, e))
 }

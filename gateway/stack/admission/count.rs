@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 
-use super::chat::render_chat;
+use super::chat::{render_chat, render_responses};
 use super::prompt::{MaxNew, Sample};
 use crate::error::GatewayError;
 use crate::stack::api::PromptInput;
@@ -123,6 +123,24 @@ pub(super) fn measure(
                         key: None,
                     }),
                 ),
+                PromptInput::Responses(fields) => {
+                    let prompt = Arc::new(render_responses(tokenizer, model, fields)?);
+                    let bound = tokenizer.token_upper_bound(prompt.rendered.len(), false)
+                        + prompt
+                            .appended
+                            .as_ref()
+                            .map_or(0, |a| tokenizer.token_upper_bound(a.len(), true));
+                    return Ok(Measured {
+                        tokens: PromptTokens::AtMost(bound as u64),
+                        max_new: s.max_new,
+                        pending: Some(Pending {
+                            text: PendingText::Chat(prompt.clone()),
+                            key: None,
+                        }),
+                        chat: Some((None, Some(prompt))),
+                        ids: None,
+                    });
+                }
                 &PromptInput::Chat {
                     messages,
                     tools,

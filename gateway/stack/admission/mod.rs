@@ -175,9 +175,10 @@ pub async fn admit(
     tenant: Option<&TenantPolicy>,
     choice: Option<&str>,
 ) -> Result<(TokenCount, AdmittedPools, Option<RequestBlocks>), GatewayError> {
-    if parsed.endpoint.is_local() {
-        // `/tokenize` and `/detokenize` never reach an engine: nothing to admit (the rate
-        // limits still take the request; `local_answer` answers it).
+    if parsed.endpoint.is_local() || parsed.endpoint.is_stored_response() {
+        // `/tokenize`, `/detokenize` and `count_tokens` never reach an engine, a stored
+        // response's GET and cancel carry no prompt: nothing to admit (the rate limits still
+        // take the request; `local_answer` or `responses::proxy` answers it).
         return Ok((TokenCount::none(), AdmittedPools(Arc::from([])), None));
     }
     let model = state.models.get(&parsed.model).ok_or_else(|| {

@@ -31,6 +31,12 @@ pub enum Endpoint {
     Messages,
     /// `POST /v1/messages/count_tokens` (Anthropic's), answered by kvgate itself
     CountTokens,
+    /// `POST /v1/responses` (OpenAI's Responses API, as SGLang serves it)
+    CreateResponse,
+    /// `GET /v1/responses/{id}`: a stored response, from the worker that holds it
+    RetrieveResponse,
+    /// `POST /v1/responses/{id}/cancel`, on the worker that holds it
+    CancelResponse,
 }
 
 /// What an endpoint asks of the pool that serves it.
@@ -58,7 +64,12 @@ impl Endpoint {
             "/detokenize" | "/v1/detokenize" => (Endpoint::Detokenize, Method::POST),
             "/v1/messages" => (Endpoint::Messages, Method::POST),
             "/v1/messages/count_tokens" => (Endpoint::CountTokens, Method::POST),
+            "/v1/responses" => (Endpoint::CreateResponse, Method::POST),
             p if model_id(p).is_some() => (Endpoint::RetrieveModel, Method::GET),
+            p if stored_response(p).is_some_and(|(_, cancel)| cancel) => {
+                (Endpoint::CancelResponse, Method::POST)
+            }
+            p if stored_response(p).is_some() => (Endpoint::RetrieveResponse, Method::GET),
             _ => {
                 return Err(GatewayError::RouteNotFound {
                     method: method.to_string(),
@@ -92,6 +103,9 @@ impl Endpoint {
             // Sent to engines as chat completions (the request is translated at parsing).
             Endpoint::Messages => "/v1/chat/completions",
             Endpoint::CountTokens => "/v1/messages/count_tokens",
+            Endpoint::CreateResponse => "/v1/responses",
+            // The stored response's own path (with its id) is the client's.
+            Endpoint::RetrieveResponse | Endpoint::CancelResponse => "/v1/responses/{id}",
         }
     }
 
@@ -109,6 +123,9 @@ impl Endpoint {
             Endpoint::Detokenize => "detokenize",
             Endpoint::Messages => "messages",
             Endpoint::CountTokens => "count_tokens",
+            Endpoint::CreateResponse => "responses",
+            Endpoint::RetrieveResponse => "responses_retrieve",
+            Endpoint::CancelResponse => "responses_cancel",
         }
     }
 
@@ -119,7 +136,12 @@ impl Endpoint {
                 sglang: true,
                 unified: false,
             },
-            Endpoint::Rerank | Endpoint::Score => EngineNeeds {
+            // SGLang keeps a stored response in the one process that served it.
+            Endpoint::Rerank
+            | Endpoint::Score
+            | Endpoint::CreateResponse
+            | Endpoint::RetrieveResponse
+            | Endpoint::CancelResponse => EngineNeeds {
                 sglang: true,
                 unified: true,
             },
@@ -158,15 +180,33 @@ impl Endpoint {
     pub fn takes_cache_salt(self) -> bool {
         matches!(
             self,
-            Endpoint::ChatCompletions | Endpoint::Completions | Endpoint::Generate
+            Endpoint::ChatCompletions
+                | Endpoint::Completions
+                | Endpoint::Generate
+                | Endpoint::CreateResponse
         )
     }
 
-    /// Whether the engine's API for this route takes SGLang's `rid` (`V1RerankReqInput` has
-    /// none).
-    pub fn takes_rid(self) -> bool {
-        !matches!(self, Endpoint::Rerank)
+    /// A stored response's own route: no prompt, the worker that holds it answers.
+    pub fn is_stored_response(self) -> bool {
+        matches!(self, Endpoint::RetrieveResponse | Endpoint::CancelResponse)
     }
+
+    /// Whether the engine's API for this route takes SGLang's `rid` (`V1RerankReqInput` has
+    /// none; a Responses request is named by its `request_id`, which kvgate sets).
+    pub fn takes_rid(self) -> bool {
+        !matches!(self, Endpoint::Rerank | Endpoint::CreateResponse)
+    }
+}
+
+/// The response id of `/v1/responses/{id}` (false) or `/v1/responses/{id}/cancel` (true).
+pub fn stored_response(path: &str) -> Option<(&str, bool)> {
+    let rest = path.strip_prefix("/v1/responses/")?;
+    let (id, cancel) = match rest.strip_suffix("/cancel") {
+        Some(id) => (id, true),
+        None => (rest, false),
+    };
+    (!id.is_empty() && !id.contains('/')).then_some((id, cancel))
 }
 
 /// The model id of a `/v1/models/{id}` path, percent-decoded (ids such as `Qwen/Qwen3-8B`

@@ -22,6 +22,10 @@
 //! | `chat_template_kwargs`, `reasoning_effort`, `continue_final_message`, `add_generation_prompt`, `add_special_tokens` (chat) | passed | template variables and the final turn's handling: admission prepares the chat with them as the pool's engine does (`kvgate_tokenize::prepare`), so the count stays exact; a tenant may be denied template keys (`denied_chat_template_kwargs`) |
 //! | `suffix`, `functions`, `function_call` | refused | they change the prompt the engine renders in ways the gateway does not model, so its count would be wrong |
 //! | `extra_body` | refused | send its fields at the top level (the OpenAI SDK flattens it) |
+//! | `store` on `/v1/responses` | passed | SGLang keeps the response for `previous_response_id`; kvgate records its owner (`stack::responses`) |
+//! | `request_id` (responses) | refused | kvgate names every response itself; a chosen id could collide with another tenant's |
+//! | `background`, `conversation`, `prompt` (responses) | refused | background runs are not served; stored prompts and conversations are text the gateway cannot count |
+//! | `instruct` (rerank), embedding overrides, `score_extraction_token`, `return_pooled_hidden_states` | refused | a reranker template's prompt, or inputs and outputs the gateway does not count or check |
 //! | anything else | refused | unknown to the gateway |
 
 use serde_json::{Map, Value};
@@ -29,6 +33,12 @@ use serde_json::{Map, Value};
 use super::Endpoint;
 use crate::config::AdapterName;
 use crate::error::GatewayError;
+
+mod other_routes;
+pub use other_routes::{
+    DETOKENIZE_FIELDS, EMBEDDING_FIELDS, RERANK_FIELDS, RESPONSES_FIELDS, SCORE_FIELDS,
+    TOKENIZE_FIELDS,
+};
 
 /// Fields that select a prefix-cache partition (vLLM `cache_salt`, SGLang `extra_key`,
 /// OpenAI `prompt_cache_key`). Only the gateway may set them.
@@ -153,48 +163,6 @@ pub const SAMPLING_PARAMS: [&str; 22] = [
 ];
 
 /// Keys of `stream_options`.
-/// `/v1/embeddings`: OpenAI's fields (SGLang's `EmbeddingRequest` and vLLM's take them).
-pub const EMBEDDING_FIELDS: [&str; 6] = [
-    "model",
-    "input",
-    "encoding_format",
-    "dimensions",
-    "user",
-    "lora_path",
-];
-
-/// SGLang `/v1/rerank` (`V1RerankReqInput`); `model` only selects the gateway model.
-pub const RERANK_FIELDS: [&str; 5] = ["model", "query", "documents", "top_n", "return_documents"];
-
-/// SGLang `/v1/score` (`ScoringRequest`), without its embedding overrides.
-pub const SCORE_FIELDS: [&str; 8] = [
-    "model",
-    "query",
-    "items",
-    "label_token_ids",
-    "apply_softmax",
-    "temperature",
-    "return_token_logprobs",
-    "item_first",
-];
-
-/// `/tokenize`, answered by kvgate (SGLang's `TokenizeRequest`; a chat takes the template
-/// fields chat completions take).
-pub const TOKENIZE_FIELDS: [&str; 9] = [
-    "model",
-    "prompt",
-    "messages",
-    "tools",
-    "add_special_tokens",
-    "tool_choice",
-    "chat_template_kwargs",
-    "reasoning_effort",
-    "continue_final_message",
-];
-
-/// `/detokenize`, answered by kvgate (SGLang's `DetokenizeRequest`).
-pub const DETOKENIZE_FIELDS: [&str; 3] = ["model", "tokens", "skip_special_tokens"];
-
 pub const STREAM_OPTIONS: [&str; 2] = ["include_usage", "continuous_usage_stats"];
 
 /// Why a well-known engine-control field is refused (the client's error says so).
@@ -215,6 +183,11 @@ fn refusal_reason(field: &str) -> &'static str {
             "it changes the prompt the engine renders in a way the gateway does not model, so it could not count it exactly"
         }
         "extra_body" => "send its fields at the top level of the body",
+        "request_id" => "kvgate names every response itself (its id is tied to your tenant)",
+        "background" => "background responses are not served through kvgate yet",
+        "conversation" | "prompt" => {
+            "it brings in prompt text stored elsewhere, which the gateway cannot count"
+        }
         "instruct" => "it selects a reranker template prompt; kvgate counts rerank pairs as SGLang's cross-encoder path builds them, where it has no meaning",
         "embed_overrides" | "embed_override_token_id" | "query_embed_overrides"
         | "item_embed_overrides" => "embedding overrides replace prompt tokens the gateway counted",
@@ -237,6 +210,8 @@ fn allowed(endpoint: Endpoint) -> &'static [&'static str] {
         Endpoint::Detokenize => &DETOKENIZE_FIELDS,
         // Anthropic bodies are checked after their translation to a chat.
         Endpoint::Messages | Endpoint::CountTokens => &CHAT_FIELDS,
+        Endpoint::CreateResponse => &RESPONSES_FIELDS,
+        Endpoint::RetrieveResponse | Endpoint::CancelResponse => &[],
         Endpoint::ListModels | Endpoint::RetrieveModel => &[],
     }
 }
@@ -261,7 +236,7 @@ pub fn check(endpoint: Endpoint, fields: &Map<String, Value>) -> Result<(), Gate
                 && ENGINE_SAMPLING.contains(&f))
     };
     for (name, value) in fields {
-        if is_stripped(name) {
+        if is_stripped(name) && !keeps(endpoint, name) {
             continue;
         }
         if !passes(name) {
@@ -334,7 +309,13 @@ pub fn passthrough(endpoint: Endpoint, mut fields: Map<String, Value>) -> Map<St
     if matches!(endpoint, Endpoint::Generate | Endpoint::Rerank) {
         fields.shift_remove("model");
     }
+    let store = fields
+        .shift_remove("store")
+        .filter(|_| keeps(endpoint, "store"));
     strip(&mut fields);
+    if let Some(store) = store {
+        fields.insert("store".into(), store);
+    }
     match fields.get_mut("sampling_params") {
         Some(Value::Object(nested)) => strip(nested),
         Some(Value::Array(items)) => items
@@ -350,6 +331,12 @@ fn strip(map: &mut Map<String, Value>) {
     // With serde_json's `preserve_order`, `retain` keeps the order of the remaining
     // fields, so the engine sees the client's body otherwise unchanged.
     map.retain(|name, _| !is_stripped(name));
+}
+
+/// A platform field that means something on this route: `store` decides whether SGLang
+/// keeps a response for `previous_response_id`.
+fn keeps(endpoint: Endpoint, field: &str) -> bool {
+    endpoint == Endpoint::CreateResponse && field == "store"
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ pub mod raw;
 pub mod read_body;
 mod request;
 
-pub use endpoint::{model_id, Endpoint, EngineNeeds};
+pub use endpoint::{model_id, stored_response, Endpoint, EngineNeeds};
 pub use parse::{parse_inference, ModelCatalog, Parse, ParseLayer};
 
 pub use request::{bulk_fields, EngineDirectives, InferenceRequest, PromptInput, PromptView};

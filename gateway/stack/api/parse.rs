@@ -132,6 +132,19 @@ pub fn parse_inference(
     if endpoint.is_anthropic() {
         return parse_anthropic(endpoint, body, catalog);
     }
+    if endpoint.is_stored_response() {
+        // No body to read: the stored response's owner (`stack::responses`) names the
+        // model and the worker.
+        return Ok(InferenceRequest {
+            endpoint,
+            model: String::new(),
+            stream: false,
+            batch: 0,
+            fields: Map::new(),
+            raw: RawFields::default(),
+            directives: EngineDirectives::default(),
+        });
+    }
     let (fields, raw) = raw::split(body, bulk_fields(endpoint))?;
     let stream = match fields.get("stream") {
         None | Some(Value::Null) => false,
@@ -165,6 +178,7 @@ pub fn parse_inference(
         }
         // Counted once the request is built (`item_first` is among its fields).
         Endpoint::Score => 0,
+        Endpoint::CreateResponse => 1,
         Endpoint::Tokenize => {
             tokenize_input(&raw)?;
             0

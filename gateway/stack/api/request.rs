@@ -48,6 +48,10 @@ pub struct EngineDirectives {
     /// Ask an OpenAI-format engine for usage in every stream chunk (the guard's early
     /// prompt-count check); the guard strips what the client did not ask for.
     pub stream_usage: bool,
+    /// The id of a `/v1/responses` response, chosen by kvgate (`stack::responses`) and
+    /// sent as SGLang's `request_id`, so the owner is recorded under the id the engine
+    /// stores it by.
+    pub response_id: Option<String>,
 }
 
 /// Most sequences one prompt may ask for (`n`, `best_of`).
@@ -63,6 +67,9 @@ pub enum PromptInput<'a> {
     /// A text pair (a rerank query and document): each side encoded with special tokens,
     /// the ids of the first then the second.
     Pair(Cow<'a, str>, Cow<'a, str>),
+    /// A `/v1/responses` request's fields: the chat SGLang builds from them
+    /// (`kvgate_tokenize::prepare::responses`), prepared and rendered by SGLang's rules.
+    Responses(&'a Map<String, Value>),
     /// Chat messages (and tools) to prepare and render through the template, as raw JSON,
     /// with the request's other fields (`tool_choice`, `chat_template_kwargs`, ...).
     Chat {
@@ -92,6 +99,8 @@ pub fn bulk_fields(endpoint: Endpoint) -> &'static [&'static str] {
         Endpoint::Score => &["query", "items"],
         Endpoint::Tokenize => &["prompt", "messages", "tools"],
         Endpoint::Detokenize => &["tokens"],
+        // A Responses body stays whole in `fields`: its prompt is built from several of them.
+        Endpoint::CreateResponse | Endpoint::RetrieveResponse | Endpoint::CancelResponse => &[],
         Endpoint::ListModels | Endpoint::RetrieveModel => &[],
     }
 }
@@ -157,12 +166,15 @@ impl InferenceRequest {
                 ScorePrompts::Texts(texts) => texts.into_iter().map(PromptInput::Text).collect(),
                 ScorePrompts::Ids(lens) => lens.into_iter().map(PromptInput::Ids).collect(),
             },
+            Endpoint::CreateResponse => vec![PromptInput::Responses(&self.fields)],
             Endpoint::ListModels
             | Endpoint::RetrieveModel
             | Endpoint::Tokenize
             | Endpoint::Detokenize
             | Endpoint::Messages
-            | Endpoint::CountTokens => Vec::new(),
+            | Endpoint::CountTokens
+            | Endpoint::RetrieveResponse
+            | Endpoint::CancelResponse => Vec::new(),
         };
         if found.len() != self.batch {
             return Err(GatewayError::Internal(format!(
@@ -199,6 +211,9 @@ impl InferenceRequest {
                 | Endpoint::Tokenize
                 | Endpoint::Detokenize
                 | Endpoint::CountTokens
+                | Endpoint::CreateResponse
+                | Endpoint::RetrieveResponse
+                | Endpoint::CancelResponse
         ) {
             return Ok(None);
         }
@@ -225,6 +240,9 @@ impl InferenceRequest {
             Endpoint::Tokenize => "prompt",
             Endpoint::Detokenize => "tokens",
             Endpoint::Messages | Endpoint::CountTokens => "messages",
+            Endpoint::CreateResponse | Endpoint::RetrieveResponse | Endpoint::CancelResponse => {
+                "input"
+            }
             Endpoint::Generate | Endpoint::ListModels | Endpoint::RetrieveModel => "text",
         }
     }
@@ -299,6 +317,11 @@ impl InferenceRequest {
         let body = &self.fields;
         match self.endpoint {
             Endpoint::Embeddings | Endpoint::Rerank | Endpoint::Score => Ok(Some(0)),
+            // SGLang generates at most `max_output_tokens - 2` (`to_sampling_params`): the
+            // field itself bounds it.
+            Endpoint::CreateResponse => {
+                max_tokens_field(body.get("max_output_tokens"), "max_output_tokens")
+            }
             Endpoint::ChatCompletions => {
                 match max_tokens_field(body.get("max_completion_tokens"), "max_completion_tokens")?
                 {
@@ -332,7 +355,9 @@ impl InferenceRequest {
             | Endpoint::Tokenize
             | Endpoint::Detokenize
             | Endpoint::Messages
-            | Endpoint::CountTokens => Ok(None),
+            | Endpoint::CountTokens
+            | Endpoint::RetrieveResponse
+            | Endpoint::CancelResponse => Ok(None),
         }
     }
 }

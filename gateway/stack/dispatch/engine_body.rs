@@ -89,6 +89,9 @@ fn apply_directives(endpoint: Endpoint, body: &mut Map<String, Value>, d: &Engin
     if let Some(default) = d.default_max_new_tokens {
         default_max_new(endpoint, body, default);
     }
+    if let Some(id) = &d.response_id {
+        body.insert("request_id".to_owned(), Value::String(id.clone()));
+    }
     if let Some(salt) = d
         .cache_salt
         .as_ref()
@@ -142,6 +145,12 @@ fn default_max_new(endpoint: Endpoint, body: &mut Map<String, Value>, default: u
                     *params = serde_json::json!({ "max_new_tokens": default });
                 }
                 other => fill(other),
+            }
+        }
+        // SGLang samples `max_output_tokens - 2` new tokens at most: within the allowance.
+        Endpoint::CreateResponse => {
+            if body.get("max_output_tokens").is_none_or(Value::is_null) {
+                body.insert("max_output_tokens".into(), Value::from(default));
             }
         }
         // Prefill-only and local routes have no new-token allowance.

@@ -171,6 +171,7 @@ impl Dispatch {
             overcommit,
             share,
             prefix_keys,
+            pinned,
         } = plan;
         match target.as_ref() {
             Target::Unified(load) => {
@@ -193,7 +194,7 @@ impl Dispatch {
                     // Nothing was sent: another worker may take it, if the budget allows.
                     if let Some(other) =
                         pick_other_unified(&pool, &worker, cost, overcommit, prefix_keys.as_ref())
-                            .filter(|_| self.retries.withdraw())
+                            .filter(|_| !pinned && self.retries.withdraw())
                     {
                         tracing::warn!(error = %e, request_id = rid.as_str(), "connect failed; retrying on another worker");
                         ::metrics::counter!(metrics::UPSTREAM_RETRIES_TOTAL, "pool" => pool.name.to_string(), "reason" => "connect")

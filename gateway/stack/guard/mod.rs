@@ -26,6 +26,7 @@ pub mod leak;
 mod plan;
 mod prefill;
 mod report;
+mod responses;
 pub mod sse;
 mod stream;
 mod strip_key;
@@ -120,7 +121,17 @@ impl Stage for Guard {
             let expect = plan.expectation().await;
             check_prefill_answer(&mut response, &plan, &expect, &report)?;
             let (parts, body) = response.into_parts();
-            let answer = if plan.stream {
+            let answer = if let (Some(continuation), true) = (plan.responses, plan.stream) {
+                // `/v1/responses` events are their own protocol (no chunks, no `[DONE]`).
+                Ok(responses::guard_responses_stream(
+                    parts,
+                    body,
+                    expect,
+                    continuation,
+                    report,
+                    plan.usage.clone(),
+                ))
+            } else if plan.stream {
                 guard_stream(parts, body, &plan, expect, leak, report).await
             } else {
                 check_whole_answer(parts, body, &plan, &expect, leak, &report).await

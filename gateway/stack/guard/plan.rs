@@ -22,6 +22,7 @@ use crate::stack::isolate::LeakWatch;
 use crate::stack::observe::RequestSignals;
 use crate::stack::rate_limit::UsageCell;
 use crate::stack::request_id::{RequestId, CLIENT_REQUEST_ID};
+use crate::stack::responses::Continuation;
 use crate::stack::routing::RoutePlan;
 use crate::telemetry::RequestTrace;
 
@@ -68,6 +69,9 @@ pub(super) struct GuardPlan<'a> {
     pub(super) shape: Shape,
     /// Set for prefill-only requests: their answers have shapes of their own.
     pub(super) pooling: Option<PoolingShape>,
+    /// Set for `/v1/responses`: whether it continues a stored response (`Some(true)`: the
+    /// engine's prompt count is held to at least kvgate's).
+    pub(super) responses: Option<bool>,
     pub(super) stream: bool,
     pub(super) batch: usize,
     /// Stream usage the gateway asked for on the client's behalf.
@@ -112,7 +116,13 @@ impl<'a> GuardPlan<'a> {
             _ => None,
         };
         let (stream, batch, endpoint) = (parsed.stream, parsed.batch, parsed.endpoint);
-        let rewrite = if checks && stream && shape == Shape::OpenAi {
+        let responses = (parsed.endpoint == Endpoint::CreateResponse)
+            .then(|| request.extensions().get::<Continuation>().is_some());
+        let parsed = request
+            .extensions_mut()
+            .get_mut::<InferenceRequest>()
+            .ok_or_else(|| GatewayError::Internal("the guard ran before parsing".into()))?;
+        let rewrite = if checks && stream && shape == Shape::OpenAi && responses.is_none() {
             request_stream_usage(parsed)
         } else {
             UsageRewrite::default()
@@ -143,6 +153,7 @@ impl<'a> GuardPlan<'a> {
             checks,
             shape,
             pooling,
+            responses,
             stream,
             batch,
             rewrite,

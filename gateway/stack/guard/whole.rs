@@ -11,6 +11,7 @@ use super::inspect::{check_pooling, pooling_usage, Answer, Expectation};
 use super::leak::LeakScan;
 use super::plan::GuardPlan;
 use super::report::TripReport;
+use super::responses::{check_response, response_usage};
 use crate::body::{self, BoxBody};
 use crate::error::GatewayError;
 
@@ -36,6 +37,18 @@ pub(super) async fn check_whole_answer(
             (bytes.clone(), body::full(bytes))
         }
     };
+    if let Some(continuation) = plan.responses {
+        let v = serde_json::from_slice::<serde_json::Value>(&bytes).unwrap_or_default();
+        if plan.checks {
+            if let Err(trip) = check_response(&v, expect, continuation) {
+                return Err(report.record(&trip));
+            }
+        }
+        if let (Some(cell), Some(total)) = (&plan.usage, response_usage(&v)) {
+            cell.set(total);
+        }
+        return Ok(Response::from_parts(parts, body));
+    }
     if let Some(shape) = plan.pooling {
         // Embeddings, rerank and score: nothing generated, so no text to scan for leaks.
         if plan.checks {

@@ -9,11 +9,15 @@
 //! tokens, for admission's estimate of the follow-up's prompt), in memory and, when the
 //! gateway has Redis, shared across replicas.
 //!
-//! Reads and writes no request extension: the Responses route records an owner when an
-//! engine's answer names a stored response and looks it up before routing a request that
-//! names one (another tenant's id answers 404, as if it did not exist; an owner store that
-//! cannot answer, 503).
+//! [`ownership`] is the stage that records owners and checks them (another tenant's id
+//! answers 404, as if it did not exist; an owner store that cannot answer, 503) and pins
+//! a request naming a stored response to its worker; [`proxy`] answers `GET
+//! /v1/responses/{id}` and its `cancel` from that worker.
 
 pub mod owners;
+pub mod ownership;
+pub mod proxy;
 
 pub use owners::{OwnersError, ResponseOwner, ResponseOwners, MAX_ID_BYTES};
+pub use ownership::{Continuation, ResponseOwnership};
+pub use proxy::StoredResponseProxy;

@@ -53,6 +53,18 @@ pub const POOL_CHOICE_HEADER: &str = "x-kvgate-pool";
 #[derive(Debug, Clone)]
 pub struct PoolChoice(pub Arc<str>);
 
+/// The worker a request must be served by (set by `stack::responses`: a stored response
+/// lives in that one engine process): routing takes that worker or none, dispatch never
+/// retries elsewhere.
+#[derive(Debug, Clone)]
+pub struct PinnedWorker {
+    pub pool: Arc<str>,
+    /// The worker's `host:port`.
+    pub authority: String,
+    /// The stored response's id.
+    pub response_id: String,
+}
+
 /// The pools a request was admitted to (never empty; written by admission); routing
 /// picks among them.
 #[derive(Debug, Clone)]
@@ -123,6 +135,8 @@ pub struct RoutePlan {
     /// The prompt's block keys in the pool's cache partition, when the pool chooses by
     /// prefix: a retry on another worker is remembered in the pool's index too.
     pub prefix_keys: Option<Arc<[u64]>>,
+    /// Pinned to its worker (a stored response lives there): never retried elsewhere.
+    pub pinned: bool,
 }
 
 /// Which workers served a request (a response extension set by dispatch): the audit

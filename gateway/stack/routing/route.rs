@@ -9,8 +9,8 @@ use std::time::Duration;
 use super::affinity::PrefixRouting;
 use super::wait::{self, Scheduling, Sharer, Unclaimed, Waiter};
 use super::{
-    choose_pool, no_eligible_worker, AdmittedPools, ChosenPool, PoolChoice, RequestBlocks,
-    RequestCost, RoutePlan,
+    choose_pool, no_eligible_worker, AdmittedPools, ChosenPool, PinnedWorker, PoolChoice,
+    RequestBlocks, RequestCost, RoutePlan,
 };
 use crate::audit::AuditLog;
 use crate::config::Priority;
@@ -96,7 +96,12 @@ impl Route {
         let sticky = auth
             .filter(|a| &*a.tenant != crate::tenant::ANONYMOUS_TENANT)
             .map(|a| a.tenant.clone());
-        let choice = extensions.get::<PoolChoice>().map(|c| c.0.clone());
+        // A request naming a stored response goes to the worker that holds it, or nowhere.
+        let pinned = extensions.get::<PinnedWorker>();
+        let choice = match pinned {
+            Some(pin) => Some(pin.pool.clone()),
+            None => extensions.get::<PoolChoice>().map(|c| c.0.clone()),
+        };
         // What the request will hold in its workers' KV (none known without admission).
         let cost = extensions
             .get::<RequestCost>()
@@ -124,6 +129,39 @@ impl Route {
             client_timeout: client_timeout(request.headers()),
             request_id: RequestId::of(request).map(|id| id.as_str().to_owned()),
         };
+        if let Some(pin) = pinned {
+            let unified: &[Arc<crate::fleet::Worker>] = match &pool.workers {
+                crate::fleet::PoolWorkers::Unified(ws) => ws,
+                crate::fleet::PoolWorkers::Disaggregated { .. } => &[],
+            };
+            let load = unified
+                .iter()
+                .find(|w| w.authority == pin.authority && w.is_eligible())
+                .and_then(|w| w.claim(cost.total))
+                .ok_or_else(|| {
+                    no_eligible_worker(
+                        &self.fleet,
+                        parsed,
+                        format!(
+                            "the worker {} holding response {} cannot take it now",
+                            pin.authority, pin.response_id
+                        ),
+                    )
+                })?;
+            return Ok((
+                RoutePlan {
+                    pool,
+                    target: Arc::new(super::Target::Unified(load)),
+                    slot,
+                    cost,
+                    overcommit: self.scheduling.overcommit,
+                    share: None,
+                    prefix_keys: None,
+                    pinned: true,
+                },
+                None,
+            ));
+        }
         let claimed = {
             // The prompt's blocks in the pool's cache partition (the partition is the tenant
             // isolation will salt the request with, on pools that salt).
@@ -153,6 +191,7 @@ impl Route {
                     overcommit: self.scheduling.overcommit,
                     share: claimed.share.map(Arc::new),
                     prefix_keys,
+                    pinned: false,
                 },
                 claimed.waited,
             )),
