@@ -390,6 +390,7 @@ fn response_owners(config: &Config) -> ResponseOwners {
             }
         });
     ResponseOwners::new(RESPONSE_OWNERS, RESPONSE_OWNER_TTL, redis)
+        .with_key_prefix(&limits.key_prefix)
 }
 
 /// This replica's name in shared decisions and audit lines: the host name (a pod's name

@@ -3,7 +3,7 @@
 //! Memory holds the owners this replica recorded (and Redis hands out the ones other
 //! replicas recorded): at most `capacity` entries, the oldest evicted first, each gone
 //! `ttl` after it was recorded. With Redis every record is written through
-//! (`SET kvgate:response:{id} <json> PX <ttl>`) and a memory miss asks Redis. Redis is
+//! (`SET {key_prefix}:response:{id} <json> PX <ttl>`, `kvgate` by default) and a memory miss asks Redis. Redis is
 //! trusted for isolation, so the store fails closed: while Redis is configured and does not
 //! answer, a lookup this replica cannot settle from memory is an error (the caller answers
 //! 503), never "no such response" (which would send the request to a worker chosen
@@ -28,7 +28,6 @@ use crate::redis_link::RedisLink;
 pub const MAX_ID_BYTES: usize = 256;
 
 /// The Redis key prefix of an owner record.
-const KEY_PREFIX: &str = "kvgate:response:";
 
 /// The owner of one stored response.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,6 +70,8 @@ pub struct ResponseOwners {
     capacity: usize,
     ttl: Duration,
     redis: Option<Arc<RedisLink>>,
+    /// Redis keys are `{key_prefix}:response:{id}` (`[limits] key_prefix`).
+    key_prefix: String,
 }
 
 /// One recorded owner; `seq` tells it from an earlier record of the same id still queued.
@@ -154,7 +155,19 @@ impl ResponseOwners {
             capacity: capacity.max(1),
             ttl,
             redis,
+            key_prefix: "kvgate".into(),
         }
+    }
+
+    /// Name Redis keys `{prefix}:response:{id}` (deployments sharing one Redis keep
+    /// apart by `[limits] key_prefix`).
+    pub fn with_key_prefix(mut self, prefix: &str) -> Self {
+        self.key_prefix = prefix.to_owned();
+        self
+    }
+
+    fn key(&self, id: &str) -> String {
+        format!("{}:response:{id}", self.key_prefix)
     }
 
     fn lock(&self) -> MutexGuard<'_, Memory> {
@@ -184,7 +197,7 @@ impl ResponseOwners {
         let result = async {
             let mut conn = redis.connection().await?;
             let mut set = redis::cmd("SET");
-            set.arg(key(id)).arg(json).arg("PX").arg(ttl_ms);
+            set.arg(self.key(id)).arg(json).arg("PX").arg(ttl_ms);
             redis.bounded(set.query_async::<()>(&mut conn)).await
         }
         .await;
@@ -205,7 +218,7 @@ impl ResponseOwners {
         let result = async {
             let mut conn = redis.connection().await?;
             let mut get = redis::cmd("GET");
-            get.arg(key(id));
+            get.arg(self.key(id));
             redis
                 .bounded(get.query_async::<Option<String>>(&mut conn))
                 .await
@@ -255,10 +268,6 @@ impl std::fmt::Debug for ResponseOwners {
             .field("shared", &self.redis.is_some())
             .finish_non_exhaustive()
     }
-}
-
-fn key(id: &str) -> String {
-    format!("{KEY_PREFIX}{id}")
 }
 
 /// Ids reach memory and Redis keys only when non-empty, bounded and free of control
