@@ -414,3 +414,53 @@ async fn a_healthy_paced_stream_reaches_the_client_before_the_engine_sends_its_n
         gw.shutdown().await;
     }
 }
+
+/// The quiet leak on `/v1/responses`: Bob's response read from Alice's stale pages is
+/// stopped, whole or streamed, and never reaches him (the detector fingerprints Responses
+/// prompts and scans their output too). Without the detector the secret reaches him.
+#[tokio::test]
+async fn a_silent_leak_through_the_responses_api_is_stopped() {
+    let alice_input = alice_silent_prompt();
+    // Without the fault the answers would echo each one's own tail; Bob's input has the
+    // same shape and length in other words.
+    let bob_input = alice_input
+        .replace("lorem", "ipsum")
+        .replace(SECRET, "PANDA-9912-WOMBAT");
+    for (mode, stream) in [("off", false), ("block", false), ("block", true)] {
+        let engine = engine(SimRole::Unified, SimFault::SilentLeak, 40960, 32768).await;
+        let pools = format!(
+            "{}leak_detection = \"{mode}\"\n",
+            unified_pool("u", &[worker(&engine, None)])
+        );
+        let gw = gateway(&two_tenants(&pools)).await;
+        let url = format!("http://{}/v1/responses", gw.data_addr());
+        let a = json!({"model": "qwen3", "input": alice_input, "max_output_tokens": 80, "store": false});
+        let alice = post(&url, Some("sk-alice"), &a).await;
+        assert_eq!(alice.status, 200, "{}", alice.text());
+        let b = json!({"model": "qwen3", "input": bob_input, "max_output_tokens": 80,
+                       "store": false, "stream": stream});
+        let bob = post(&url, Some("sk-bob"), &b).await;
+        let text = without_request_ids(&bob.text());
+        if mode == "off" {
+            assert_eq!(bob.status, 200, "{text}");
+            assert!(text.contains("QUOKKA"), "the fault is real: {text}");
+            gw.shutdown().await;
+            continue;
+        }
+        assert!(
+            !text.contains("QUOKKA"),
+            "stream={stream}: bob saw alice's secret: {text}"
+        );
+        if stream {
+            assert!(text.contains("event: error"), "{text}");
+        } else {
+            assert_eq!(bob.status, 502, "{text}");
+        }
+        assert!(gw
+            .audit()
+            .recent()
+            .iter()
+            .any(|l| l["event"] == "leak_suspected"));
+        gw.shutdown().await;
+    }
+}

@@ -153,6 +153,18 @@ async fn responses_are_counted_refused_over_the_limit_and_streams_guarded() {
     )
     .await;
     assert_eq!(error_code(&own_id), "unsupported_parameter");
+    let builtin = post(
+        &url(&gw, "/v1/responses"),
+        Some(KEY),
+        &json!({"model": "qwen3", "input": "x", "tools": [{"type": "web_search"}]}),
+    )
+    .await;
+    assert_eq!(builtin.status, 400, "{}", builtin.text());
+    assert!(
+        builtin.text().contains("only `function` tools"),
+        "{}",
+        builtin.text()
+    );
     assert!(responses_received(&a).is_empty() && responses_received(&b).is_empty());
     // Items, a tool and a tool loop turn: counted as SGLang builds the chat (the guard
     // holds the engine's input_tokens to kvgate's count, so a 200 means they agree).
@@ -170,6 +182,30 @@ async fn responses_are_counted_refused_over_the_limit_and_streams_guarded() {
     )
     .await;
     assert_eq!(reply.status, 200, "{}", reply.text());
+    // No `max_output_tokens`: what fits the window is admitted and sent (SGLang samples
+    // two fewer than `max_output_tokens`), so the engine cannot run past it.
+    let open = post(
+        &url(&gw, "/v1/responses"),
+        Some(KEY),
+        &json!({"model": "qwen3", "input": "Say hi.", "store": false}),
+    )
+    .await;
+    assert_eq!(open.status, 200, "{}", open.text());
+    let allowed: u64 = open.headers["x-kvgate-max-tokens"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let sent: Vec<Value> = [&a, &b]
+        .iter()
+        .flat_map(|e| responses_received(e))
+        .collect();
+    let last = sent
+        .iter()
+        .find(|r| r["input"] == "Say hi.")
+        .expect("the engine got it");
+    assert_eq!(last["max_output_tokens"], allowed + 2, "{last}");
+    assert!(allowed < WINDOW);
     // Streamed: the engine's events, ending in response.completed.
     let streamed = post(
         &url(&gw, "/v1/responses"),

@@ -65,11 +65,29 @@ impl Stage for LocalAnswer {
                 .pools_of(&parsed.model)
                 .first()
                 .map_or(ChatRules::Sglang, |p| p.chat_rules);
-            // Tokenizing is CPU work: off the async threads.
-            let answer = tokio::task::spawn_blocking(move || match parsed.endpoint {
-                Endpoint::Tokenize => tokenize(&tokenizer, &parsed, rules, window),
-                Endpoint::CountTokens => count_tokens(&tokenizer, &parsed, rules),
-                _ => detokenize(&tokenizer, &parsed),
+            // Tokenizing is CPU work: off the async threads, within admission's bound on
+            // concurrent counts (a flood of huge bodies must not starve admission).
+            let permit = match tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                state.permits.clone().acquire_owned(),
+            )
+            .await
+            {
+                Ok(Ok(permit)) => permit,
+                _ => {
+                    return Err(GatewayError::Overloaded {
+                        ceiling: "token counting",
+                    }
+                    .into())
+                }
+            };
+            let answer = tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                match parsed.endpoint {
+                    Endpoint::Tokenize => tokenize(&tokenizer, &parsed, rules, window),
+                    Endpoint::CountTokens => count_tokens(&tokenizer, &parsed, rules),
+                    _ => detokenize(&tokenizer, &parsed),
+                }
             })
             .await
             .map_err(|e| GatewayError::Internal(format!("tokenizer task failed: {e}")))??;

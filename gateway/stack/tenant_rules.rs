@@ -49,7 +49,9 @@ impl Predicate<Request<Bytes>> for TenantRules {
             )
             .into());
         };
-        if !auth.policy.allows_model(&parsed.model) {
+        // A stored response's GET and cancel name no model: the owner check (which ties the
+        // id to this tenant) stands in for it.
+        if !parsed.endpoint.is_stored_response() && !auth.policy.allows_model(&parsed.model) {
             return Err(GatewayError::ModelNotAllowed {
                 tenant: auth.tenant.to_string(),
                 model: parsed.model.clone(),
@@ -66,6 +68,22 @@ impl Predicate<Request<Bytes>> for TenantRules {
                 adapter: adapter.to_owned(),
             }
             .into());
+        }
+        // A Responses `reasoning` sets the template's thinking switches (SGLang's
+        // `normalize_reasoning_to_thinking`): denied with them.
+        if parsed.endpoint == crate::stack::api::Endpoint::CreateResponse
+            && parsed.fields.get("reasoning").is_some_and(|r| !r.is_null())
+        {
+            if let Some(key) = ["enable_thinking", "thinking", "reasoning_effort"]
+                .into_iter()
+                .find(|k| auth.policy.denied_template_kwargs.iter().any(|d| d == k))
+            {
+                return Err(GatewayError::TemplateKwargNotAllowed {
+                    tenant: auth.tenant.to_string(),
+                    key: key.to_owned(),
+                }
+                .into());
+            }
         }
         // Template variables change the prompt; an operator may keep some from a tenant.
         if let Some(Value::Object(kwargs)) = parsed.fields.get("chat_template_kwargs") {

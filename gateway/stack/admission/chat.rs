@@ -73,6 +73,22 @@ pub fn render_responses(
         ResponsesError::Refused { message, param } => GatewayError::invalid(message, param),
         other => GatewayError::invalid(other.to_string(), Some("input")),
     };
+    // Built-in tools (web search, code interpreter, MCP servers, shells) run inside the
+    // engine's own tool loop: prompt text nobody counted, and connections a tenant would
+    // choose. Only function tools, which the client runs, are served.
+    if let Some(Value::Array(tools)) = fields.get("tools") {
+        if let Some((i, kind)) = tools.iter().enumerate().find_map(|(i, t)| {
+            let kind = t.get("type").and_then(Value::as_str).unwrap_or_default();
+            (kind != "function").then(|| (i, kind.to_owned()))
+        }) {
+            return Err(GatewayError::invalid(
+                format!(
+                    "tools[{i}] has type `{kind}`: only `function` tools are served through kvgate (built-in tools run inside the engine, where the gateway cannot count or bound them)"
+                ),
+                Some("tools"),
+            ));
+        }
+    }
     // SGLang refuses a budget below its two reserved tokens only when it samples; the
     // gateway refuses it at once.
     if let Some(message) = ResponsesPrompt::parse(fields)

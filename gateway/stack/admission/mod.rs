@@ -39,7 +39,7 @@ use crate::error::GatewayError;
 use crate::fleet::Fleet;
 use crate::stack::api::{Endpoint, InferenceRequest};
 use crate::stack::auth::{AuthContext, TenantPolicy};
-use crate::stack::routing::{PoolChoice, RequestBlocks, RequestCost};
+use crate::stack::routing::{PinnedWorker, PoolChoice, RequestBlocks, RequestCost};
 use crate::stack::stage::{Next, Stage, StageFuture, StageLayer};
 use count::Measured;
 use kvgate_tokenize::{ChatRules, ModelTokenizer};
@@ -138,6 +138,21 @@ impl Stage for Admit {
                 .extensions()
                 .get::<PoolChoice>()
                 .map(|c| c.0.clone());
+            // A continuation of a stored response can only be served where it is stored.
+            let choice = match (request.extensions().get::<PinnedWorker>(), choice) {
+                (Some(pin), Some(c)) if c != pin.pool => {
+                    return Err(GatewayError::invalid(
+                        format!(
+                            "response {} is stored in pool `{}`; it cannot continue in pool `{c}`",
+                            pin.response_id, pin.pool
+                        ),
+                        Some("previous_response_id"),
+                    )
+                    .into())
+                }
+                (Some(pin), _) => Some(pin.pool.clone()),
+                (None, c) => c,
+            };
             let parsed = request
                 .extensions_mut()
                 .get_mut::<InferenceRequest>()

@@ -40,7 +40,8 @@ fn engine_default(endpoint: Endpoint) -> MaxNew {
     match endpoint {
         Endpoint::Generate => MaxNew::Tokens(GENERATE_DEFAULT_MAX_NEW_TOKENS),
         Endpoint::Completions => MaxNew::Tokens(COMPLETIONS_DEFAULT_MAX_TOKENS),
-        Endpoint::ChatCompletions => MaxNew::RestOfWindow,
+        // Neither caps new tokens by default: what fits is given and sent to the engine.
+        Endpoint::ChatCompletions | Endpoint::CreateResponse => MaxNew::RestOfWindow,
         // Prefill-only requests generate nothing (their `requested_max_new` is 0 anyway);
         // the rest have no prompt.
         _ => MaxNew::Tokens(0),

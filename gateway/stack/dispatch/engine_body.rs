@@ -147,10 +147,14 @@ fn default_max_new(endpoint: Endpoint, body: &mut Map<String, Value>, default: u
                 other => fill(other),
             }
         }
-        // SGLang samples `max_output_tokens - 2` new tokens at most: within the allowance.
+        // SGLang samples `max_output_tokens - 2` new tokens (`to_sampling_params`): the
+        // allowance plus those two.
         Endpoint::CreateResponse => {
             if body.get("max_output_tokens").is_none_or(Value::is_null) {
-                body.insert("max_output_tokens".into(), Value::from(default));
+                body.insert(
+                    "max_output_tokens".into(),
+                    Value::from(default.saturating_add(2)),
+                );
             }
         }
         // Prefill-only and local routes have no new-token allowance.

@@ -126,8 +126,11 @@ impl Stage for Guard {
                 Ok(responses::guard_responses_stream(
                     parts,
                     body,
-                    expect,
-                    continuation,
+                    responses::StreamChecks {
+                        expect,
+                        continuation,
+                        leak,
+                    },
                     report,
                     plan.usage.clone(),
                 ))

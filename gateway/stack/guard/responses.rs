@@ -20,6 +20,7 @@ use http_body_util::{BodyExt, StreamBody};
 use serde_json::{json, Value};
 
 use super::inspect::{error_object, Expectation, Trip};
+use super::leak::{HoldPolicy, LeakScan};
 use super::report::TripReport;
 use super::sse::{SseEvent, SseReframer};
 use crate::body::{self, BoxBody, BoxError};
@@ -75,19 +76,43 @@ pub(super) fn check_response(
     }
 }
 
+/// The generated texts of a response object (its `output` items' `output_text` parts), for
+/// the leak scan.
+pub(super) fn output_texts(v: &Value) -> Vec<&str> {
+    v.get("output")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|item| item.get("content").and_then(Value::as_array))
+        .flatten()
+        .filter_map(|part| part.get("text").and_then(Value::as_str))
+        .collect()
+}
+
 /// The engine's usage of a response object (for rate-limit settlement).
 pub(super) fn response_usage(v: &Value) -> Option<u64> {
     v.get("usage")?.get("total_tokens")?.as_u64()
+}
+
+/// What a Responses stream is checked against.
+pub(super) struct StreamChecks {
+    pub(super) expect: Expectation,
+    /// A continuation of a stored response ([`check_response`]).
+    pub(super) continuation: bool,
+    /// The leak scan of the generated text (block mode holds events while the text runs
+    /// through another tenant's prompt).
+    pub(super) leak: Option<LeakScan>,
 }
 
 /// What one guarded Responses stream still holds.
 struct Guarded {
     body: BoxBody,
     reframer: SseReframer,
-    expect: Expectation,
-    continuation: bool,
+    checks: StreamChecks,
     report: TripReport,
     usage: Option<UsageCell>,
+    /// Events held back while the leak scan is inside a foreign run.
+    held: Vec<u8>,
     done: bool,
 }
 
@@ -96,18 +121,17 @@ struct Guarded {
 pub(super) fn guard_responses_stream(
     parts: Parts,
     body: BoxBody,
-    expect: Expectation,
-    continuation: bool,
+    checks: StreamChecks,
     report: TripReport,
     usage: Option<UsageCell>,
 ) -> Response<BoxBody> {
     let state = Guarded {
         body,
         reframer: SseReframer::new(),
-        expect,
-        continuation,
+        checks,
         report,
         usage,
+        held: Vec::new(),
         done: false,
     };
     let events = stream::unfold(state, |mut state| async move {
@@ -159,7 +183,7 @@ pub(super) fn guard_responses_stream(
     Response::from_parts(parts, body::boxed(StreamBody::new(events.boxed())))
 }
 
-/// Pass `events` on, checking the failures and the final event.
+/// Pass `events` on, checking the failures, the generated text and the final event.
 fn pass(state: &mut Guarded, events: &[SseEvent]) -> Vec<u8> {
     let mut out = Vec::new();
     for event in events {
@@ -167,7 +191,7 @@ fn pass(state: &mut Guarded, events: &[SseEvent]) -> Vec<u8> {
             break;
         }
         let Some(v) = event.json() else {
-            out.extend_from_slice(&event.raw);
+            emit(state, &mut out, &event.raw);
             continue;
         };
         let kind = v
@@ -193,32 +217,63 @@ fn pass(state: &mut Guarded, events: &[SseEvent]) -> Vec<u8> {
             }
             "response.completed" | "response.incomplete" | "response.failed" => {
                 let response = v.get("response").cloned().unwrap_or(Value::Null);
-                match check_response(&response, &state.expect, state.continuation) {
+                let checks = &mut state.checks;
+                let checked = check_response(&response, &checks.expect, checks.continuation)
+                    .and_then(|()| match checks.leak.as_mut() {
+                        Some(leak) => leak.push("", true),
+                        None => Ok(()),
+                    });
+                match checked {
                     Ok(()) => {
                         if let (Some(cell), Some(total)) = (&state.usage, response_usage(&response))
                         {
                             cell.set(total);
                         }
+                        out.append(&mut state.held);
                         out.extend_from_slice(&event.raw);
                         state.done = true;
                     }
                     Err(t) => out.extend(trip(state, t)),
                 }
             }
-            _ => {
-                if let Some(t) = error_object(&v) {
-                    out.extend(trip(state, t));
-                } else {
-                    out.extend_from_slice(&event.raw);
+            "response.output_text.delta" => {
+                let delta = v.get("delta").and_then(Value::as_str).unwrap_or_default();
+                let scanned = match state.checks.leak.as_mut() {
+                    Some(leak) => leak.push(delta, false),
+                    None => Ok(()),
+                };
+                match scanned {
+                    Ok(()) => emit(state, &mut out, &event.raw),
+                    Err(t) => out.extend(trip(state, t)),
                 }
             }
+            _ => match error_object(&v) {
+                Some(t) => out.extend(trip(state, t)),
+                None => emit(state, &mut out, &event.raw),
+            },
         }
     }
     out
 }
 
-/// Record `t` and end the stream with an `error` event in the Responses API's shape.
+/// Pass `raw` on, or hold it (with what is held already) while a blocking leak scan is
+/// inside a run of another tenant's text; the hold is released once the run ends.
+fn emit(state: &mut Guarded, out: &mut Vec<u8>, raw: &[u8]) {
+    let holding = state
+        .checks
+        .leak
+        .as_ref()
+        .is_some_and(|l| l.hold_policy() != HoldPolicy::None && l.in_foreign_run());
+    state.held.extend_from_slice(raw);
+    if !holding {
+        out.append(&mut state.held);
+    }
+}
+
+/// Record `t` and end the stream with an `error` event in the Responses API's shape (what
+/// was held back is dropped).
 fn trip(state: &mut Guarded, t: Trip) -> Vec<u8> {
+    state.held.clear();
     state.done = true;
     let error = state.report.record(&t);
     let data = json!({

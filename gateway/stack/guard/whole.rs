@@ -11,7 +11,7 @@ use super::inspect::{check_pooling, pooling_usage, Answer, Expectation};
 use super::leak::LeakScan;
 use super::plan::GuardPlan;
 use super::report::TripReport;
-use super::responses::{check_response, response_usage};
+use super::responses::{check_response, output_texts, response_usage};
 use crate::body::{self, BoxBody};
 use crate::error::GatewayError;
 
@@ -42,6 +42,15 @@ pub(super) async fn check_whole_answer(
         if plan.checks {
             if let Err(trip) = check_response(&v, expect, continuation) {
                 return Err(report.record(&trip));
+            }
+        }
+        if let Some(mut leak) = leak {
+            let texts = output_texts(&v);
+            let last = texts.len().saturating_sub(1);
+            for (i, text) in texts.into_iter().enumerate() {
+                if let Err(trip) = leak.push(text, i == last) {
+                    return Err(report.record(&trip));
+                }
             }
         }
         if let (Some(cell), Some(total)) = (&plan.usage, response_usage(&v)) {

@@ -220,6 +220,31 @@ fn units_of_pieces(pieces: &[&str]) -> Vec<u32> {
 }
 
 /// Record a prompt given as text, keyed by the pieces it is fingerprinted from.
+/// The texts of a `/v1/responses` request's prompt: `instructions`, then the input (a
+/// string, or its items' text: message content, parts' `text`, tool outputs).
+fn responses_texts(fields: &serde_json::Map<String, serde_json::Value>) -> Vec<String> {
+    use serde_json::Value;
+    fn collect(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::String(s) => out.push(s.clone()),
+            Value::Array(items) => items.iter().for_each(|i| collect(i, out)),
+            Value::Object(o) => ["content", "text", "output"]
+                .iter()
+                .filter_map(|k| o.get(*k))
+                .for_each(|x| collect(x, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    if let Some(Value::String(i)) = fields.get("instructions") {
+        out.push(i.clone());
+    }
+    if let Some(input) = fields.get("input") {
+        collect(input, &mut out);
+    }
+    out
+}
+
 fn record_text(store: &FingerprintStore, tenant: &str, texts: &[&str], limit: usize, now: Instant) {
     let pieces = tail_pieces(texts, limit);
     let key = leak::hash::text_key(&pieces, limit);
@@ -306,6 +331,19 @@ impl Isolate {
             parsed.directives.cache_salt = Some(self.state.salter.salt(tenant));
         }
         if !leak.is_on() {
+            return None;
+        }
+        if parsed.endpoint == crate::stack::api::Endpoint::CreateResponse {
+            // A Responses prompt is built from several fields: its texts, in order.
+            let texts = responses_texts(&parsed.fields);
+            let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+            record_text(
+                &self.state.store,
+                tenant,
+                &texts,
+                self.state.fingerprint_bytes,
+                Instant::now(),
+            );
             return None;
         }
         // Read again from the client's bytes (checked by the parse stage): borrowed text,

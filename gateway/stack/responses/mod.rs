@@ -5,9 +5,8 @@
 //! naming it (`previous_response_id`, `GET /v1/responses/{id}`,
 //! `POST /v1/responses/{id}/cancel`) succeeds only on that worker, and would leak one
 //! tenant's conversation to another if any tenant could name it. [`owners`] records, per
-//! response id, the tenant, pool and worker that hold it (and the stored conversation's
-//! tokens, for admission's estimate of the follow-up's prompt), in memory and, when the
-//! gateway has Redis, shared across replicas.
+//! response id, the tenant, pool and worker that hold it, in memory and, when the gateway
+//! has Redis, shared across replicas.
 //!
 //! [`ownership`] is the stage that records owners and checks them (another tenant's id
 //! answers 404, as if it did not exist; an owner store that cannot answer, 503) and pins

@@ -38,8 +38,8 @@ pub struct ResponseOwner {
     pub pool: String,
     /// The worker (its URL) that holds it: SGLang's store is per engine process.
     pub worker: String,
-    /// The stored conversation's prompt + output tokens (the engine's usage), the part of a
-    /// follow-up's prompt the gateway cannot count from the follow-up's body.
+    /// The stored conversation's tokens when known (0: not recorded; the gateway records
+    /// owners when the answer's headers arrive, before its usage).
     pub tokens: u64,
 }
 

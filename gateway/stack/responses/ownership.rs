@@ -70,12 +70,21 @@ impl Stage for ResponseOwnership {
                 |a| a.tenant.to_string(),
             );
             let named = match endpoint {
-                Endpoint::CreateResponse => request
+                Endpoint::CreateResponse => match request
                     .extensions()
                     .get::<InferenceRequest>()
                     .and_then(|p| p.fields.get("previous_response_id"))
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
+                {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(id)) => Some(id.clone()),
+                    Some(_) => {
+                        return Err(GatewayError::invalid(
+                            "`previous_response_id` must be a string",
+                            Some("previous_response_id"),
+                        )
+                        .into())
+                    }
+                },
                 _ => stored_response(request.uri().path()).map(|(id, _)| id.to_owned()),
             };
             if let Some(id) = named {

@@ -103,7 +103,19 @@ impl Stage for StoredResponseProxy {
                 None,
             )
             .await?;
-            if status.is_success() {
+            if !status.is_success() {
+                // As dispatch does: the engine's own text is logged, the client gets the
+                // gateway's error for its status.
+                let message = String::from_utf8_lossy(&bytes).chars().take(1000).collect();
+                return Err(GatewayError::UpstreamStatus {
+                    pool: pin.pool.to_string(),
+                    role: "unified",
+                    status,
+                    message,
+                }
+                .into());
+            }
+            {
                 let trip = serde_json::from_slice::<serde_json::Value>(&bytes)
                     .ok()
                     .and_then(|v| error_object(&v));

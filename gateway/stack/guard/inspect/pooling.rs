@@ -54,6 +54,17 @@ pub fn check_pooling(
             if data.iter().any(empty) {
                 return missing("an embedding is empty");
             }
+            let mut seen = vec![false; batch];
+            for item in data {
+                match item
+                    .get("index")
+                    .and_then(Value::as_u64)
+                    .map(|i| i as usize)
+                {
+                    Some(i) if i < batch && !seen[i] => seen[i] = true,
+                    _ => return missing("the embeddings do not name each input once"),
+                }
+            }
             expect.check_prompt_tokens(None, usage_prompt_tokens(&v))
         }
         PoolingShape::Rerank => {
@@ -63,6 +74,7 @@ pub fn check_pooling(
             if items.is_empty() || items.len() > batch {
                 return missing("the answer has no result, or more results than documents");
             }
+            let mut seen = vec![false; batch];
             for item in items {
                 if let Some(trip) = error_object(item) {
                     return Err(trip);
@@ -72,16 +84,21 @@ pub fn check_pooling(
                 let (Some(index), Some(score)) = (index, score) else {
                     return missing("a result has no index or score");
                 };
-                if index as usize >= batch || !score.is_finite() {
-                    return missing("a result names no document, or its score is not a number");
+                if index as usize >= batch || seen[index as usize] || !score.is_finite() {
+                    return missing(
+                        "a result names no document or one named before, or its score is not a number",
+                    );
                 }
-                if let Some(meta) = item.get("meta_info") {
-                    native_finish(meta.get("finish_reason").unwrap_or(&Value::Null))?;
-                    expect.check_prompt_tokens(
-                        Some(index as usize),
-                        meta.get("prompt_tokens").and_then(Value::as_u64),
-                    )?;
-                }
+                seen[index as usize] = true;
+                // SGLang's results carry their pair's finish and count.
+                let Some(meta) = item.get("meta_info") else {
+                    return missing("a result has no meta_info");
+                };
+                native_finish(meta.get("finish_reason").unwrap_or(&Value::Null))?;
+                expect.check_prompt_tokens(
+                    Some(index as usize),
+                    meta.get("prompt_tokens").and_then(Value::as_u64),
+                )?;
             }
             Ok(())
         }
@@ -89,7 +106,8 @@ pub fn check_pooling(
             let Some(scores) = v.get("scores").and_then(Value::as_array) else {
                 return missing("the answer has no scores");
             };
-            if scores.len() != batch {
+            let empty_row = |r: &Value| r.as_array().is_none_or(|r| r.is_empty());
+            if scores.len() != batch || scores.iter().any(empty_row) {
                 return missing("the answer has not one score row per item");
             }
             expect.check_prompt_tokens(None, usage_prompt_tokens(&v))
@@ -150,6 +168,8 @@ mod tests {
             check(PoolingShape::Embeddings, error, 1, &[1]),
             Err(Trip::ErrorIn2xx { .. })
         ));
+        let twice = json!({"data": [{"embedding": [0.1], "index": 0}, {"embedding": [0.2], "index": 0}], "usage": {"prompt_tokens": 5}});
+        assert!(check(PoolingShape::Embeddings, twice, 2, &[2, 3]).is_err());
         let empty = json!({"data": [{"embedding": [], "index": 0}]});
         assert!(check(PoolingShape::Embeddings, empty, 1, &[1]).is_err());
     }
@@ -171,6 +191,15 @@ mod tests {
             Err(Trip::Aborted { .. })
         ));
         assert!(check(PoolingShape::Rerank, json!([]), 1, &[4]).is_err());
+        let twice = json!([item(0, 4, stop.clone()), item(0, 4, stop.clone())]);
+        assert!(check(PoolingShape::Rerank, twice, 2, &[4, 4]).is_err());
+        assert!(check(
+            PoolingShape::Rerank,
+            json!([{"score": 0.5, "index": 0}]),
+            1,
+            &[4]
+        )
+        .is_err());
         assert!(check(PoolingShape::Rerank, json!([item(3, 4, stop)]), 1, &[4]).is_err());
     }
 
@@ -179,6 +208,8 @@ mod tests {
         let ok = json!({"scores": [[0.2], [0.9]], "usage": {"prompt_tokens": 6}});
         assert!(check(PoolingShape::Score, ok.clone(), 2, &[3, 3]).is_ok());
         assert!(check(PoolingShape::Score, ok, 1, &[6]).is_err());
+        let empty = json!({"scores": [[], [0.1]], "usage": {"prompt_tokens": 6}});
+        assert!(check(PoolingShape::Score, empty, 2, &[3, 3]).is_err());
         assert!(check(
             PoolingShape::Score,
             json!({"error": {"message": "x"}}),
