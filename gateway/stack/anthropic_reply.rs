@@ -13,10 +13,8 @@
 //! Reads: `InferenceRequest`, `TokenCount`, the request id.
 
 use bytes::Bytes;
-use futures_util::stream::{self, StreamExt};
 use http::{header, HeaderValue, Request, Response};
-use http_body::Frame;
-use http_body_util::{BodyExt, StreamBody};
+use http_body_util::BodyExt;
 use serde_json::Value;
 
 use crate::anthropic::{self, AnthropicError, StreamTranslator};
@@ -24,7 +22,7 @@ use crate::body::{self, BoxBody, BoxError};
 use crate::error::GatewayError;
 use crate::stack::admission::TokenCount;
 use crate::stack::api::{Endpoint, InferenceRequest};
-use crate::stack::guard::sse::{SseEvent, SseReframer};
+use crate::stack::guard::sse::{rewrite_stream, Rewrite, SseEvent, StreamFailure};
 use crate::stack::request_id::RequestId;
 use crate::stack::stage::{Next, Stage, StageFuture, StageLayer};
 
@@ -130,61 +128,42 @@ fn stop_strings(fields: &serde_json::Map<String, Value>) -> Vec<String> {
 
 /// What the translation of one stream still holds.
 struct StreamState {
-    body: BoxBody,
-    reframer: SseReframer,
     translator: StreamTranslator,
-    /// Set once the stream is over (finished, failed or its body ended).
+    /// Set once the stream is over (finished or failed).
     done: bool,
 }
 
 /// The engine's chat chunks (as the guard passed them) as Anthropic's events.
 fn translate_stream(body: BoxBody, translator: StreamTranslator) -> BoxBody {
-    let state = StreamState {
+    rewrite_stream(
         body,
-        reframer: SseReframer::new(),
-        translator,
-        done: false,
-    };
-    let events = stream::unfold(state, |mut state| async move {
-        loop {
-            if state.done {
-                return None;
-            }
-            let mut events: Vec<SseEvent> = Vec::new();
-            let out = match state.body.frame().await {
-                Some(Ok(frame)) => {
-                    let Ok(data) = frame.into_data() else {
-                        continue; // trailers
-                    };
-                    if let Err(e) = state.reframer.push(&data, &mut events) {
-                        state.done = true;
-                        fail(&format!("the engine's stream could not be read: {e}"))
-                    } else {
-                        translate(&mut state, &events)
-                    }
-                }
-                Some(Err(e)) => {
-                    state.done = true;
-                    fail(&format!("the engine's stream failed: {e}"))
-                }
-                None => {
-                    // The body ended: a tail without its blank line, then what the stream
-                    // still owes (an error event when it never finished).
-                    let tail: Vec<SseEvent> = state.reframer.finish().into_iter().collect();
-                    let mut out = translate(&mut state, &tail);
-                    if !state.done {
-                        state.done = true;
-                        out.extend(events_bytes(state.translator.finish()));
-                    }
-                    out
-                }
-            };
-            if !out.is_empty() {
-                return Some((Ok::<_, BoxError>(Frame::data(Bytes::from(out))), state));
-            }
-        }
-    });
-    body::boxed(StreamBody::new(events.boxed()))
+        StreamState {
+            translator,
+            done: false,
+        },
+    )
+}
+
+impl Rewrite for StreamState {
+    fn events(&mut self, events: &[SseEvent]) -> Vec<u8> {
+        translate(self, events)
+    }
+
+    fn failed(&mut self, why: StreamFailure) -> Vec<u8> {
+        self.done = true;
+        fail(&format!("the engine's stream failed: {why:?}"))
+    }
+
+    fn ended(&mut self) -> Vec<u8> {
+        // No `[DONE]`: what the message still owes (an error event when it never
+        // finished).
+        self.done = true;
+        events_bytes(self.translator.finish())
+    }
+
+    fn done(&self) -> bool {
+        self.done
+    }
 }
 
 /// Translate complete SSE events; `[DONE]` finishes the message.

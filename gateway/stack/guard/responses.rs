@@ -11,19 +11,15 @@
 //! final success event. A continuation of a stored response (`Continuation`) was counted
 //! for its new part only: the engine's count must be at least that.
 
-use bytes::Bytes;
-use futures_util::stream::{self, StreamExt};
 use http::response::Parts;
 use http::Response;
-use http_body::Frame;
-use http_body_util::{BodyExt, StreamBody};
 use serde_json::{json, Value};
 
 use super::inspect::{error_object, Expectation, Trip};
 use super::leak::{HoldPolicy, LeakScan};
 use super::report::TripReport;
-use super::sse::{SseEvent, SseReframer};
-use crate::body::{self, BoxBody, BoxError};
+use super::sse::{rewrite_stream, Rewrite, SseEvent, StreamFailure};
+use crate::body::BoxBody;
 use crate::stack::rate_limit::UsageCell;
 
 /// The check of one response object (a whole answer, or a stream's final event's).
@@ -106,8 +102,6 @@ pub(super) struct StreamChecks {
 
 /// What one guarded Responses stream still holds.
 struct Guarded {
-    body: BoxBody,
-    reframer: SseReframer,
     checks: StreamChecks,
     report: TripReport,
     usage: Option<UsageCell>,
@@ -125,62 +119,45 @@ pub(super) fn guard_responses_stream(
     report: TripReport,
     usage: Option<UsageCell>,
 ) -> Response<BoxBody> {
-    let state = Guarded {
-        body,
-        reframer: SseReframer::new(),
+    let guarded = Guarded {
         checks,
         report,
         usage,
         held: Vec::new(),
         done: false,
     };
-    let events = stream::unfold(state, |mut state| async move {
-        loop {
-            if state.done {
-                return None;
-            }
-            let mut events: Vec<SseEvent> = Vec::new();
-            let out = match state.body.frame().await {
-                Some(Ok(frame)) => {
-                    let Ok(data) = frame.into_data() else {
-                        continue;
-                    };
-                    match state.reframer.push(&data, &mut events) {
-                        Ok(()) => pass(&mut state, &events),
-                        Err(_) => trip(
-                            &mut state,
-                            Trip::Unparsable {
-                                detail: "a stream event from the engine is too large",
-                            },
-                        ),
-                    }
-                }
-                Some(Err(_)) => trip(
-                    &mut state,
-                    Trip::Truncated {
-                        detail: "the engine's stream failed",
-                    },
-                ),
-                None => {
-                    let tail: Vec<SseEvent> = state.reframer.finish().into_iter().collect();
-                    let mut out = pass(&mut state, &tail);
-                    if !state.done {
-                        out.extend(trip(
-                            &mut state,
-                            Trip::Truncated {
-                                detail: "the stream ended without a final response event",
-                            },
-                        ));
-                    }
-                    out
-                }
-            };
-            if !out.is_empty() {
-                return Some((Ok::<_, BoxError>(Frame::data(Bytes::from(out))), state));
-            }
-        }
-    });
-    Response::from_parts(parts, body::boxed(StreamBody::new(events.boxed())))
+    Response::from_parts(parts, rewrite_stream(body, guarded))
+}
+
+impl Rewrite for Guarded {
+    fn events(&mut self, events: &[SseEvent]) -> Vec<u8> {
+        pass(self, events)
+    }
+
+    fn failed(&mut self, why: StreamFailure) -> Vec<u8> {
+        let t = match why {
+            StreamFailure::Unreadable(_) => Trip::Unparsable {
+                detail: "a stream event from the engine is too large",
+            },
+            StreamFailure::Broken(_) => Trip::Truncated {
+                detail: "the engine's stream failed",
+            },
+        };
+        trip(self, t)
+    }
+
+    fn ended(&mut self) -> Vec<u8> {
+        trip(
+            self,
+            Trip::Truncated {
+                detail: "the stream ended without a final response event",
+            },
+        )
+    }
+
+    fn done(&self) -> bool {
+        self.done
+    }
 }
 
 /// Pass `events` on, checking the failures, the generated text and the final event.

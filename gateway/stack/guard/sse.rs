@@ -31,8 +31,11 @@
 use bytes::{Bytes, BytesMut};
 use memchr::{memchr, memchr2};
 
+mod rewrite;
 #[cfg(test)]
 pub(crate) mod tests;
+
+pub use rewrite::{rewrite_stream, Rewrite, StreamFailure};
 
 /// Default for [`SseReframer::with_limit`]: 16 MiB per event.
 pub const DEFAULT_MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
