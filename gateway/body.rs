@@ -25,6 +25,16 @@ pub fn full(bytes: impl Into<Bytes>) -> BoxBody {
         .boxed_unsync()
 }
 
+/// A 200 `application/json` response of `json` (answers kvgate gives itself).
+pub fn json_response(json: impl Into<Bytes>) -> http::Response<BoxBody> {
+    let mut response = http::Response::new(full(json));
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
 /// An empty body.
 pub fn empty() -> BoxBody {
     Empty::new().map_err(|never| match never {}).boxed_unsync()

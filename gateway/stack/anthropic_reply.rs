@@ -21,7 +21,7 @@ use crate::anthropic::{self, AnthropicError, StreamTranslator};
 use crate::body::{self, BoxBody, BoxError};
 use crate::error::GatewayError;
 use crate::stack::admission::TokenCount;
-use crate::stack::api::{Endpoint, InferenceRequest};
+use crate::stack::api::InferenceRequest;
 use crate::stack::guard::sse::{rewrite_stream, Rewrite, SseEvent, StreamFailure};
 use crate::stack::request_id::RequestId;
 use crate::stack::stage::{Next, Stage, StageFuture, StageLayer};
@@ -39,8 +39,9 @@ impl AnthropicReply {
 
 impl Stage for AnthropicReply {
     fn handle(&self, request: Request<Bytes>, next: Next) -> StageFuture {
-        let anthropic = Endpoint::classify(request.method(), request.uri().path())
-            .is_ok_and(|e| e == Endpoint::Messages);
+        // Parsed as the chat it translates to: the route is the client's path (a plain
+        // string compare on every request's way down).
+        let anthropic = request.uri().path() == "/v1/messages";
         let Some(parsed) = request
             .extensions()
             .get::<InferenceRequest>()

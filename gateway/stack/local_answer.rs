@@ -18,7 +18,7 @@
 //!   model's first pool's rules): what kvgate would send the engine.
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Request, Response};
+use http::{Request, Response};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -91,12 +91,7 @@ impl Stage for LocalAnswer {
             })
             .await
             .map_err(|e| GatewayError::Internal(format!("tokenizer task failed: {e}")))??;
-            let mut response = Response::new(body::full(answer.to_string()));
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            Ok::<Response<BoxBody>, _>(response)
+            Ok::<Response<BoxBody>, _>(body::json_response(answer.to_string()))
         })
     }
 }

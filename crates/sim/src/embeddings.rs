@@ -30,13 +30,11 @@ use std::sync::Arc;
 use hyper::Response;
 use serde_json::{json, Map, Value};
 
-use super::config::SimRole;
 use super::engine::SimEngine;
-use super::errors::{bad_request, prefill_failure, validation};
+use super::errors::{bad_request, validation};
 use super::fields::{self, RouteBody};
 use super::listen::{json_response, Body, ResetConnection};
-use super::pooling::{encode_texts, prefill_only, unit};
-use super::run;
+use super::pooling::{encode_texts, prefilled, unified_only, unit};
 
 /// The sim model's embedding size (`hidden_size`).
 pub(crate) const HIDDEN_SIZE: usize = 64;
@@ -61,12 +59,9 @@ pub(crate) async fn handle(
         Ok(Err(message)) => return Ok(bad_request(&message)),
         Err(message) => return Ok(validation(&message)),
     };
-    if engine.config.role != SimRole::Unified {
-        return Ok(bad_request(
-            "The simulated engine serves embeddings only in the unified role.",
-        ));
+    if let Some(refused) = unified_only(engine, "embeddings").await? {
+        return Ok(refused);
     }
-    run::connection_faults(engine).await?;
     let inputs = match input {
         Input::Ids(ids) => ids,
         Input::Texts(texts) => match encode_texts(engine, texts).await {
@@ -77,13 +72,10 @@ pub(crate) async fn handle(
     if let Err(message) = tokenizer_manager_checks(engine, &inputs, dimensions) {
         return Ok(bad_request(&message));
     }
-    let batch = prefill_only(engine, inputs).await;
-    if let Some(response) = super::errors::error_in_success(engine) {
-        return Ok(response);
-    }
-    if let Some(response) = batch.failure().and_then(prefill_failure) {
-        return Ok(response);
-    }
+    let batch = match prefilled(engine, inputs).await {
+        Ok(batch) => batch,
+        Err(response) => return Ok(response),
+    };
     let dims = dimensions.unwrap_or(HIDDEN_SIZE);
     let data: Vec<Value> = batch
         .items

@@ -17,7 +17,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use hyper::Response;
+
+use super::config::SimRole;
 use super::engine::SimEngine;
+use super::errors::{bad_request, error_in_success, prefill_failure};
+use super::listen::{Body, ResetConnection};
 use super::prefill::{self, CacheInsert};
 use super::prefix_cache::Partition;
 use super::request::{random_hex, Sample};
@@ -149,4 +154,49 @@ pub(crate) fn mix(mut x: u64) -> u64 {
 pub(crate) fn unit(x: u64) -> f64 {
     // 53 bits of the hash, as a double's mantissa holds them.
     (mix(x) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// What every prefill-only route checks before its work: only the unified role serves it
+/// (`what` names the route in the refusal), then the connection faults apply.
+pub(crate) async fn unified_only(
+    engine: &Arc<SimEngine>,
+    what: &str,
+) -> Result<Option<Response<Body>>, ResetConnection> {
+    if engine.config.role != SimRole::Unified {
+        return Ok(Some(bad_request(&format!(
+            "The simulated engine serves {what} only in the unified role."
+        ))));
+    }
+    super::run::connection_faults(engine).await?;
+    Ok(None)
+}
+
+/// The scheduler's context check (`validate_input_length`) of prompts the route built.
+pub(crate) fn over_context(engine: &SimEngine, inputs: &[Vec<u32>]) -> Option<Response<Body>> {
+    let context = engine.config.context_length;
+    inputs
+        .iter()
+        .map(Vec::len)
+        .find(|&n| n >= context)
+        .map(|n| {
+            bad_request(&format!(
+            "The input ({n} tokens) is longer than the model's context length ({context} tokens)."
+        ))
+        })
+}
+
+/// Prefill `inputs`; the `error-event` fault and a failed finish answer as the engine's
+/// errors do.
+pub(crate) async fn prefilled(
+    engine: &Arc<SimEngine>,
+    inputs: Vec<Vec<u32>>,
+) -> Result<Batch, Response<Body>> {
+    let batch = prefill_only(engine, inputs).await;
+    if let Some(response) = error_in_success(engine) {
+        return Err(response);
+    }
+    match batch.failure().and_then(prefill_failure) {
+        Some(response) => Err(response),
+        None => Ok(batch),
+    }
 }

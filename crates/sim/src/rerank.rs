@@ -29,12 +29,11 @@ use std::sync::Arc;
 use hyper::{Response, StatusCode};
 use serde_json::{json, Map, Value};
 
-use super::config::SimRole;
 use super::engine::SimEngine;
-use super::errors::{bad_request, kind, prefill_failure, validation};
+use super::errors::{bad_request, kind, validation};
 use super::fields::{self, RouteBody};
 use super::listen::{json_response, Body, ResetConnection};
-use super::pooling::{meta_info, prefill_only};
+use super::pooling::{meta_info, over_context, prefilled, unified_only};
 use super::run;
 
 /// A checked rerank request.
@@ -60,12 +59,9 @@ pub(crate) async fn handle(
         Ok(Err(message)) => return Ok(bad_request(&message)),
         Err(message) => return Ok(validation(&message)),
     };
-    if engine.config.role != SimRole::Unified {
-        return Ok(bad_request(
-            "The simulated engine serves rerank only in the unified role.",
-        ));
+    if let Some(refused) = unified_only(engine, "rerank").await? {
+        return Ok(refused);
     }
-    run::connection_faults(engine).await?;
     let tokenizer = Arc::clone(&engine.tokenizer);
     let query = rerank.query.clone();
     let texts = rerank.texts.clone();
@@ -87,19 +83,13 @@ pub(crate) async fn handle(
         Some(Err(message)) => return Ok(bad_request(&message)),
         None => return Ok(bad_request("tokenizer task failed")),
     };
-    let context = engine.config.context_length;
-    if let Some(n) = pairs.iter().map(Vec::len).find(|&n| n >= context) {
-        return Ok(bad_request(&format!(
-            "The input ({n} tokens) is longer than the model's context length ({context} tokens)."
-        )));
+    if let Some(refused) = over_context(engine, &pairs) {
+        return Ok(refused);
     }
-    let batch = prefill_only(engine, pairs).await;
-    if let Some(response) = super::errors::error_in_success(engine) {
-        return Ok(response);
-    }
-    if let Some(response) = batch.failure().and_then(prefill_failure) {
-        return Ok(response);
-    }
+    let batch = match prefilled(engine, pairs).await {
+        Ok(batch) => batch,
+        Err(response) => return Ok(response),
+    };
     let mut scored: Vec<(f64, Value)> = batch
         .items
         .iter()

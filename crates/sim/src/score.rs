@@ -30,14 +30,12 @@ use std::sync::Arc;
 use hyper::{Response, StatusCode};
 use serde_json::{json, Map, Value};
 
-use super::config::SimRole;
 use super::embeddings::usage;
 use super::engine::SimEngine;
-use super::errors::{bad_request, kind, prefill_failure, validation};
+use super::errors::{bad_request, kind, validation};
 use super::fields::{self, RouteBody};
 use super::listen::{json_response, Body, ResetConnection};
-use super::pooling::{encode_texts, mix, prefill_only, unit};
-use super::run;
+use super::pooling::{encode_texts, mix, over_context, prefilled, unified_only, unit};
 
 /// The prompts to score, before tokenizing.
 enum Prompts {
@@ -80,12 +78,9 @@ pub(crate) async fn handle(
         Ok(Err(message)) => return Ok(bad_request(&message)),
         Err(message) => return Ok(validation(&message)),
     };
-    if engine.config.role != SimRole::Unified {
-        return Ok(bad_request(
-            "The simulated engine serves scoring only in the unified role.",
-        ));
+    if let Some(refused) = unified_only(engine, "scoring").await? {
+        return Ok(refused);
     }
-    run::connection_faults(engine).await?;
     let inputs = match score.prompts {
         Prompts::Ids(ids) => ids,
         Prompts::Texts(texts) => match encode_texts(engine, texts).await {
@@ -93,19 +88,13 @@ pub(crate) async fn handle(
             Err(message) => return Ok(bad_request(&message)),
         },
     };
-    let context = engine.config.context_length;
-    if let Some(n) = inputs.iter().map(Vec::len).find(|&n| n >= context) {
-        return Ok(bad_request(&format!(
-            "The input ({n} tokens) is longer than the model's context length ({context} tokens)."
-        )));
+    if let Some(refused) = over_context(engine, &inputs) {
+        return Ok(refused);
     }
-    let batch = prefill_only(engine, inputs).await;
-    if let Some(response) = super::errors::error_in_success(engine) {
-        return Ok(response);
-    }
-    if let Some(response) = batch.failure().and_then(prefill_failure) {
-        return Ok(response);
-    }
+    let batch = match prefilled(engine, inputs).await {
+        Ok(batch) => batch,
+        Err(response) => return Ok(response),
+    };
     let mut rows = Vec::new();
     let mut logprob_rows = Vec::new();
     for (item, labels) in batch.items.iter().zip(&score.labels) {

@@ -3,7 +3,7 @@
 //! config, listing only the models the caller's tenant may use; inference routes continue down the pipeline; anything else is 404/405 before a
 //! body byte is read.
 
-use http::{header, HeaderValue, Request, Response};
+use http::{header, Request, Response};
 use serde_json::json;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -81,12 +81,7 @@ fn model_object(id: &str) -> serde_json::Value {
 }
 
 fn json_response(value: &serde_json::Value) -> Response<BoxBody> {
-    let mut response = Response::new(body::full(value.to_string()));
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
+    body::json_response(value.to_string())
 }
 
 fn list_models(models: &ModelCatalog, tenant: Option<&TenantPolicy>) -> Response<BoxBody> {

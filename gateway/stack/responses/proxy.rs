@@ -7,7 +7,7 @@
 //! object inside a 2xx is never passed on as a success (I1).
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Request, Response};
+use http::{Request, Response};
 use std::sync::Arc;
 
 use crate::body::{self, BoxBody};
@@ -127,12 +127,8 @@ impl Stage for StoredResponseProxy {
                     .into());
                 }
             }
-            let mut response = Response::new(body::full(bytes));
+            let mut response = body::json_response(bytes);
             *response.status_mut() = status;
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
             Ok::<Response<BoxBody>, _>(response)
         })
     }
