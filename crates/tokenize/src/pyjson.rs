@@ -62,6 +62,7 @@ pub(crate) fn tojson(
         key_sep,
         sort_keys: sort_keys.unwrap_or(false),
         cpp_floats,
+        ensure_ascii: false,
     };
     let mut out = String::new();
     style.write(&mut out, &json, 0);
@@ -76,6 +77,51 @@ struct JsonStyle {
     sort_keys: bool,
     /// Floats as C++ prints them (llama.cpp) rather than as Python's `repr`.
     cpp_floats: bool,
+    /// Every character outside printable ASCII as `\uXXXX` (Python's default).
+    ensure_ascii: bool,
+}
+
+/// Python's `json.dumps(value)` with its defaults: `", "` and `": "` separators, no indent,
+/// keys in insertion order and `ensure_ascii=True` (every character outside `' '..='~'`
+/// escaped as `\uXXXX`, astral characters as a UTF-16 surrogate pair; CPython
+/// `Lib/json/encoder.py` `py_encode_basestring_ascii`). SGLang writes an Anthropic
+/// `tool_use` block's `input` as its tool call's `arguments` this way.
+pub(crate) fn python_dumps(value: &serde_json::Value) -> String {
+    let style = JsonStyle {
+        indent: None,
+        item_sep: ", ".into(),
+        key_sep: ": ".into(),
+        sort_keys: false,
+        cpp_floats: false,
+        ensure_ascii: true,
+    };
+    let mut out = String::new();
+    style.write(&mut out, value, 0);
+    out
+}
+
+/// A JSON string literal as `py_encode_basestring_ascii` writes it.
+fn ascii_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            ' '..='~' => out.push(c),
+            _ => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+        }
+    }
+    out.push('"');
 }
 
 impl JsonStyle {
@@ -113,7 +159,7 @@ impl JsonStyle {
                         out.push_str(&self.item_sep);
                     }
                     self.newline(out, depth + 1);
-                    out.push_str(&serde_json::Value::String(key.clone()).to_string());
+                    self.string(out, key);
                     out.push_str(&self.key_sep);
                     self.write(out, item, depth + 1);
                 }
@@ -126,9 +172,19 @@ impl JsonStyle {
                 Some(f) => out.push_str(&python_float_repr(f)),
                 None => out.push_str(&n.to_string()),
             },
-            // Other scalars and empty containers: serde_json escapes strings the way
-            // `ensure_ascii=False` does (control characters only).
+            serde_json::Value::String(s) => self.string(out, s),
+            // Other scalars and empty containers.
             other => out.push_str(&other.to_string()),
+        }
+    }
+
+    /// A string literal. serde_json escapes strings the way `ensure_ascii=False` does
+    /// (control characters, `"` and `\\` only).
+    fn string(&self, out: &mut String, s: &str) {
+        if self.ensure_ascii {
+            ascii_string(out, s);
+        } else {
+            out.push_str(&serde_json::Value::String(s.to_owned()).to_string());
         }
     }
 }
@@ -235,6 +291,23 @@ mod tests {
         ] {
             assert_eq!(cpp_float(f), want, "{f}");
         }
+    }
+
+    #[test]
+    fn python_dumps_escapes_like_ensure_ascii() {
+        let value = serde_json::json!({
+            "path": "caf\u{e9} \u{1F600} \u{7f}", "q": "a\"b\\c\n\t\u{1}",
+            "n": [1, -2, 1.5, 1e20, 0.1, true, null], "e": {}, "l": [],
+        });
+        assert_eq!(
+            python_dumps(&value),
+            r#"{"path": "caf\u00e9 \ud83d\ude00 \u007f", "q": "a\"b\\c\n\t\u0001", "n": [1, -2, 1.5, 1e+20, 0.1, true, null], "e": {}, "l": []}"#
+        );
+        // Keys are escaped too; CJK stays in the BMP (one escape).
+        assert_eq!(
+            python_dumps(&serde_json::json!({"\u{4f60}": "\u{597d}"})),
+            r#"{"\u4f60": "\u597d"}"#
+        );
     }
 
     #[test]
