@@ -13,6 +13,8 @@
 //! ([`TokenizeError::Refused`]); a template's `raise_exception` surfaces as
 //! [`TokenizeError::TemplateRaised`].
 
+pub mod anthropic;
+mod anthropic_blocks;
 pub mod content_format;
 pub mod fields;
 mod llama_caps;
