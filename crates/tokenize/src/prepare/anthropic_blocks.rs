@@ -17,7 +17,9 @@
 
 use serde_json::{json, Map, Value};
 
-use super::anthropic::{field, invalid, join, only_keys, unsupported, wrong_type, Converted};
+use super::anthropic_fields::{
+    field, invalid, join, only_keys, unsupported, wrong_type, Converted,
+};
 use crate::pyjson::python_dumps;
 
 /// Why a block type is refused.

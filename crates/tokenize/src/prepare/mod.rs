@@ -15,6 +15,7 @@
 
 pub mod anthropic;
 mod anthropic_blocks;
+mod anthropic_fields;
 pub mod content_format;
 pub mod fields;
 mod llama_caps;
