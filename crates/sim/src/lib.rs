@@ -55,6 +55,8 @@
 //! object and items), `responses_stream` (its events) and `responses_store`.
 
 mod answer;
+mod anthropic;
+mod anthropic_stream;
 mod bare_proxy;
 mod bootstrap;
 mod cli;

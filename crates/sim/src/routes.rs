@@ -2,7 +2,8 @@
 //! tokenize / detokenize and the Responses API (`http_server.py` of sglang 0.5.23 names
 //! each: `openai_v1_embeddings`, `v1_rerank_request`, `v1_score_request`,
 //! `openai_v1_tokenize`, `openai_v1_detokenize`, `v1_responses_request`,
-//! `v1_retrieve_responses`, `v1_cancel_responses`).
+//! `v1_retrieve_responses`, `v1_cancel_responses`), and Anthropic's `/v1/messages` (served
+//! by SGLang's `anthropic/serving.py`).
 
 use std::sync::Arc;
 
@@ -12,7 +13,7 @@ use serde_json::json;
 use super::engine::SimEngine;
 use super::fields::RouteBody;
 use super::listen::{json_response, Body, ResetConnection};
-use super::{embeddings, rerank, responses, score, tokenize_routes};
+use super::{anthropic, embeddings, rerank, responses, score, tokenize_routes};
 
 /// One of these routes.
 pub(crate) enum Route {
@@ -24,6 +25,7 @@ pub(crate) enum Route {
     CreateResponse,
     RetrieveResponse(String),
     CancelResponse(String),
+    Messages,
 }
 
 impl Route {
@@ -39,6 +41,7 @@ impl Route {
             "/tokenize" | "/v1/tokenize" => post.then_some(Route::Tokenize),
             "/detokenize" | "/v1/detokenize" => post.then_some(Route::Detokenize),
             "/v1/responses" => post.then_some(Route::CreateResponse),
+            "/v1/messages" => post.then_some(Route::Messages),
             _ => {
                 let id = path.strip_prefix("/v1/responses/")?;
                 match id.strip_suffix("/cancel") {
@@ -71,6 +74,7 @@ pub(crate) async fn serve(
         Route::CreateResponse => responses::create(engine, body).await,
         Route::RetrieveResponse(id) => Ok(responses::retrieve(engine, &id)),
         Route::CancelResponse(id) => Ok(responses::cancel(engine, &id)),
+        Route::Messages => anthropic::messages(engine, body).await,
     }
 }
 
