@@ -103,6 +103,26 @@ fn id_field(block: &Map<String, Value>, key: &str, path: &str, why: &str) -> Con
     }
 }
 
+/// The path of a number that kvgate may print unlike Python: one parsed as a float but
+/// integral and past 64-bit integers (the JSON text may have been an exact integer, which
+/// Python keeps exact).
+fn unprintable_number(value: &Value, path: &str) -> Option<String> {
+    match value {
+        Value::Number(n) if n.is_f64() => n
+            .as_f64()
+            .filter(|f| f.fract() == 0.0 && f.abs() >= 9.2e18)
+            .map(|_| path.to_owned()),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| unprintable_number(v, &format!("{path}[{i}]"))),
+        Value::Object(map) => map
+            .iter()
+            .find_map(|(k, v)| unprintable_number(v, &join(path, k))),
+        _ => None,
+    }
+}
+
 /// An assistant's `tool_use` block → a chat tool call.
 fn tool_call(block: &Map<String, Value>, path: &str) -> Converted<Value> {
     only_keys(
@@ -132,6 +152,12 @@ fn tool_call(block: &Map<String, Value>, path: &str) -> Converted<Value> {
             ))
         }
     };
+    if let Some(at) = unprintable_number(&Value::Object(input.clone()), &join(path, "input")) {
+        return Err(unsupported(
+            &at,
+            "an integer beyond 64 bits: kvgate's JSON numbers cannot tell how Python's json.dumps would print it",
+        ));
+    }
     Ok(json!({"id": id, "type": "function", "function": {
         "name": name, "arguments": python_dumps(&Value::Object(input)),
     }}))

@@ -283,6 +283,14 @@ fn tool_use_arguments_are_python_json_dumps() {
     let no_id =
         json!([{"role": "assistant", "content": [{"type": "tool_use", "name": "n", "input": {}}]}]);
     unsupported_at(chat(body(no_id, json!({}))), "messages[0].content[0].id");
+    let huge: Value = serde_json::from_str(
+        r#"[{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "n", "input": {"a": [1, 100000000000000000000]}}]}]"#,
+    )
+    .unwrap();
+    unsupported_at(
+        chat(body(huge, json!({}))),
+        "messages[0].content[0].input.a[1]",
+    );
     let bad_input = json!([{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "n", "input": [1]}]}]);
     invalid_at(
         chat(body(bad_input, json!({}))),
