@@ -1,4 +1,4 @@
-//! `POST /v1/messages`, as SGLang serves Anthropic's Messages API itself: the body becomes
+//! `POST /v1/messages` (and `/v1/messages/count_tokens`), as SGLang serves Anthropic's Messages API itself: the body becomes
 //! the chat completions request SGLang builds (`kvgate_tokenize::prepare::anthropic`), which
 //! runs exactly as a chat completion (same counting, prefix cache, limits and faults); its
 //! answer is reshaped into Anthropic's.
@@ -44,7 +44,7 @@ use super::reply::Reply;
 use super::request::{Api, ParseError};
 use super::run;
 use super::schedule::SampleResult;
-use kvgate_tokenize::prepare::anthropic::sglang_messages_chat;
+use kvgate_tokenize::prepare::anthropic::{sglang_count_tokens_chat, sglang_messages_chat};
 
 /// `AnthropicErrorResponse`.
 pub(crate) fn error_body(kind: &str, message: &str) -> Value {
@@ -210,6 +210,29 @@ pub(crate) async fn messages(
         full(&model, result, &answer, cache_report)
     };
     run::send(engine, reply, tokens, ran).await
+}
+
+/// `POST /v1/messages/count_tokens` (`handle_count_tokens`): the same conversion with
+/// `max_tokens` 1 (`sglang_count_tokens_chat`), the chat's prompt prepared and counted,
+/// `{"input_tokens": n}`. A failure past the conversion is SGLang's 500 `api_error`. No
+/// generation: no context check, no fault.
+pub(crate) async fn count_tokens(engine: &Arc<SimEngine>, body: RouteBody) -> Response<Body> {
+    let body = match body.object() {
+        Ok(body) => body,
+        Err(message) => return validation(&message),
+    };
+    let mut chat = match sglang_count_tokens_chat(&body) {
+        Ok(chat) => chat,
+        Err(e) => return error_response(400, "invalid_request_error", &e.to_string()),
+    };
+    chat.insert("model".into(), json!(engine.config.model));
+    match run::parse(engine, Api::Chat, Value::Object(chat)).await {
+        Some(Ok(gen)) => {
+            let tokens = gen.samples.first().map_or(0, |s| s.input_ids.len());
+            json_response(StatusCode::OK, &json!({"input_tokens": tokens}))
+        }
+        _ => error_response(500, "api_error", "Internal server error"),
+    }
 }
 
 #[cfg(test)]

@@ -2,8 +2,8 @@
 //! tokenize / detokenize and the Responses API (`http_server.py` of sglang 0.5.23 names
 //! each: `openai_v1_embeddings`, `v1_rerank_request`, `v1_score_request`,
 //! `openai_v1_tokenize`, `openai_v1_detokenize`, `v1_responses_request`,
-//! `v1_retrieve_responses`, `v1_cancel_responses`), and Anthropic's `/v1/messages` (served
-//! by SGLang's `anthropic/serving.py`).
+//! `v1_retrieve_responses`, `v1_cancel_responses`), and Anthropic's `/v1/messages` and
+//! `/v1/messages/count_tokens` (served by SGLang's `anthropic/serving.py`).
 
 use std::sync::Arc;
 
@@ -26,6 +26,7 @@ pub(crate) enum Route {
     RetrieveResponse(String),
     CancelResponse(String),
     Messages,
+    CountTokens,
 }
 
 impl Route {
@@ -42,6 +43,7 @@ impl Route {
             "/detokenize" | "/v1/detokenize" => post.then_some(Route::Detokenize),
             "/v1/responses" => post.then_some(Route::CreateResponse),
             "/v1/messages" => post.then_some(Route::Messages),
+            "/v1/messages/count_tokens" => post.then_some(Route::CountTokens),
             _ => {
                 let id = path.strip_prefix("/v1/responses/")?;
                 match id.strip_suffix("/cancel") {
@@ -75,6 +77,7 @@ pub(crate) async fn serve(
         Route::RetrieveResponse(id) => Ok(responses::retrieve(engine, &id)),
         Route::CancelResponse(id) => Ok(responses::cancel(engine, &id)),
         Route::Messages => anthropic::messages(engine, body).await,
+        Route::CountTokens => Ok(anthropic::count_tokens(engine, body).await),
     }
 }
 

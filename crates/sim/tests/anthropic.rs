@@ -327,3 +327,21 @@ async fn with_a_reasoning_parser_the_thought_is_a_thinking_block() {
     }
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn count_tokens_counts_the_chat_sglang_builds() {
+    let sim = start(config(SimRole::Unified)).await;
+    let body = messages(json!({"tools": [weather_tool()]}));
+    let mut count = body.clone();
+    count.as_object_mut().unwrap().remove("max_tokens");
+    let (status, out) = post(sim.http_addr, "/v1/messages/count_tokens", &count).await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_eq!(out, json!({"input_tokens": prompt_tokens(&body)}));
+    let (_, answered) = post(sim.http_addr, "/v1/messages", &body).await;
+    assert_eq!(answered["usage"]["input_tokens"], out["input_tokens"]);
+    count["thinking"] = json!({"type": "enabled", "budget_tokens": 1024});
+    let (status, out) = post(sim.http_addr, "/v1/messages/count_tokens", &count).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(out["error"]["type"], "invalid_request_error");
+    sim.shutdown().await;
+}
