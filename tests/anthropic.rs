@@ -5,7 +5,7 @@
 
 mod support;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use support::*;
 
 use kvgate_sim::{SimFault, SimRole};
@@ -20,27 +20,6 @@ async fn setup(fault: SimFault) -> (kvgate_sim::RunningSim, kvgate::runtime::Run
     ))
     .await;
     (engine, gw)
-}
-
-/// A POST as the Anthropic SDK sends it: `x-api-key` and `anthropic-version`.
-async fn anthropic_post(gw: &kvgate::runtime::RunningGateway, path: &str, body: &Value) -> Reply {
-    let url = format!("http://{}{path}", gw.data_addr());
-    post_with(
-        &url,
-        None,
-        &[("x-api-key", KEY), ("anthropic-version", "2023-06-01")],
-        body,
-    )
-    .await
-}
-
-fn error_type(reply: &Reply) -> String {
-    let body = reply.json();
-    assert_eq!(body["type"], "error", "{body}");
-    body["error"]["type"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -111,12 +90,12 @@ async fn messages_are_counted_exactly_and_answered_in_anthropics_shapes() {
     )
     .await;
     assert_eq!(stranger.status, 401);
-    assert_eq!(error_type(&stranger), "authentication_error");
+    assert_eq!(anthropic_error_type(&stranger), "authentication_error");
     let mut long = body.clone();
     long["messages"][0]["content"] = json!("word ".repeat(5000));
     let refused = anthropic_post(&gw, "/v1/messages", &long).await;
     assert_eq!(refused.status, 400, "{}", refused.text());
-    assert_eq!(error_type(&refused), "invalid_request_error");
+    assert_eq!(anthropic_error_type(&refused), "invalid_request_error");
     assert!(refused.json()["error"]["message"]
         .as_str()
         .unwrap()
@@ -124,7 +103,7 @@ async fn messages_are_counted_exactly_and_answered_in_anthropics_shapes() {
     let mut unknown = body.clone();
     unknown["mcp_servers"] = json!([]);
     let refused = anthropic_post(&gw, "/v1/messages", &unknown).await;
-    assert_eq!(error_type(&refused), "invalid_request_error");
+    assert_eq!(anthropic_error_type(&refused), "invalid_request_error");
     assert!(refused.text().contains("mcp_servers"), "{}", refused.text());
     let mut long_count = long.clone();
     long_count.as_object_mut().unwrap().remove("max_tokens");
@@ -172,6 +151,6 @@ async fn the_guard_stops_a_false_success_for_anthropic_clients_too() {
     let (_engine, gw) = setup(SimFault::WrongPromptTokens).await;
     let reply = anthropic_post(&gw, "/v1/messages", &body).await;
     assert!(reply.status.is_server_error(), "{}", reply.text());
-    assert_eq!(error_type(&reply), "api_error");
+    assert_eq!(anthropic_error_type(&reply), "api_error");
     gw.shutdown().await;
 }

@@ -441,26 +441,7 @@ async fn a_silent_leak_through_the_responses_api_is_stopped() {
                        "store": false, "stream": stream});
         let bob = post(&url, Some("sk-bob"), &b).await;
         let text = without_request_ids(&bob.text());
-        if mode == "off" {
-            assert_eq!(bob.status, 200, "{text}");
-            assert!(text.contains("QUOKKA"), "the fault is real: {text}");
-            gw.shutdown().await;
-            continue;
-        }
-        assert!(
-            !text.contains("QUOKKA"),
-            "stream={stream}: bob saw alice's secret: {text}"
-        );
-        if stream {
-            assert!(text.contains("event: error"), "{text}");
-        } else {
-            assert_eq!(bob.status, 502, "{text}");
-        }
-        assert!(gw
-            .audit()
-            .recent()
-            .iter()
-            .any(|l| l["event"] == "leak_suspected"));
+        assert_leak_outcome(mode, stream, &bob, &text, &gw, "QUOKKA");
         gw.shutdown().await;
     }
 }

@@ -45,7 +45,7 @@ pub use guard::GuardConfig;
 pub use health::{HealthConfig, OutlierConfig};
 pub use isolation::{IsolationConfig, LeakMode};
 pub use limits::{LimitsBackend, LimitsConfig, LimitsFailurePolicy};
-pub use models::ModelConfig;
+pub use models::{AnthropicMessages, ModelConfig};
 pub use pools::{ChatRules, EngineKind, PoolConfig, PoolMode};
 pub use prefix_routing::PrefixRoutingConfig;
 pub use preflight::PreflightConfig;

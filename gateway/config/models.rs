@@ -28,6 +28,29 @@ pub struct ModelConfig {
     /// e.g. "0.5.22" (the first SGLang release that refuses over-long prompts up front).
     #[serde(default)]
     pub min_engine_version: Option<String>,
+    /// How `POST /v1/messages` (Anthropic's Messages API) reaches the engines: `translate`
+    /// (the default) or `engine`.
+    #[serde(default)]
+    pub anthropic_messages: AnthropicMessages,
+}
+
+/// How Anthropic's Messages API is served for a model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnthropicMessages {
+    /// kvgate translates the request into a chat completion and the answer back: the
+    /// engine sees a chat, so kvgate counts, salts and guards it like any chat (an
+    /// aborted generation shows as an abort). Works on every engine and pool mode.
+    #[default]
+    Translate,
+    /// The body goes as it is to the engine's own `/v1/messages` (SGLang serves it),
+    /// counted as the chat SGLang builds from it (`kvgate_tokenize::prepare::anthropic`,
+    /// refusing shapes whose conversion depends on the SGLang version or its flags). What
+    /// it costs, and why `translate` is the default: SGLang's Anthropic request has no
+    /// `cache_salt` (so the model's pools must set `cache_salt = false`) and no bootstrap
+    /// fields (unified pools only), and it answers a generation aborted without a status
+    /// as `stop_reason: "end_turn"`, which no gateway can tell from a finished one.
+    Engine,
 }
 
 impl ModelConfig {

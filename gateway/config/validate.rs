@@ -7,8 +7,8 @@
 use std::collections::HashSet;
 
 use super::invalid::Invalid;
-use super::models::ModelConfig;
-use super::pools::PoolConfig;
+use super::models::{AnthropicMessages, ModelConfig};
+use super::pools::{EngineKind, PoolConfig, PoolMode};
 use super::rollout::RolloutConfig;
 use super::server::ServerConfig;
 use super::tenants::TenantConfig;
@@ -45,7 +45,10 @@ pub(super) fn pools_name_models(
             ));
         }
     }
-    for model in models {
+    for (i, model) in models.iter().enumerate() {
+        if model.anthropic_messages == AnthropicMessages::Engine {
+            engine_messages_pools(i, &model.name, pools)?;
+        }
         let model = &model.name;
         if !pools.iter().any(|p| &p.model == model) {
             return Err(Invalid::new(
@@ -53,6 +56,33 @@ pub(super) fn pools_name_models(
                 format!(
                     "model `{model}` has no pool; add a [[pools]] table with model = \"{model}\""
                 ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A model whose Anthropic requests go to the engines as they are: every pool of it can
+/// take them unchanged (see [`AnthropicMessages::Engine`]).
+fn engine_messages_pools(i: usize, model: &str, pools: &[PoolConfig]) -> Result<(), Invalid> {
+    let key = format!("models[{i}].anthropic_messages");
+    for pool in pools.iter().filter(|p| p.model == model) {
+        let name = &pool.name;
+        let problem = if pool.engine != EngineKind::Sglang {
+            Some(format!(
+                "pool `{name}` is not an SGLang pool, and only SGLang's `/v1/messages` is modelled"
+            ))
+        } else if pool.mode != PoolMode::Unified {
+            Some(format!("pool `{name}` is disaggregated, and an Anthropic request has no field for the prefill's bootstrap room"))
+        } else if pool.cache_salt {
+            Some(format!("pool `{name}` salts its prefix cache per tenant, and SGLang's Anthropic request has no `cache_salt`; set `cache_salt = false` on it to let its tenants share prefix cache"))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Err(Invalid::new(
+                key,
+                format!("\"engine\" cannot be served: {problem}; or leave anthropic_messages = \"translate\" (the default)"),
             ));
         }
     }

@@ -21,7 +21,7 @@ use crate::anthropic::{self, AnthropicError, StreamTranslator};
 use crate::body::{self, BoxBody, BoxError};
 use crate::error::GatewayError;
 use crate::stack::admission::TokenCount;
-use crate::stack::api::InferenceRequest;
+use crate::stack::api::{Endpoint, InferenceRequest};
 use crate::stack::guard::sse::{rewrite_stream, Rewrite, SseEvent, StreamFailure};
 use crate::stack::request_id::RequestId;
 use crate::stack::stage::{Next, Stage, StageFuture, StageLayer};
@@ -45,7 +45,8 @@ impl Stage for AnthropicReply {
         let Some(parsed) = request
             .extensions()
             .get::<InferenceRequest>()
-            .filter(|_| anthropic)
+            // An answer the engine wrote in Anthropic's shape itself passes as it is.
+            .filter(|r| anthropic && r.endpoint != Endpoint::EngineMessages)
         else {
             return next.oneshot(request);
         };

@@ -270,7 +270,7 @@ pub fn generations(engine: &RunningSim) -> Vec<kvgate_sim::ReceivedRequest> {
         .filter(|r| {
             matches!(
                 r.path.as_str(),
-                "/generate" | "/v1/chat/completions" | "/v1/completions"
+                "/generate" | "/v1/chat/completions" | "/v1/completions" | "/v1/messages"
             )
         })
         .collect()
@@ -424,4 +424,60 @@ pub async fn run_openai_sdk(
             "{step}: {stdout}"
         );
     }
+}
+
+/// A POST as the Anthropic SDK sends it: `x-api-key` and `anthropic-version`.
+pub async fn anthropic_post(gw: &RunningGateway, path: &str, body: &Value) -> Reply {
+    let url = format!("http://{}{path}", gw.data_addr());
+    post_with(
+        &url,
+        None,
+        &[("x-api-key", KEY), ("anthropic-version", "2023-06-01")],
+        body,
+    )
+    .await
+}
+
+/// The `error.type` of an Anthropic error reply (asserting the shape).
+pub fn anthropic_error_type(reply: &Reply) -> String {
+    let body = reply.json();
+    assert_eq!(body["type"], "error", "{body}");
+    body["error"]["type"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The outcome of a quiet-leak probe (Bob's answer read from Alice's stale pages): with the
+/// leak detector `off` the fault is real (`secret` shows, a 200); on, it never shows, the
+/// answer is a 502 or, streamed, ends in an error event, and the suspicion is audited.
+/// Returns whether the detector was on.
+pub fn assert_leak_outcome(
+    mode: &str,
+    stream: bool,
+    reply: &Reply,
+    text: &str,
+    gw: &RunningGateway,
+    secret: &str,
+) -> bool {
+    if mode == "off" {
+        assert_eq!(reply.status, 200, "{text}");
+        assert!(text.contains(secret), "the fault is real: {text}");
+        return false;
+    }
+    assert!(
+        !text.contains(secret),
+        "stream={stream}: bob saw alice's secret: {text}"
+    );
+    if stream {
+        assert!(text.contains("event: error"), "{text}");
+    } else {
+        assert_eq!(reply.status, 502, "{text}");
+    }
+    assert!(gw
+        .audit()
+        .recent()
+        .iter()
+        .any(|l| l["event"] == "leak_suspected"));
+    true
 }

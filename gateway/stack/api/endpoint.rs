@@ -29,6 +29,10 @@ pub enum Endpoint {
     Detokenize,
     /// `POST /v1/messages` (Anthropic's Messages API), translated to chat completions
     Messages,
+    /// `POST /v1/messages` sent as it is to the engine's own `/v1/messages`, for a model
+    /// with `anthropic_messages = "engine"`: parsing turns `Messages` into this once it
+    /// knows the model (`classify` never answers it)
+    EngineMessages,
     /// `POST /v1/messages/count_tokens` (Anthropic's), answered by kvgate itself
     CountTokens,
     /// `POST /v1/responses` (OpenAI's Responses API, as SGLang serves it)
@@ -102,6 +106,7 @@ impl Endpoint {
             Endpoint::Detokenize => "/detokenize",
             // Sent to engines as chat completions (the request is translated at parsing).
             Endpoint::Messages => "/v1/chat/completions",
+            Endpoint::EngineMessages => "/v1/messages",
             Endpoint::CountTokens => "/v1/messages/count_tokens",
             Endpoint::CreateResponse => "/v1/responses",
             // The stored response's own path (with its id) is the client's.
@@ -121,7 +126,7 @@ impl Endpoint {
             Endpoint::Score => "score",
             Endpoint::Tokenize => "tokenize",
             Endpoint::Detokenize => "detokenize",
-            Endpoint::Messages => "messages",
+            Endpoint::Messages | Endpoint::EngineMessages => "messages",
             Endpoint::CountTokens => "count_tokens",
             Endpoint::CreateResponse => "responses",
             Endpoint::RetrieveResponse => "responses_retrieve",
@@ -136,8 +141,10 @@ impl Endpoint {
                 sglang: true,
                 unified: false,
             },
-            // SGLang keeps a stored response in the one process that served it.
+            // SGLang keeps a stored response in the one process that served it; an
+            // Anthropic request has no bootstrap fields for a disaggregated pair.
             Endpoint::Rerank
+            | Endpoint::EngineMessages
             | Endpoint::Score
             | Endpoint::CreateResponse
             | Endpoint::RetrieveResponse
@@ -171,12 +178,16 @@ impl Endpoint {
 
     /// Whether the client speaks Anthropic's API (its errors take Anthropic's shape).
     pub fn is_anthropic(self) -> bool {
-        matches!(self, Endpoint::Messages | Endpoint::CountTokens)
+        matches!(
+            self,
+            Endpoint::Messages | Endpoint::EngineMessages | Endpoint::CountTokens
+        )
     }
 
     /// Whether the engine's API for this route takes a prefix-cache salt: SGLang's
     /// `EmbeddingRequest`, `V1RerankReqInput` and `ScoringRequest` have no `cache_salt` or
-    /// `extra_key` (sglang 0.5.23 `protocol.py`), so none is sent there.
+    /// `extra_key` (sglang 0.5.23 `protocol.py`), so none is sent there; nor has its
+    /// `AnthropicMessagesRequest` (whose pools must not expect one: config `validate`).
     pub fn takes_cache_salt(self) -> bool {
         matches!(
             self,
@@ -194,8 +205,12 @@ impl Endpoint {
 
     /// Whether the engine's API for this route takes SGLang's `rid` (`V1RerankReqInput` has
     /// none; a Responses request is named by its `request_id`, which kvgate sets).
+    /// `AnthropicMessagesRequest` has none either.
     pub fn takes_rid(self) -> bool {
-        !matches!(self, Endpoint::Rerank | Endpoint::CreateResponse)
+        !matches!(
+            self,
+            Endpoint::Rerank | Endpoint::CreateResponse | Endpoint::EngineMessages
+        )
     }
 }
 

@@ -209,7 +209,7 @@ fn allowed(endpoint: Endpoint) -> &'static [&'static str] {
         Endpoint::Tokenize => &TOKENIZE_FIELDS,
         Endpoint::Detokenize => &DETOKENIZE_FIELDS,
         // Anthropic bodies are checked after their translation to a chat.
-        Endpoint::Messages | Endpoint::CountTokens => &CHAT_FIELDS,
+        Endpoint::Messages | Endpoint::EngineMessages | Endpoint::CountTokens => &CHAT_FIELDS,
         Endpoint::CreateResponse => &RESPONSES_FIELDS,
         Endpoint::RetrieveResponse | Endpoint::CancelResponse => &[],
         Endpoint::ListModels | Endpoint::RetrieveModel => &[],

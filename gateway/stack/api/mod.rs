@@ -7,9 +7,11 @@
 //!
 //! Reads: the buffered body (`Request<Bytes>`). Writes: the `InferenceRequest` extension.
 
+mod anthropic_body;
 pub mod catalog;
 mod endpoint;
 pub mod fields;
+mod model_catalog;
 mod parse;
 pub mod pooling_view;
 pub mod prompt_view;
@@ -18,6 +20,7 @@ pub mod read_body;
 mod request;
 
 pub use endpoint::{model_id, stored_response, Endpoint, EngineNeeds};
-pub use parse::{parse_inference, ModelCatalog, Parse, ParseLayer};
+pub use model_catalog::ModelCatalog;
+pub use parse::{parse_inference, Parse, ParseLayer};
 
 pub use request::{bulk_fields, EngineDirectives, InferenceRequest, PromptInput, PromptView};

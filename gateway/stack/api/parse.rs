@@ -6,116 +6,17 @@
 use bytes::Bytes;
 use http::Request;
 use serde_json::{Map, Value};
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use tower::filter::{FilterLayer, Predicate};
 
+use super::anthropic_body;
 use super::prompt_view::{self, Prompts};
 use super::raw::{self, RawFields};
 use super::request::bulk_fields;
+use super::ModelCatalog;
 use super::{fields, Endpoint, EngineDirectives, InferenceRequest};
 use crate::body::BoxError;
-use crate::config::{Config, EngineKind};
 use crate::error::GatewayError;
-
-/// The models clients may name, and the default for SGLang `/generate` (which has no
-/// `model` field) when exactly one model is served by SGLang pools.
-#[derive(Debug, Clone)]
-pub struct ModelCatalog {
-    names: Arc<BTreeSet<String>>,
-    generate_default: Option<String>,
-}
-
-impl ModelCatalog {
-    /// Build the catalog from the config.
-    pub fn from_config(config: &Config) -> Self {
-        let names: BTreeSet<String> = config.models.iter().map(|m| m.name.clone()).collect();
-        let sglang: BTreeSet<&str> = config
-            .pools
-            .iter()
-            .filter(|p| p.engine == EngineKind::Sglang)
-            .map(|p| p.model.as_str())
-            .collect();
-        let generate_default = match sglang.len() {
-            1 => sglang.iter().next().map(|s| s.to_string()),
-            _ => None,
-        };
-        Self {
-            names: Arc::new(names),
-            generate_default,
-        }
-    }
-
-    /// A catalog of `names`, `/generate` defaulting to `generate_default`.
-    pub fn new(names: impl IntoIterator<Item = String>, generate_default: Option<String>) -> Self {
-        Self {
-            names: Arc::new(names.into_iter().collect()),
-            generate_default,
-        }
-    }
-
-    /// All model names, sorted.
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.names.iter().map(String::as_str)
-    }
-
-    fn resolve(
-        &self,
-        endpoint: Endpoint,
-        body: &Map<String, Value>,
-    ) -> Result<String, GatewayError> {
-        match body.get("model") {
-            Some(Value::String(model)) => {
-                if self.names.contains(model) {
-                    Ok(model.clone())
-                } else {
-                    Err(GatewayError::ModelNotFound {
-                        model: model.clone(),
-                    })
-                }
-            }
-            Some(_) => Err(GatewayError::invalid(
-                "`model` must be a string",
-                Some("model"),
-            )),
-            // SGLang's own routes name no model (`/generate`, `/v1/rerank`) or default it:
-            // the one model SGLang pools serve, or for kvgate's own tokenizer routes the one
-            // model there is.
-            None if matches!(
-                endpoint,
-                Endpoint::Generate
-                    | Endpoint::Rerank
-                    | Endpoint::Score
-                    | Endpoint::Tokenize
-                    | Endpoint::Detokenize
-            ) =>
-            {
-                let only = (self.names.len() == 1)
-                    .then(|| self.names.iter().next().cloned())
-                    .flatten();
-                let default = match endpoint {
-                    Endpoint::Tokenize | Endpoint::Detokenize => only,
-                    _ => None,
-                };
-                default
-                    .or_else(|| self.generate_default.clone())
-                    .ok_or_else(|| {
-                        GatewayError::invalid(
-                            format!(
-                                "this gateway serves several models: add \"model\" to the {} body",
-                                endpoint.path()
-                            ),
-                            Some("model"),
-                        )
-                    })
-            }
-            None => Err(GatewayError::invalid(
-                "you must provide a model parameter",
-                Some("model"),
-            )),
-        }
-    }
-}
 
 /// Parse and structurally validate one request body. The prompt stays in `body` (shared,
 /// not copied): see `api::raw`.
@@ -143,6 +44,7 @@ pub fn parse_inference(
             fields: Map::new(),
             raw: RawFields::default(),
             directives: EngineDirectives::default(),
+            verbatim: None,
         });
     }
     let (fields, raw) = raw::split(body, bulk_fields(endpoint))?;
@@ -200,6 +102,7 @@ pub fn parse_inference(
         fields,
         raw,
         directives: EngineDirectives::default(),
+        verbatim: None,
     };
     if endpoint == Endpoint::Score {
         request.batch = request.score_prompts()?.len();
@@ -207,9 +110,10 @@ pub fn parse_inference(
     Ok(request)
 }
 
-/// An Anthropic Messages body, translated to the chat completions request the engine will
-/// get (`anthropic::to_chat`) and parsed as one, so admission, limits, routing and the
-/// guard treat it as any chat. `count_tokens` keeps its own endpoint: kvgate answers it.
+/// An Anthropic Messages body, as the chat completions request it becomes
+/// (`anthropic_body`), parsed as one, so admission, limits, routing and the guard treat it
+/// as any chat. `count_tokens` keeps its own endpoint (kvgate answers it); a body the
+/// engine takes as it is becomes [`Endpoint::EngineMessages`], keeping it to send.
 fn parse_anthropic(
     endpoint: Endpoint,
     body: &Bytes,
@@ -217,25 +121,22 @@ fn parse_anthropic(
 ) -> Result<InferenceRequest, GatewayError> {
     let map: Map<String, Value> = serde_json::from_slice(body)
         .map_err(|e| GatewayError::invalid(format!("the body must be a JSON object: {e}"), None))?;
-    let chat = match endpoint {
-        Endpoint::CountTokens => crate::anthropic::count_tokens_to_chat(&map),
-        _ => crate::anthropic::to_chat(&map),
-    }
-    .map_err(|e| match e {
-        crate::anthropic::AnthropicError::InvalidRequest { path, message } => {
-            GatewayError::invalid(format!("{path}: {message}"), Some(&path))
+    let to_engine = map
+        .get("model")
+        .and_then(Value::as_str)
+        .is_some_and(|m| catalog.passes_anthropic_through(m));
+    let chat = anthropic_body::chat_of(endpoint, &map, to_engine)?;
+    let mut parsed = parse_inference(Endpoint::ChatCompletions, &chat, catalog)?;
+    match endpoint {
+        Endpoint::CountTokens => {
+            parsed.endpoint = Endpoint::CountTokens;
+            parsed.batch = 0;
         }
-        crate::anthropic::AnthropicError::Unsupported { path, reason } => {
-            GatewayError::invalid(format!("{path}: {reason}"), Some(&path))
+        _ if to_engine => {
+            parsed.endpoint = Endpoint::EngineMessages;
+            parsed.verbatim = Some(Arc::new(map));
         }
-        other => GatewayError::invalid(other.to_string(), None),
-    })?;
-    let chat = serde_json::to_vec(&chat)
-        .map_err(|e| GatewayError::Internal(format!("encoding the translated chat: {e}")))?;
-    let mut parsed = parse_inference(Endpoint::ChatCompletions, &Bytes::from(chat), catalog)?;
-    if endpoint == Endpoint::CountTokens {
-        parsed.endpoint = Endpoint::CountTokens;
-        parsed.batch = 0;
+        _ => {}
     }
     Ok(parsed)
 }
@@ -355,10 +256,7 @@ mod tests {
     use super::*;
 
     fn catalog() -> ModelCatalog {
-        ModelCatalog {
-            names: Arc::new(["qwen3".to_string()].into_iter().collect()),
-            generate_default: Some("qwen3".into()),
-        }
+        ModelCatalog::new(["qwen3".to_string()], Some("qwen3".into()))
     }
 
     fn parse(endpoint: Endpoint, body: &str) -> Result<InferenceRequest, GatewayError> {

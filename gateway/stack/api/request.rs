@@ -8,6 +8,7 @@
 
 use serde_json::{Map, Value};
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use super::pooling_view::{self, ScorePrompts};
 use super::prompt_view::{self, Message, Prompts};
@@ -35,6 +36,10 @@ pub struct InferenceRequest {
     pub raw: RawFields,
     /// What the stages decided the engine must receive; applied once, at dispatch.
     pub directives: EngineDirectives,
+    /// The client's body, sent to the engine as it is but for `model`
+    /// ([`Endpoint::EngineMessages`]: the engine builds the chat that `fields` and `raw`
+    /// hold for counting and checking).
+    pub verbatim: Option<Arc<Map<String, Value>>>,
 }
 
 /// The stages' decisions about the engine's body.
@@ -89,9 +94,10 @@ pub enum PromptView<'a> {
 /// The fields of `endpoint` kept raw (`api::raw`): the bulk of every body.
 pub fn bulk_fields(endpoint: Endpoint) -> &'static [&'static str] {
     match endpoint {
-        Endpoint::ChatCompletions | Endpoint::Messages | Endpoint::CountTokens => {
-            &["messages", "tools"]
-        }
+        Endpoint::ChatCompletions
+        | Endpoint::Messages
+        | Endpoint::EngineMessages
+        | Endpoint::CountTokens => &["messages", "tools"],
         Endpoint::Completions => &["prompt"],
         Endpoint::Generate => &["text", "input_ids"],
         Endpoint::Embeddings => &["input"],
@@ -131,13 +137,15 @@ impl InferenceRequest {
             fields,
             raw: RawFields::from_values(&refs),
             directives,
+            verbatim: None,
         }
     }
 
     /// The prompt of every sample, in order (`batch` of them).
     pub fn prompts(&self) -> Result<Vec<PromptInput<'_>>, GatewayError> {
         let found = match self.endpoint {
-            Endpoint::ChatCompletions => vec![PromptInput::Chat {
+            // The engine builds a chat from an Anthropic body: counted as that chat.
+            Endpoint::ChatCompletions | Endpoint::EngineMessages => vec![PromptInput::Chat {
                 messages: self.raw.get("messages").unwrap_or("null"),
                 tools: self.raw.get("tools").filter(|t| *t != "null"),
                 fields: &self.fields,
@@ -222,7 +230,9 @@ impl InferenceRequest {
             return Ok(None);
         };
         Ok(Some(match self.endpoint {
-            Endpoint::ChatCompletions => PromptView::Chat(prompt_view::messages(raw)?),
+            Endpoint::ChatCompletions | Endpoint::EngineMessages => {
+                PromptView::Chat(prompt_view::messages(raw)?)
+            }
             _ => PromptView::Samples(prompt_view::prompts(raw, param)?),
         }))
     }
@@ -239,7 +249,7 @@ impl InferenceRequest {
             Endpoint::Tokenize if self.raw.contains("messages") => "messages",
             Endpoint::Tokenize => "prompt",
             Endpoint::Detokenize => "tokens",
-            Endpoint::Messages | Endpoint::CountTokens => "messages",
+            Endpoint::Messages | Endpoint::EngineMessages | Endpoint::CountTokens => "messages",
             Endpoint::CreateResponse | Endpoint::RetrieveResponse | Endpoint::CancelResponse => {
                 "input"
             }
@@ -322,7 +332,7 @@ impl InferenceRequest {
             Endpoint::CreateResponse => {
                 max_tokens_field(body.get("max_output_tokens"), "max_output_tokens")
             }
-            Endpoint::ChatCompletions => {
+            Endpoint::ChatCompletions | Endpoint::EngineMessages => {
                 match max_tokens_field(body.get("max_completion_tokens"), "max_completion_tokens")?
                 {
                     Some(v) => Ok(Some(v)),

@@ -37,8 +37,18 @@ fn build_for(
         fields: client,
         raw,
         directives,
+        verbatim,
         ..
     } = request;
+    if let Some(verbatim) = verbatim {
+        // The engine builds the prompt itself from the client's body (admission counted
+        // the chat it builds): nothing is added but the engine's own name for the model.
+        let mut body = Map::clone(&verbatim);
+        body.insert("model".into(), Value::from(served_model));
+        return serde_json::to_vec(&body)
+            .map(Bytes::from)
+            .map_err(|e| GatewayError::Internal(format!("encoding the engine's body: {e}")));
+    }
     let mut body = fields::passthrough(endpoint, client);
     if !matches!(endpoint, Endpoint::Generate | Endpoint::Rerank) {
         // Engines know the model by their own served name.

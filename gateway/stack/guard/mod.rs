@@ -19,7 +19,9 @@
 //! `RequestId`, `LeakWatch` (see `plan`); the response extensions `PrefillAnswer`,
 //! `BufferedAnswer` and `ServedBy` from dispatch. Writes: `OutcomeAtStreamEnd` on streams.
 
+mod anthropic;
 pub mod check_stream;
+mod event_stream;
 mod extensions;
 pub mod inspect;
 pub mod leak;
@@ -131,6 +133,16 @@ impl Stage for Guard {
                         continuation,
                         leak,
                     },
+                    report,
+                    plan.usage.clone(),
+                ))
+            } else if plan.anthropic && plan.stream {
+                // Anthropic events the engine wrote: checked in their own protocol.
+                Ok(anthropic::guard_messages_stream(
+                    parts,
+                    body,
+                    plan.checks.then_some(expect),
+                    leak,
                     report,
                     plan.usage.clone(),
                 ))

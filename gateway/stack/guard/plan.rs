@@ -72,6 +72,8 @@ pub(super) struct GuardPlan<'a> {
     /// Set for `/v1/responses`: whether it continues a stored response (`Some(true)`: the
     /// engine's prompt count is held to at least kvgate's).
     pub(super) responses: Option<bool>,
+    /// Set for an Anthropic answer the engine wrote itself (`Endpoint::EngineMessages`).
+    pub(super) anthropic: bool,
     pub(super) stream: bool,
     pub(super) batch: usize,
     /// Stream usage the gateway asked for on the client's behalf.
@@ -122,11 +124,13 @@ impl<'a> GuardPlan<'a> {
             .extensions_mut()
             .get_mut::<InferenceRequest>()
             .ok_or_else(|| GatewayError::Internal("the guard ran before parsing".into()))?;
-        let rewrite = if checks && stream && shape == Shape::OpenAi && responses.is_none() {
-            request_stream_usage(parsed)
-        } else {
-            UsageRewrite::default()
-        };
+        let anthropic = endpoint == Endpoint::EngineMessages;
+        let rewrite =
+            if checks && stream && shape == Shape::OpenAi && responses.is_none() && !anthropic {
+                request_stream_usage(parsed)
+            } else {
+                UsageRewrite::default()
+            };
         let tolerance = if parsed.token_id_input() {
             0
         } else {
@@ -154,6 +158,7 @@ impl<'a> GuardPlan<'a> {
             shape,
             pooling,
             responses,
+            anthropic,
             stream,
             batch,
             rewrite,

@@ -15,8 +15,9 @@ use http::response::Parts;
 use http::Response;
 use serde_json::{json, Value};
 
+use super::event_stream::{failure_trip, HeldEvents};
 use super::inspect::{error_object, Expectation, Trip};
-use super::leak::{HoldPolicy, LeakScan};
+use super::leak::LeakScan;
 use super::report::TripReport;
 use super::sse::{rewrite_stream, Rewrite, SseEvent, StreamFailure};
 use crate::body::BoxBody;
@@ -106,7 +107,7 @@ struct Guarded {
     report: TripReport,
     usage: Option<UsageCell>,
     /// Events held back while the leak scan is inside a foreign run.
-    held: Vec<u8>,
+    held: HeldEvents,
     done: bool,
 }
 
@@ -123,7 +124,7 @@ pub(super) fn guard_responses_stream(
         checks,
         report,
         usage,
-        held: Vec::new(),
+        held: HeldEvents::default(),
         done: false,
     };
     Response::from_parts(parts, rewrite_stream(body, guarded))
@@ -135,15 +136,7 @@ impl Rewrite for Guarded {
     }
 
     fn failed(&mut self, why: StreamFailure) -> Vec<u8> {
-        let t = match why {
-            StreamFailure::Unreadable(_) => Trip::Unparsable {
-                detail: "a stream event from the engine is too large",
-            },
-            StreamFailure::Broken(_) => Trip::Truncated {
-                detail: "the engine's stream failed",
-            },
-        };
-        trip(self, t)
+        trip(self, failure_trip(why))
     }
 
     fn ended(&mut self) -> Vec<u8> {
@@ -206,7 +199,7 @@ fn pass(state: &mut Guarded, events: &[SseEvent]) -> Vec<u8> {
                         {
                             cell.set(total);
                         }
-                        out.append(&mut state.held);
+                        state.held.release(&mut out);
                         out.extend_from_slice(&event.raw);
                         state.done = true;
                     }
@@ -233,24 +226,15 @@ fn pass(state: &mut Guarded, events: &[SseEvent]) -> Vec<u8> {
     out
 }
 
-/// Pass `raw` on, or hold it (with what is held already) while a blocking leak scan is
-/// inside a run of another tenant's text; the hold is released once the run ends.
+/// Pass `raw` on, or hold it while a blocking leak scan is inside another tenant's text.
 fn emit(state: &mut Guarded, out: &mut Vec<u8>, raw: &[u8]) {
-    let holding = state
-        .checks
-        .leak
-        .as_ref()
-        .is_some_and(|l| l.hold_policy() != HoldPolicy::None && l.in_foreign_run());
-    state.held.extend_from_slice(raw);
-    if !holding {
-        out.append(&mut state.held);
-    }
+    state.held.emit(state.checks.leak.as_ref(), out, raw);
 }
 
 /// Record `t` and end the stream with an `error` event in the Responses API's shape (what
 /// was held back is dropped).
 fn trip(state: &mut Guarded, t: Trip) -> Vec<u8> {
-    state.held.clear();
+    state.held.drop_all();
     state.done = true;
     let error = state.report.record(&t);
     let data = json!({

@@ -6,8 +6,9 @@ use http::response::Parts;
 use http::Response;
 use http_body_util::BodyExt;
 
+use super::anthropic::{check_message, message_texts, message_usage};
 use super::extensions::BufferedAnswer;
-use super::inspect::{check_pooling, pooling_usage, Answer, Expectation};
+use super::inspect::{check_pooling, pooling_usage, Answer, Expectation, Trip};
 use super::leak::LeakScan;
 use super::plan::GuardPlan;
 use super::report::TripReport;
@@ -44,16 +45,25 @@ pub(super) async fn check_whole_answer(
                 return Err(report.record(&trip));
             }
         }
-        if let Some(mut leak) = leak {
-            let texts = output_texts(&v);
-            let last = texts.len().saturating_sub(1);
-            for (i, text) in texts.into_iter().enumerate() {
-                if let Err(trip) = leak.push(text, i == last) {
-                    return Err(report.record(&trip));
-                }
-            }
+        if let Err(trip) = scan(leak, output_texts(&v)) {
+            return Err(report.record(&trip));
         }
         if let (Some(cell), Some(total)) = (&plan.usage, response_usage(&v)) {
+            cell.set(total);
+        }
+        return Ok(Response::from_parts(parts, body));
+    }
+    if plan.anthropic {
+        let v = serde_json::from_slice::<serde_json::Value>(&bytes).unwrap_or_default();
+        if plan.checks {
+            if let Err(trip) = check_message(&v, expect) {
+                return Err(report.record(&trip));
+            }
+        }
+        if let Err(trip) = scan(leak, message_texts(&v)) {
+            return Err(report.record(&trip));
+        }
+        if let (Some(cell), Some(total)) = (&plan.usage, message_usage(&v)) {
             cell.set(total);
         }
         return Ok(Response::from_parts(parts, body));
@@ -88,4 +98,16 @@ pub(super) async fn check_whole_answer(
         cell.set(total);
     }
     Ok(Response::from_parts(parts, body))
+}
+
+/// The leak scan of an answer's generated texts, the last one ending it.
+fn scan(leak: Option<LeakScan>, texts: Vec<&str>) -> Result<(), Trip> {
+    let Some(mut leak) = leak else {
+        return Ok(());
+    };
+    let last = texts.len().saturating_sub(1);
+    for (i, text) in texts.into_iter().enumerate() {
+        leak.push(text, i == last)?;
+    }
+    Ok(())
 }

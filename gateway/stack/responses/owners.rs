@@ -27,8 +27,6 @@ use crate::redis_link::RedisLink;
 /// `request_id`), so they are bounded before they reach memory or a Redis key.
 pub const MAX_ID_BYTES: usize = 256;
 
-/// The Redis key prefix of an owner record.
-
 /// The owner of one stored response.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResponseOwner {
