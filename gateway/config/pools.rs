@@ -66,6 +66,10 @@ pub struct PoolConfig {
     /// Only these tenants may use the pool (empty: every tenant).
     #[serde(default)]
     pub tenants: Vec<String>,
+    /// Requests each worker runs at once, for workers that do not say their own
+    /// (`max_running` on the worker wins; the engine's report is enforced when smaller).
+    #[serde(default)]
+    pub max_running: Option<u32>,
     /// Requests in flight at once on this pool (503 + Retry-After above it; unset: none).
     #[serde(default)]
     pub max_in_flight: Option<usize>,
@@ -107,6 +111,12 @@ impl PoolConfig {
     pub(super) fn check(&self) -> Result<(), Invalid> {
         if self.name.trim().is_empty() {
             return Err(Invalid::new("name", "must not be empty"));
+        }
+        if self.max_running == Some(0) {
+            return Err(Invalid::new(
+                "max_running",
+                "must be at least 1 (the engines' --max-running-requests), or left out to discover it",
+            ));
         }
         if self.max_in_flight == Some(0) {
             return Err(Invalid::new(

@@ -15,6 +15,12 @@ pub struct WorkerConfig {
     /// KV pool size in tokens; the smaller of this and the discovered value is enforced.
     #[serde(default)]
     pub kv_tokens: Option<u64>,
+    /// Requests the engine runs at once (SGLang's `--max-running-requests`, vLLM's
+    /// `--max-num-seqs`, llama.cpp's `--parallel`); the smaller of this, the pool's
+    /// `max_running` and what the engine reports is enforced. Unset and unreported: only
+    /// KV bounds what kvgate sends.
+    #[serde(default)]
+    pub max_running: Option<u32>,
     /// Prefill workers: the KV bootstrap port (else discovered from the engine).
     #[serde(default)]
     pub bootstrap_port: Option<u16>,
@@ -56,6 +62,12 @@ impl WorkerConfig {
             return Err(Invalid::new(
                 "kv_tokens",
                 "must be the KV pool size in tokens (SGLang's max_total_num_tokens), or left out to discover it",
+            ));
+        }
+        if self.max_running == Some(0) {
+            return Err(Invalid::new(
+                "max_running",
+                "must be at least 1 (the engine's --max-running-requests), or left out to discover it",
             ));
         }
         if !is_prefill && (self.bootstrap_port.is_some() || self.bootstrap_host.is_some()) {

@@ -107,6 +107,7 @@ pub fn parse_server_info(v: &Value) -> ServerInfo {
         max_total_num_tokens: find_u64("max_total_num_tokens"),
         max_req_input_len: find_u64("max_req_input_len"),
         context_length: find_u64("context_length"),
+        max_running_requests: effective_max_running(v).or_else(|| find_u64("max_running_requests")),
         bootstrap_port: find_u64("disaggregation_bootstrap_port")
             .and_then(|p| u16::try_from(p).ok()),
         disaggregation_mode: v
@@ -115,6 +116,18 @@ pub fn parse_server_info(v: &Value) -> ServerInfo {
             .map(str::to_owned),
         version: v.get("version").and_then(Value::as_str).map(str::to_owned),
     }
+}
+
+/// The requests the engine runs at once, as its schedulers computed it: SGLang's
+/// `internal_states[i].effective_max_running_requests_per_dp`, one per data-parallel rank,
+/// summed (`Scheduler.get_internal_state`, read at sgl-project/sglang 025177e4; the
+/// top-level `max_running_requests` is the flag as given, `null` when unset).
+fn effective_max_running(v: &Value) -> Option<u64> {
+    let ranks = v.get("internal_states")?.as_array()?;
+    ranks
+        .iter()
+        .map(|r| r.get("effective_max_running_requests_per_dp")?.as_u64())
+        .sum()
 }
 
 #[cfg(test)]
@@ -135,6 +148,15 @@ mod tests {
         assert_eq!(info.max_req_input_len, Some(681274));
         assert_eq!(info.context_length, Some(1048576));
         assert_eq!(info.bootstrap_port, Some(8998));
+        assert_eq!(info.max_running_requests, None);
+        let ranks = parse_server_info(&json!({
+            "max_running_requests": null,
+            "internal_states": [{"effective_max_running_requests_per_dp": 48},
+                                {"effective_max_running_requests_per_dp": 48}]
+        }));
+        assert_eq!(ranks.max_running_requests, Some(96), "summed over DP ranks");
+        let flag = parse_server_info(&json!({"max_running_requests": 16}));
+        assert_eq!(flag.max_running_requests, Some(16));
         let older = parse_server_info(&json!({"max_total_num_tokens": 5}));
         assert_eq!(older.max_total_num_tokens, Some(5));
         assert_eq!(older.bootstrap_port, None);

@@ -70,6 +70,10 @@ pub struct EngineLoad {
     /// Of those, the tokens beyond kvgate's own account when the report was read: load
     /// that only the engine sees (set when the report is recorded).
     pub foreign_kv_tokens: Option<u64>,
+    /// The requests running or waiting there beyond kvgate's own outstanding ones when the
+    /// report was read: requests only the engine sees, each taking a running slot (set
+    /// when the report is recorded).
+    pub foreign_requests: u64,
     /// When the report was read.
     pub at: Instant,
 }
@@ -188,9 +192,10 @@ impl KvAccount {
         report.filter(|r| r.at.elapsed() <= max_age)
     }
 
-    /// Record the engine's report (None: it gave none this time); wakes whoever waits for
-    /// room when the engine now uses less KV than it last said.
-    pub fn set_engine_load(&self, report: Option<EngineLoad>, labels: &Labels) {
+    /// Record the engine's report (None: it gave none this time), read while kvgate had
+    /// `outstanding` requests there; wakes whoever waits for room when the engine now
+    /// holds less of others' load than it last said.
+    pub fn set_engine_load(&self, report: Option<EngineLoad>, outstanding: u64, labels: &Labels) {
         // What the engine uses beyond kvgate's own account now is someone else's load —
         // less the pages' rounding: an engine allocates whole pages, so each running
         // request may use up to a page more than its tokens, and that is not another
@@ -201,6 +206,10 @@ impl KvAccount {
             r.foreign_kv_tokens = r
                 .used_kv_tokens
                 .map(|used| used.saturating_sub(self.in_flight().saturating_add(rounding)));
+            r.foreign_requests = r
+                .running
+                .saturating_add(r.waiting)
+                .saturating_sub(outstanding);
             r
         });
         let previous = {
@@ -211,7 +220,8 @@ impl KvAccount {
             ::metrics::gauge!(metrics::WORKER_ENGINE_WAITING, labels).set(r.waiting as f64);
         }
         let used = |r: Option<EngineLoad>| r.and_then(|r| r.foreign_kv_tokens).unwrap_or(0);
-        if used(report) < used(previous) {
+        let requests = |r: Option<EngineLoad>| r.map_or(0, |r| r.foreign_requests);
+        if used(report) < used(previous) || requests(report) < requests(previous) {
             self.room_freed.notify_waiters();
         }
     }
@@ -226,6 +236,9 @@ pub struct Reported {
     pub used_tokens: Option<u64>,
     /// KV in use as a fraction of the pool (vLLM).
     pub usage: Option<f64>,
+    /// The most requests it runs at once (SGLang's `max_running_requests`, summed over
+    /// its data-parallel ranks).
+    pub max_running: Option<u64>,
 }
 
 /// SGLang's `GET /v1/loads`: the sum over its ranks (`loads`), else the top-level fields.
@@ -243,6 +256,9 @@ pub fn parse_sglang_loads(body: &[u8]) -> Option<Reported> {
         let running = field(rank, "num_running_reqs");
         let waiting = field(rank, "num_waiting_reqs");
         let used = field(rank, "num_used_tokens");
+        if let Some(n) = field(rank, "max_running_requests") {
+            out.max_running = Some(out.max_running.unwrap_or(0) + n);
+        }
         any |= running.is_some() || waiting.is_some() || used.is_some();
         out.running += running.unwrap_or(0);
         out.waiting += waiting.unwrap_or(0);
@@ -281,6 +297,7 @@ pub fn parse_vllm_metrics(text: &str) -> Option<Reported> {
         waiting: count(waiting),
         used_tokens: None,
         usage,
+        max_running: None,
     })
 }
 
@@ -383,12 +400,15 @@ mod tests {
             waiting: 2,
             used_kv_tokens: Some(30),
             foreign_kv_tokens: None,
+            foreign_requests: 0,
             at: old,
         };
-        account.set_engine_load(Some(report), &labels);
-        // 30 used, none on kvgate's account, a page's rounding for its one running request.
+        account.set_engine_load(Some(report), 1, &labels);
+        // 30 used, none on kvgate's account, a page's rounding for its one running request;
+        // of its three requests (one running, two waiting) kvgate sent one.
         let recorded = EngineLoad {
             foreign_kv_tokens: Some(14),
+            foreign_requests: 2,
             ..report
         };
         assert_eq!(account.engine_load(Duration::from_secs(60)), Some(recorded));
@@ -398,14 +418,16 @@ mod tests {
     #[test]
     fn sglang_loads_top_level_and_ranks() {
         let top = br#"{"num_running_reqs":2,"num_waiting_reqs":1,"num_used_tokens":640,
-            "max_total_num_tokens":4096,"token_usage":0.156}"#;
+            "max_total_num_tokens":4096,"token_usage":0.156,"max_running_requests":16}"#;
         let r = parse_sglang_loads(top).unwrap();
         assert_eq!((r.running, r.waiting, r.used_tokens), (2, 1, Some(640)));
+        assert_eq!(r.max_running, Some(16));
         let ranks = br#"{"num_running_reqs":9,"loads":[
             {"num_running_reqs":1,"num_waiting_reqs":0,"num_used_tokens":100},
             {"num_running_reqs":2,"num_waiting_reqs":3,"num_used_tokens":200}]}"#;
         let r = parse_sglang_loads(ranks).unwrap();
         assert_eq!((r.running, r.waiting, r.used_tokens), (3, 3, Some(300)));
+        assert_eq!(r.max_running, None, "not reported");
         assert_eq!(parse_sglang_loads(b"{}"), None);
         assert_eq!(parse_sglang_loads(b"not json"), None);
     }

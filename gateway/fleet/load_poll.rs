@@ -32,20 +32,25 @@ async fn poll_worker(
     timeout: Duration,
 ) {
     let report = match ask(&worker, engine, upstream, timeout).await {
-        Ok(reported) => Some(EngineLoad {
-            running: reported.running,
-            waiting: reported.waiting,
-            used_kv_tokens: reported.used_tokens.or_else(|| {
-                // vLLM reports a fraction of its own pool: the discovered size when known,
-                // else the enforced one.
-                let usage = reported.usage?;
-                let pool = worker.kv_tokens()?;
-                Some((usage * pool as f64).round() as u64)
-            }),
-            // Set when the report is recorded, against kvgate's account then.
-            foreign_kv_tokens: None,
-            at: Instant::now(),
-        }),
+        Ok(reported) => {
+            worker.set_reported_max_running(reported.max_running);
+            Some(EngineLoad {
+                // Set when the report is recorded, against kvgate's outstanding requests then.
+                foreign_requests: 0,
+                running: reported.running,
+                waiting: reported.waiting,
+                used_kv_tokens: reported.used_tokens.or_else(|| {
+                    // vLLM reports a fraction of its own pool: the discovered size when known,
+                    // else the enforced one.
+                    let usage = reported.usage?;
+                    let pool = worker.kv_tokens()?;
+                    Some((usage * pool as f64).round() as u64)
+                }),
+                // Set when the report is recorded, against kvgate's account then.
+                foreign_kv_tokens: None,
+                at: Instant::now(),
+            })
+        }
         Err(why) => {
             // Many engines have no load endpoint: not worth more than a debug line.
             tracing::debug!(

@@ -4,6 +4,8 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::load::KvCost;
+
 use super::{
     EjectionGroup, FairQueue, HealthPolicy, PrefixIndex, Promised, Role, SignalWindow,
     TenantShares, Worker,
@@ -104,6 +106,18 @@ impl Pool {
             list.iter()
                 .enumerate()
                 .map(|(slot, w)| {
+                    // The pool's `max_running` for a worker that does not say its own.
+                    let own;
+                    let w = match (w.max_running, config.max_running) {
+                        (None, Some(n)) => {
+                            own = crate::config::WorkerConfig {
+                                max_running: Some(n),
+                                ..w.clone()
+                            };
+                            &own
+                        }
+                        _ => w,
+                    };
                     let worker = Worker::new(name.clone(), role, w)
                         .with_slot(slot)
                         .with_versions(config.version.as_deref(), min_version.cloned())
@@ -284,6 +298,27 @@ impl Pool {
     /// (`Notified::enable`), then checks [`Worker::room`], then awaits.
     pub fn room_freed(&self) -> &Arc<tokio::sync::Notify> {
         &self.room_freed
+    }
+
+    /// What a request costing `cost` is charged in this pool's KV account: at least one
+    /// running slot's share of a request-holding worker (the largest share among its
+    /// eligible workers whose slots are known; see `worker/slots.rs`), so that where slots
+    /// bind, kvgate never has more requests on a worker than it runs at once.
+    pub fn charged(&self, cost: KvCost, overcommit: f64) -> KvCost {
+        let holding = match &self.workers {
+            PoolWorkers::Unified(ws) => ws,
+            PoolWorkers::Disaggregated { decode, .. } => decode,
+        };
+        let slot = holding
+            .iter()
+            .filter(|w| w.is_eligible())
+            .filter_map(|w| w.slot_tokens(overcommit))
+            .max()
+            .unwrap_or(0);
+        KvCost {
+            prompt: cost.prompt,
+            total: cost.total.max(slot),
+        }
     }
 
     /// The KV tokens its eligible request-holding workers (unified or decode) may have in

@@ -5,7 +5,8 @@
 //! neither configured nor discovered is not eligible to serve (I3).
 //!
 //! Its live load (`claim`: outstanding requests and the KV they hold, the engine's own
-//! report, the room left) is in `worker/claim.rs`, over [`super::load`].
+//! report, the room left) is in `worker/claim.rs`, over [`super::load`]; its running slots
+//! in `worker/slots.rs`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
@@ -52,6 +53,8 @@ pub struct ServerInfo {
     pub bootstrap_port: Option<u16>,
     /// `disaggregation_mode`: "null", "prefill", "decode".
     pub disaggregation_mode: Option<String>,
+    /// `max_running_requests`: the most requests the engine runs at once.
+    pub max_running_requests: Option<u64>,
     /// `version`.
     pub version: Option<String>,
 }
@@ -82,6 +85,10 @@ pub struct Worker {
     /// Host that decode workers reach for KV (prefill only).
     pub bootstrap_host: String,
     configured_kv_tokens: Option<u64>,
+    /// `max_running` (the worker's, else its pool's).
+    configured_max_running: Option<u64>,
+    /// What the engine's load report last said of its running slots (0: nothing).
+    reported_max_running: AtomicU64,
     configured_bootstrap_port: Option<u16>,
     discovery: RwLock<Discovery>,
     /// The pool's configured `version` (what the engine reports takes precedence).
@@ -124,6 +131,8 @@ impl Worker {
             authority,
             bootstrap_host: config.bootstrap_host.clone().unwrap_or(host),
             configured_kv_tokens: config.kv_tokens,
+            configured_max_running: config.max_running.map(u64::from),
+            reported_max_running: AtomicU64::new(0),
             configured_bootstrap_port: config.bootstrap_port,
             discovery: RwLock::new(Discovery::Pending),
             configured_version: None,
@@ -284,7 +293,10 @@ impl Worker {
     /// One number of what discovery found, read in place: the request path asks these for
     /// every worker (admission's bounds), and a clone of the whole answer would copy its
     /// strings each time.
-    fn discovered_number<T>(&self, field: impl FnOnce(&ServerInfo) -> Option<T>) -> Option<T> {
+    pub(crate) fn discovered_number<T>(
+        &self,
+        field: impl FnOnce(&ServerInfo) -> Option<T>,
+    ) -> Option<T> {
         let guard = self.discovery.read().unwrap_or_else(|p| p.into_inner());
         match &*guard {
             Discovery::Found(info) => field(info),
@@ -457,5 +469,6 @@ impl crate::upstream::Peer for Worker {
 
 mod cache;
 pub(super) mod claim;
+mod slots;
 #[cfg(test)]
 mod tests;

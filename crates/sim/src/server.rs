@@ -226,6 +226,17 @@ fn server_info(engine: &SimEngine) -> Value {
         "max_total_num_tokens": c.reported_kv_tokens(),
         "max_req_input_len": c.reported_max_req_input_len(),
     });
+    // `Scheduler.get_internal_state` adds the running slots its scheduler computed
+    // (`effective_max_running_requests_per_dp`; sgl-project/sglang 025177e4). The sim's
+    // batch is bounded only when `--max-running-requests` is given: without it, no key
+    // (a real engine would report its computed limit).
+    let mut internal = scheduler.clone();
+    if let (Some(map), Some(n)) = (internal.as_object_mut(), c.max_running_requests) {
+        map.insert(
+            "effective_max_running_requests_per_dp".into(),
+            json!(n.get()),
+        );
+    }
     json!({
         "model_path": c.model,
         "tokenizer_path": c.model,
@@ -241,8 +252,10 @@ fn server_info(engine: &SimEngine) -> Value {
         "enable_cache_report": c.enable_cache_report,
         "reasoning_parser": c.reasoning_parser.map(|p| p.name()),
         "sim_fault": format!("{:?}", c.fault),
-        "scheduler_info": scheduler.clone(),
-        "internal_states": [scheduler],
+        // The flag as given (the server args' dump), `null` when unset.
+        "max_running_requests": c.max_running_requests.map(|n| n.get()),
+        "scheduler_info": scheduler,
+        "internal_states": [internal],
         "version": c.version,
     })
 }

@@ -27,14 +27,15 @@ impl Worker {
 
     /// Record the engine's load report (None: it gave none this round).
     pub fn set_engine_load(&self, report: Option<EngineLoad>) {
-        self.kv.set_engine_load(report, &self.labels());
+        let outstanding = self.outstanding() as u64;
+        self.kv.set_engine_load(report, outstanding, &self.labels());
     }
 
     /// The KV tokens still free here: the enforced capacity ([`Worker::kv_tokens`]) ×
     /// `overcommit`, minus the larger of kvgate's account and the engine's used tokens,
     /// never below 0. None when the capacity is unknown (such a worker never serves).
     pub fn room(&self, overcommit: f64) -> Option<u64> {
-        let foreign = self.engine_load().and_then(|l| l.foreign_kv_tokens);
+        let foreign = self.foreign_load(overcommit);
         room_of(self.kv_tokens(), overcommit, self.kv_in_flight(), foreign)
     }
 
@@ -64,7 +65,7 @@ impl Worker {
     /// atomically: the gateway queue's claims never promise an engine more KV than it holds.
     pub fn claim_within(self: &Arc<Self>, kv: u64, overcommit: f64) -> Option<WorkerLoad> {
         let allowed = allowed(self.kv_tokens()?, overcommit);
-        let foreign = self.engine_load().and_then(|l| l.foreign_kv_tokens);
+        let foreign = self.foreign_load(overcommit);
         if !self
             .kv
             .try_add_within(kv, allowed, foreign, || self.labels())

@@ -6,6 +6,7 @@ fn worker(kv: Option<u64>, role: Role) -> Worker {
     let config = WorkerConfig {
         url: "http://10.0.0.1:30000".parse().unwrap(),
         kv_tokens: kv,
+        max_running: None,
         bootstrap_port: None,
         bootstrap_host: None,
         tls_server_name: None,
@@ -111,4 +112,58 @@ fn leaving_service_moves_the_cache_epoch_on() {
     assert_eq!(w.cache_epoch(), 1, "only the drain itself counts");
     w.request_failed("status_5xx");
     assert_eq!(w.cache_epoch(), 2, "ejected");
+}
+
+#[test]
+fn a_request_holds_at_least_a_running_slots_share_where_slots_are_known() {
+    let config = |max_running| WorkerConfig {
+        url: "http://10.0.0.1:30000".parse().unwrap(),
+        kv_tokens: Some(1000),
+        max_running,
+        bootstrap_port: None,
+        bootstrap_host: None,
+        tls_server_name: None,
+    };
+    let unknown = Worker::new(Arc::from("p"), Role::Unified, &config(None));
+    assert_eq!(unknown.max_running(), None);
+    assert_eq!(unknown.slot_tokens(1.0), None, "only KV bounds it");
+    let slotted = Worker::new(Arc::from("p"), Role::Unified, &config(Some(4)));
+    assert_eq!(slotted.slot_tokens(1.0), Some(250));
+    assert_eq!(
+        slotted.slot_tokens(1.5),
+        Some(375),
+        "slots are not overcommitted"
+    );
+    // The engine reports fewer slots than configured: the smaller is enforced.
+    slotted.set_reported_max_running(Some(3));
+    assert_eq!(slotted.max_running(), Some(3));
+    assert_eq!(slotted.slot_tokens(1.0), Some(333));
+    slotted.set_reported_max_running(None);
+    assert_eq!(slotted.max_running(), Some(4));
+}
+
+#[test]
+fn requests_only_the_engine_sees_take_their_slots_from_the_room() {
+    let config = WorkerConfig {
+        url: "http://10.0.0.1:30000".parse().unwrap(),
+        kv_tokens: Some(1000),
+        max_running: Some(4),
+        bootstrap_port: None,
+        bootstrap_host: None,
+        tls_server_name: None,
+    };
+    let worker = Worker::new(Arc::from("p"), Role::Unified, &config);
+    assert_eq!(worker.room(1.0), Some(1000));
+    // Two short requests of another front door run there, one more waits: three slots,
+    // though they hold hardly any KV.
+    worker.set_engine_load(Some(crate::fleet::EngineLoad {
+        running: 2,
+        waiting: 1,
+        used_kv_tokens: Some(40),
+        foreign_kv_tokens: None,
+        foreign_requests: 0,
+        at: std::time::Instant::now(),
+    }));
+    assert_eq!(worker.foreign_load(1.0), Some(750));
+    assert_eq!(worker.room(1.0), Some(250));
 }

@@ -154,12 +154,17 @@ pub fn worker_json(w: &Worker, overcommit: f64) -> Value {
         "reason": w.ineligibility(),
         "draining": w.is_draining(),
         "outstanding": w.outstanding(),
+        // The most requests its engine runs at once, and the KV share each then holds at
+        // least in `kv_in_flight` (`fleet/worker/slots.rs`).
+        "max_running": w.max_running(),
+        "slot_tokens": w.slot_tokens(overcommit),
         "kv_in_flight": w.kv_in_flight(),
         "room": w.room(overcommit),
         "engine_load": w.engine_load().map(|l| json!({
             "running": l.running,
             "waiting": l.waiting,
             "used_kv_tokens": l.used_kv_tokens,
+            "foreign_requests": l.foreign_requests,
             "age_seconds": l.at.elapsed().as_secs_f64(),
         })),
         "health": health_json(w),

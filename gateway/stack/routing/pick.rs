@@ -265,6 +265,7 @@ mod tests {
                 let cfg = WorkerConfig {
                     url: format!("http://10.0.0.{i}:1").parse().unwrap(),
                     kv_tokens: Some(100),
+                    max_running: None,
                     bootstrap_port: None,
                     bootstrap_host: None,
                     tls_server_name: None,
@@ -327,6 +328,7 @@ mod tests {
         let cfg = |i: u8, kv: u64| WorkerConfig {
             url: format!("http://10.0.1.{i}:1").parse().unwrap(),
             kv_tokens: Some(kv),
+            max_running: None,
             bootstrap_port: None,
             bootstrap_host: None,
             tls_server_name: None,

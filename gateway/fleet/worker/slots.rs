@@ -1,0 +1,60 @@
+//! A worker's running slots: how many requests its engine runs at once (SGLang's
+//! `--max-running-requests`, vLLM's `--max-num-seqs`, llama.cpp's `--parallel`). An engine
+//! with fewer slots than requests sent queues the rest in its own FIFO, where kvgate's fair
+//! queue can no longer order them; so where slots bind, kvgate sends at most that many.
+//!
+//! Slots are scheduled as KV: a request is charged at least one slot's share of the
+//! worker's KV ([`Worker::slot_tokens`]: capacity × overcommit ÷ slots), so the KV account,
+//! the gateway queue and the fair shares (`fleet::share`) bound whichever resource binds
+//! first, with the same guarantees (dominant-resource accounting). A request longer than a
+//! slot's share is charged its KV, as before. The engine's report of requests kvgate did
+//! not send (`foreign_requests`: another front door) takes their slots' share from the room.
+//!
+//! The limit is the smallest of the configured `max_running` (the worker's, else its
+//! pool's), what `/get_server_info` reported (`max_running_requests`), and what the load
+//! report (`/v1/loads`) last said.
+
+use std::sync::atomic::Ordering;
+
+use super::Worker;
+use crate::fleet::load::allowed;
+
+impl Worker {
+    /// The most requests this worker's engine runs at once, when known.
+    pub fn max_running(&self) -> Option<u64> {
+        let discovered = self.discovered_number(|i| i.max_running_requests);
+        let reported = Some(self.reported_max_running.load(Ordering::Relaxed)).filter(|&n| n > 0);
+        [self.configured_max_running, discovered, reported]
+            .into_iter()
+            .flatten()
+            .filter(|&n| n > 0)
+            .min()
+    }
+
+    /// Record what the engine's load report said of its slots (None: it did not say).
+    pub fn set_reported_max_running(&self, slots: Option<u64>) {
+        self.reported_max_running
+            .store(slots.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// One running slot's share of this worker's KV (capacity × `overcommit` ÷ slots,
+    /// rounded down, so that all the slots fit and one more does not): the least a request
+    /// is charged here. None where slots are unknown or the capacity is.
+    pub fn slot_tokens(&self, overcommit: f64) -> Option<u64> {
+        let slots = self.max_running()?;
+        Some((allowed(self.kv_tokens()?, overcommit) / slots).max(1))
+    }
+
+    /// The load only the engine sees, in KV tokens: the larger of its KV beyond kvgate's
+    /// account and its requests beyond kvgate's, each at a slot's share.
+    pub fn foreign_load(&self, overcommit: f64) -> Option<u64> {
+        let report = self.engine_load()?;
+        let by_slots = self
+            .slot_tokens(overcommit)
+            .map(|slot| slot.saturating_mul(report.foreign_requests));
+        match (report.foreign_kv_tokens, by_slots) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! Running slots as a capacity of their own (issue 38): an engine that runs at most N
+//! requests at once (SGLang's `--max-running-requests`) with plenty of KV. kvgate sends it
+//! no more than N, so the rest wait in kvgate's fair queue (where a light tenant goes
+//! ahead) instead of the engine's FIFO. Order is checked by the order answers complete,
+//! never by clocks.
+//!
+//! - the slots the engine reports (`/get_server_info`, `/v1/loads`) bound what kvgate sends,
+//!   and a light tenant is served before a flooding tenant's backlog;
+//! - `max_running` in the config bounds an engine that says nothing;
+//! - requests another front door sent straight to the engine take their slots too.
+
+mod support;
+
+use serde_json::{json, Value};
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kvgate::runtime::RunningGateway;
+use kvgate_sim::{RunningSim, SimConfig, SimRole};
+use support::*;
+
+const WINDOW: u64 = 4096;
+/// Room for dozens of these requests: KV never binds here.
+const KV: usize = 40960;
+const FLOOD_KEY: &str = "flood-key";
+const LIGHT_KEY: &str = "light-key";
+
+/// An engine running at most `slots` requests at once (None: unbounded), each answer
+/// taking `hold` before its first token.
+async fn engine_running(slots: Option<usize>, hold: Duration) -> RunningSim {
+    engine_with(SimConfig {
+        role: SimRole::Unified,
+        model: "qwen3".into(),
+        kv_tokens: KV,
+        context_length: WINDOW as usize,
+        first_token_latency: hold,
+        token_latency: Duration::from_millis(1),
+        max_running_requests: slots.and_then(NonZeroUsize::new),
+        ..SimConfig::default()
+    })
+    .await
+}
+
+/// One pool on `engine` (`pool_extra` lines added to it), tenants flood and light, load
+/// reports polled every 100 ms.
+async fn gateway_on(engine: &RunningSim, pool_extra: &str) -> RunningGateway {
+    let pool = format!("{}{pool_extra}", unified_pool("p", &[worker(engine, None)]));
+    let text = config_with_pools(WINDOW, &pool).replace(
+        "[audit]\n",
+        "[health]\ninterval = \"100ms\"\ntimeout = \"100ms\"\n\n[audit]\n",
+    );
+    let tenants = [
+        tenant_table("flood", FLOOD_KEY),
+        tenant_table("light", LIGHT_KEY),
+    ]
+    .join("\n");
+    gateway(&format!("{text}\n{tenants}")).await
+}
+
+fn body() -> Value {
+    json!({"text": "Summarise the history of the printing press in Europe.",
+        "sampling_params": {"max_new_tokens": 8}})
+}
+
+/// Send one request; returns the reply and its place in the order answers completed.
+async fn send_one(
+    gw: &RunningGateway,
+    key: &'static str,
+    done: Arc<AtomicUsize>,
+) -> (Reply, usize) {
+    let url = format!("http://{}/generate", gw.data_addr());
+    let reply = post(&url, Some(key), &body()).await;
+    (reply, done.fetch_add(1, Ordering::SeqCst))
+}
+
+/// Wait (bounded) until `check` holds.
+async fn until(what: &str, mut check: impl FnMut() -> bool) {
+    for _ in 0..1000 {
+        if check() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("never: {what}");
+}
+
+fn queued(gw: &RunningGateway) -> usize {
+    gw.fleet().pool("p").map_or(0, |p| p.queue.len())
+}
+
+fn outstanding(gw: &RunningGateway) -> usize {
+    gw.fleet().workers().map(|w| w.outstanding()).sum()
+}
+
+/// `n` flood requests: the first `running` run, the others queue in kvgate in the order
+/// they were sent.
+async fn flood(
+    gw: &Arc<RunningGateway>,
+    n: usize,
+    running: usize,
+    done: &Arc<AtomicUsize>,
+) -> Vec<tokio::task::JoinHandle<(Reply, usize)>> {
+    let mut flood = Vec::new();
+    for i in 0..n {
+        let (g, d) = (gw.clone(), done.clone());
+        flood.push(tokio::spawn(
+            async move { send_one(&g, FLOOD_KEY, d).await },
+        ));
+        if i < running {
+            until("the flood's first requests run", || {
+                outstanding(gw) == i + 1
+            })
+            .await;
+        } else {
+            until("the flood's rest queues in kvgate", || {
+                queued(gw) == i + 1 - running
+            })
+            .await;
+        }
+    }
+    flood
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_bound_engine_gets_what_it_runs_and_a_light_tenant_goes_first() {
+    let engine = engine_running(Some(2), Duration::from_millis(600)).await;
+    let gw = Arc::new(gateway_on(&engine, "").await);
+    // What the engine said of itself at discovery.
+    let worker = gw.fleet().workers().next().cloned().expect("a worker");
+    assert_eq!(worker.max_running(), Some(2));
+    let done = Arc::new(AtomicUsize::new(0));
+    let flood = flood(&gw, 6, 2, &done).await;
+    let (light, light_place) = send_one(&gw, LIGHT_KEY, done.clone()).await;
+    assert_eq!(light.status, 200, "{}", light.text());
+    let mut flood_places = Vec::new();
+    for f in flood {
+        let (reply, place) = f.await.expect("flood request");
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        flood_places.push(place);
+    }
+    let after_light = flood_places.iter().filter(|&&p| p > light_place).count();
+    assert!(
+        after_light >= 3,
+        "the light request (done {light_place}) waits behind at most the running flood requests and the next: flood done at {flood_places:?}"
+    );
+    let stats = engine.engine.stats();
+    assert_eq!(stats.peak_running, 2, "{stats:?}");
+    assert_eq!(stats.queued, 0, "the engine never queued: {stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_running_in_the_config_bounds_an_engine_that_says_nothing() {
+    // The engine itself would run them all at once.
+    let engine = engine_running(None, Duration::from_millis(600)).await;
+    let gw = Arc::new(gateway_on(&engine, "max_running = 3\n").await);
+    let done = Arc::new(AtomicUsize::new(0));
+    let flood = flood(&gw, 5, 3, &done).await;
+    for f in flood {
+        assert_eq!(f.await.expect("flood request").0.status, 200);
+    }
+    let stats = engine.engine.stats();
+    assert_eq!(stats.peak_running, 3, "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_another_front_door_sent_take_their_slots_too() {
+    let engine = engine_running(Some(2), Duration::from_millis(600)).await;
+    let gw = Arc::new(gateway_on(&engine, "").await);
+    // Two long requests straight to the engine: both of its slots.
+    let direct = format!("http://{}/generate", engine.http_addr);
+    let around: Vec<_> = (0..2)
+        .map(|_| {
+            let url = direct.clone();
+            tokio::spawn(async move { post(&url, None, &body()).await })
+        })
+        .collect();
+    let worker = gw.fleet().workers().next().cloned().expect("a worker");
+    until("kvgate's load poll sees the engine's two requests", || {
+        worker
+            .engine_load()
+            .is_some_and(|l| l.foreign_requests == 2)
+    })
+    .await;
+    let done = Arc::new(AtomicUsize::new(0));
+    let (g, d) = (gw.clone(), done.clone());
+    let ours = tokio::spawn(async move { send_one(&g, LIGHT_KEY, d).await });
+    until("kvgate's request waits in kvgate", || queued(&gw) == 1).await;
+    for a in around {
+        assert_eq!(a.await.expect("direct request").status, 200);
+    }
+    let (reply, _) = ours.await.expect("our request");
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let stats = engine.engine.stats();
+    assert_eq!(
+        stats.queued, 0,
+        "the engine never queued kvgate's request: {stats:?}"
+    );
+}
