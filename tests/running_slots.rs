@@ -198,3 +198,36 @@ async fn requests_another_front_door_sent_take_their_slots_too() {
         "the engine never queued kvgate's request: {stats:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_shutdown_queued_requests_get_503_at_once_and_the_running_one_finishes() {
+    let engine = engine_running(Some(1), Duration::from_millis(1500)).await;
+    let gw = Arc::new(gateway_on(&engine, "").await);
+    let done = Arc::new(AtomicUsize::new(0));
+    let flood = flood(&gw, 4, 1, &done).await;
+    gw.begin_shutdown();
+    let mut answers = Vec::new();
+    for f in flood {
+        answers.push(f.await.expect("request"));
+    }
+    // The first runs to its end; the three queued are answered first, at once: 503 with
+    // Retry-After (they never started: a retry elsewhere loses nothing).
+    let (running, running_place) = &answers[0];
+    assert_eq!(running.status, 200, "{}", running.text());
+    assert_eq!(*running_place, 3, "the running request finishes last");
+    for (reply, place) in &answers[1..] {
+        assert_eq!(reply.status, 503, "{}", reply.text());
+        assert!(
+            reply.headers.contains_key("retry-after"),
+            "{:?}",
+            reply.headers
+        );
+        assert!(reply.text().contains("shutting down"), "{}", reply.text());
+        assert!(*place < 3);
+    }
+    assert_eq!(
+        generations(&engine).len(),
+        1,
+        "nothing queued was dispatched"
+    );
+}

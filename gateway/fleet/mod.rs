@@ -75,12 +75,30 @@ pub struct Fleet {
     by_model: HashMap<String, (Vec<Arc<Pool>>, AtomicU64)>,
     /// `[scheduling] kv_overcommit`: the share of a worker's KV pool that may be promised.
     kv_overcommit: f64,
+    /// Set once the process shuts down: nothing new is dispatched.
+    draining: std::sync::atomic::AtomicBool,
 }
 
 impl Fleet {
     /// Build the live pools from validated config.
     pub fn from_config(config: &Config) -> Self {
         Self::reusing(config, None)
+    }
+
+    /// The process shuts down: every queued request is refused at once (503 with
+    /// Retry-After: it has not started, so a retry loses nothing) and nothing new is
+    /// dispatched, so the drain only waits for what already runs (issue 38).
+    pub fn begin_drain(&self) {
+        self.draining
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        for pool in &self.pools {
+            pool.queue.close_with(QueueRefusal::Draining);
+        }
+    }
+
+    /// Whether [`Fleet::begin_drain`] was called.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Build the live pools of a reloaded `config`, taking over from `previous` (the
@@ -141,6 +159,7 @@ impl Fleet {
             pools,
             by_model,
             kv_overcommit: config.scheduling.kv_overcommit,
+            draining: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

@@ -103,7 +103,8 @@ struct State {
     places: HashMap<u64, (usize, Key)>,
     next_id: u64,
     drain: Drain,
-    closed: bool,
+    /// Why it refuses everything, once closed.
+    closed: Option<QueueRefusal>,
 }
 
 // === impl FairQueue ===
@@ -116,7 +117,7 @@ impl FairQueue {
             places: HashMap::new(),
             next_id: 0,
             drain: Drain::new(Instant::now()),
-            closed: false,
+            closed: None,
         };
         Self {
             max_queued: max_queued.max(1),
@@ -129,8 +130,8 @@ impl FairQueue {
     /// shed (its ticket answers `Err(Shed)`) to make room. `Err(Closed)` once closed.
     pub fn join(&self, entry: QueueEntry) -> Result<Ticket, QueueRefusal> {
         let mut state = lock(&self.state);
-        if state.closed {
-            return Err(QueueRefusal::Closed);
+        if let Some(reason) = state.closed {
+            return Err(reason);
         }
         if state.places.len() >= self.max_queued {
             let Some(victim) = state.victim_for(&entry) else {
@@ -299,12 +300,21 @@ impl FairQueue {
 
     /// Refuse every waiting entry and every later join with `Closed` (also on drop).
     pub fn close(&self) {
+        self.close_with(QueueRefusal::Closed);
+    }
+
+    /// Refuse every waiting entry and every later join with `reason`: `Draining` when the
+    /// process shuts down (a queued request would only be cut by the drain).
+    pub fn close_with(&self, reason: QueueRefusal) {
         let mut state = lock(&self.state);
-        state.closed = true;
+        if state.closed.is_some() {
+            return;
+        }
+        state.closed = Some(reason);
         let ids: Vec<u64> = state.places.keys().copied().collect();
         for id in ids {
             if let Some(waiting) = state.remove(id, false) {
-                let _ = waiting.wake.send(Err(QueueRefusal::Closed));
+                let _ = waiting.wake.send(Err(reason));
             }
         }
     }

@@ -47,6 +47,10 @@ pub enum QueueRefusal {
     /// The queue was closed (its pool or generation went away).
     #[error("the pool's queue was closed")]
     Closed,
+    /// kvgate is shutting down: nothing queued is dispatched any more (another replica
+    /// answers a retry).
+    #[error("kvgate is shutting down")]
+    Draining,
 }
 
 impl QueueRefusal {
@@ -56,7 +60,7 @@ impl QueueRefusal {
     /// queue that refused.
     pub fn retry_after(&self) -> Duration {
         match self {
-            QueueRefusal::Closed => MIN_RETRY,
+            QueueRefusal::Closed | QueueRefusal::Draining => MIN_RETRY,
             QueueRefusal::Full | QueueRefusal::Shed | QueueRefusal::TimedOut => UNKNOWN_RATE_RETRY,
         }
     }
@@ -68,6 +72,7 @@ impl QueueRefusal {
             QueueRefusal::Shed => "shed",
             QueueRefusal::TimedOut => "timed_out",
             QueueRefusal::Closed => "closed",
+            QueueRefusal::Draining => "draining",
         }
     }
 }

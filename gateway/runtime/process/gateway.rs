@@ -468,8 +468,10 @@ impl RunningGateway {
         self.budget.in_use()
     }
 
-    /// Stop accepting and start draining.
+    /// Stop accepting and start draining: queued requests are answered 503 at once and
+    /// nothing new is dispatched (`Fleet::begin_drain`); what runs may finish.
     pub fn begin_shutdown(&self) {
+        self.live.current().fleet.begin_drain();
         self.trigger.trigger();
     }
 

@@ -113,6 +113,15 @@ impl Route {
             sticky.as_deref(),
             choice.as_deref(),
         )?;
+        if self.fleet.is_draining() {
+            // Shutting down: what starts now could be cut by the drain (issue 38).
+            let reason = crate::fleet::QueueRefusal::Draining;
+            return Err(GatewayError::QueueRefused {
+                pool: pool.name.to_string(),
+                reason: "kvgate is shutting down and starts nothing new; another replica answers a retry",
+                retry_after: reason.retry_after(),
+            });
+        }
         // Where running slots bind, each request holds at least a slot's share of the KV.
         let cost = pool.charged(cost, self.scheduling.overcommit);
         let sharer = Sharer {
@@ -216,6 +225,9 @@ impl Route {
                         "the request waited in its queue past its deadline"
                     }
                     crate::fleet::QueueRefusal::Closed => "its queue closed (a reload)",
+                    crate::fleet::QueueRefusal::Draining => {
+                        "kvgate is shutting down and starts nothing new; another replica answers a retry"
+                    }
                 },
                 retry_after,
             }),
