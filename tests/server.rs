@@ -210,3 +210,65 @@ async fn graceful_drain_completes_an_in_flight_stream_and_refuses_new_connection
         .await
         .expect("drain finishes");
 }
+
+/// A burst of `n` connections at once, each asking `GET /v1/models` and reading the answer
+/// to its end; the status lines that came back (an empty one: no answer, a reset).
+async fn connection_burst(addr: std::net::SocketAddr, n: usize) -> Vec<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let request = format!(
+        "GET /v1/models HTTP/1.1\r\nHost: kvgate\r\nAuthorization: Bearer {KEY}\r\nConnection: close\r\n\r\n"
+    );
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let request = request.clone();
+            tokio::spawn(async move {
+                let answer = async {
+                    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+                    stream.write_all(request.as_bytes()).await?;
+                    let mut reply = Vec::new();
+                    stream.read_to_end(&mut reply).await?;
+                    Ok::<_, std::io::Error>(reply)
+                };
+                match tokio::time::timeout(Duration::from_secs(60), answer).await {
+                    Ok(Ok(reply)) => String::from_utf8_lossy(&reply)
+                        .lines()
+                        .next()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    Ok(Err(e)) => format!("error: {e}"),
+                    Err(_) => "no answer within 60 s".to_owned(),
+                }
+            })
+        })
+        .collect();
+    let mut lines = Vec::new();
+    for t in tasks {
+        lines.push(t.await.expect("client task"));
+    }
+    lines
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_a_thousand_connections_waits_in_the_accept_queue_and_is_served() {
+    let engine = engine(SimRole::Unified, SimFault::None, 40960, 32768).await;
+    let text = config_with_pools(WINDOW, &unified_pool("u", &[worker(&engine, None)]))
+        .replace(
+            "[server]\n",
+            // Few connections at once: most of the burst waits in the accept queue.
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nmax_connections = 32\n",
+        );
+    let gw = kvgate::runtime::Gateway::new(parse_config(&text))
+        .expect("gateway builds")
+        .bind_and_start()
+        .await
+        .expect("gateway starts");
+    let lines = connection_burst(gw.data_addr(), 1000).await;
+    let failed: Vec<&String> = lines.iter().filter(|l| !l.contains(" 200 ")).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of 1000 connections got no answer: {:?}",
+        failed.len(),
+        failed.iter().take(5).collect::<Vec<_>>()
+    );
+    gw.shutdown().await;
+}

@@ -67,6 +67,10 @@ pub struct ServerConfig {
     pub max_header_value_bytes: bytesize::ByteSize,
     /// Client connections open at once; more wait in the kernel's accept queue.
     pub max_connections: usize,
+    /// The kernel's accept queue of each listening port: connections beyond
+    /// `max_connections` (and a burst faster than accepting) wait there; Linux caps it at
+    /// `net.core.somaxconn`.
+    pub listen_backlog: u32,
     /// Threads serving the data port, each with its own single-threaded runtime and engine
     /// connections, so a request never hops threads (`runtime::data_threads`). Default: one
     /// per CPU the process may use.
@@ -100,6 +104,7 @@ impl Default for ServerConfig {
             max_header_bytes: bytesize::ByteSize::kib(64),
             max_header_value_bytes: bytesize::ByteSize::kib(16),
             max_connections: 4096,
+            listen_backlog: 4096,
             data_threads: std::thread::available_parallelism().map_or(1, usize::from),
             max_in_flight: 1024,
             max_buffered_bytes: bytesize::ByteSize::gib(1),
@@ -143,6 +148,7 @@ impl ServerConfig {
         }
         for (key, value) in [
             ("server.max_connections", self.max_connections),
+            ("server.listen_backlog", self.listen_backlog as usize),
             ("server.data_threads", self.data_threads),
             ("server.max_in_flight", self.max_in_flight),
             (
