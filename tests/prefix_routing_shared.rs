@@ -177,3 +177,73 @@ async fn without_redis_each_replica_routes_by_its_own_index_and_shares_again_onc
     holds(&b, 1).await;
     assert_eq!(turn(&b, &engines, &mut messages, "Thanks!").await, home);
 }
+
+/// A counter's value on `gw`'s `/metrics` (summed over its label sets; 0 when absent).
+async fn counter(gw: &RunningGateway, name: &str, label: &str) -> f64 {
+    let text = get(&format!("http://{}/metrics", gw.admin_addr()), None)
+        .await
+        .text();
+    text.lines()
+        .filter(|l| l.starts_with(name) && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Wait (bounded) until `gw`'s counter `name` (with `label`) is at least 1.
+async fn counted(gw: &RunningGateway, name: &str, label: &str) {
+    for _ in 0..1000 {
+        if counter(gw, name, label).await >= 1.0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{name}{{{label}}} never counted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_reset_behind_a_future_entry_is_read_again_and_bad_entries_are_counted() {
+    let mut redis = support_redis::RedisServer::start();
+    let engines = sims(3).await;
+    let prefix = "kvgate-prefix-reset-test";
+    let key = format!("{prefix}:prefix:shared");
+    let text = config(&engines, &redis.url(), prefix);
+    let a = gateway(&text).await;
+    let b = gateway(&text).await;
+    // An entry dated far ahead (a replica with a wrong clock), then a malformed one after
+    // it: both replicas read past them.
+    let ahead = "4102444800000-0"; // 2100-01-01
+    let added = redis.command(&[
+        "XADD",
+        &key,
+        ahead,
+        "r",
+        "ghost",
+        "w",
+        "10.9.9.9:1",
+        "k",
+        "12345678",
+    ]);
+    assert!(!added.starts_with('-'), "{added}");
+    redis.command(&["XADD", &key, "*", "r", "ghost", "k", "123"]);
+    counted(&b, "kvgate_prefix_shared_bad_entries_total", "shared").await;
+    // Redis restarts empty: new entries are dated now, behind what the replicas read.
+    redis.restart();
+    let mut messages = conversation("travel");
+    let home = turn(&a, &engines, &mut messages, "Can I change my flight?").await;
+    counted(&b, "kvgate_prefix_shared_problems_total", "restarted").await;
+    holds(&b, 1).await;
+    assert_eq!(
+        turn(&b, &engines, &mut messages, "And my hotel?").await,
+        home
+    );
+
+    // A key of another type is named as such, not as an unreachable Redis.
+    let unreachable = counter(&a, "kvgate_prefix_shared_problems_total", "unreachable").await;
+    redis.command(&["DEL", &key]);
+    redis.command(&["SET", &key, "not a stream"]);
+    counted(&a, "kvgate_prefix_shared_problems_total", "wrong_type").await;
+    assert_eq!(
+        counter(&a, "kvgate_prefix_shared_problems_total", "unreachable").await,
+        unreachable
+    );
+}

@@ -42,6 +42,48 @@ pub const READ_COUNT: usize = 256;
 /// One Redis operation, connecting included.
 const OP_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// Why a round of sharing failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShareError {
+    /// Redis did not answer (or not in time).
+    Unreachable(String),
+    /// A pool's stream key holds something else than a stream (Redis's `WRONGTYPE`).
+    WrongType { key: String },
+}
+
+impl std::fmt::Display for ShareError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ShareError::Unreachable(e) => write!(f, "Redis unreachable: {e}"),
+            ShareError::WrongType { key } => write!(
+                f,
+                "the Redis key `{key}` holds another type than a stream: delete it, or set another [limits] key_prefix"
+            ),
+        }
+    }
+}
+
+impl ShareError {
+    /// A metric label.
+    fn reason(&self) -> &'static str {
+        match self {
+            ShareError::Unreachable(_) => "unreachable",
+            ShareError::WrongType { .. } => "wrong_type",
+        }
+    }
+
+    /// The error of a Redis operation on `key`.
+    fn of(key: &str, e: String) -> Self {
+        if e.contains("WRONGTYPE") {
+            ShareError::WrongType {
+                key: key.to_owned(),
+            }
+        } else {
+            ShareError::Unreachable(e)
+        }
+    }
+}
+
 /// The Redis side of shared prefix indexes.
 pub struct PrefixShare {
     redis: RedisLink,
@@ -83,10 +125,10 @@ impl PrefixShare {
         &self,
         fleet: &Fleet,
         cursors: &mut HashMap<String, String>,
-    ) -> Result<(), String> {
-        let mut conn = self.connection().await?;
+    ) -> Result<(), ShareError> {
+        let mut conn = self.connection().await.map_err(ShareError::Unreachable)?;
         let result = self.sync_pools(&mut conn, fleet, cursors).await;
-        if result.is_err() {
+        if matches!(result, Err(ShareError::Unreachable(_))) {
             // A fresh connection next round, rather than the manager's own reconnect
             // backoff (a Redis that restarted answers at once).
             self.redis.forget().await;
@@ -99,18 +141,22 @@ impl PrefixShare {
         conn: &mut ConnectionManager,
         fleet: &Fleet,
         cursors: &mut HashMap<String, String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ShareError> {
         for pool in fleet.pools() {
             let Some(index) = &pool.prefix else {
                 continue;
             };
             index.outbox.open(true);
             let key = self.key(&pool.name);
-            self.publish(conn, &key, pool, index).await?;
+            self.publish(conn, &key, pool, index)
+                .await
+                .map_err(|e| ShareError::of(&key, e))?;
             let cursor = cursors
                 .entry(pool.name.to_string())
                 .or_insert_with(|| "0-0".to_owned());
-            self.apply(conn, &key, pool, index, cursor).await?;
+            self.apply(conn, &key, pool, index, cursor)
+                .await
+                .map_err(|e| ShareError::of(&key, e))?;
         }
         Ok(())
     }
@@ -187,9 +233,22 @@ impl PrefixShare {
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
-        for entry in entries(reply) {
+        let (read, bad) = entries(reply);
+        if bad > 0 {
+            tracing::warn!(
+                pool = %pool.name, stream = key, entries = bad,
+                "shared prefix stream: entries that do not read as a replica's inserts, skipped"
+            );
+            ::metrics::counter!(metrics::PREFIX_SHARED_BAD_ENTRIES_TOTAL, "pool" => pool.name.to_string())
+                .increment(bad as u64);
+        }
+        if read.is_empty() && bad == 0 {
+            self.check_not_behind(conn, key, pool, cursor).await?;
+        }
+        for entry in read {
             cursor.clone_from(&entry.id);
-            if entry.replica == self.replica.as_bytes() {
+            // A bad entry (counted above) has no keys; one of this replica's own is known.
+            if entry.keys.is_empty() || entry.replica == self.replica.as_bytes() {
                 continue;
             }
             let age = Duration::from_millis(now_ms.saturating_sub(entry.millis()));
@@ -215,6 +274,68 @@ impl PrefixShare {
     }
 }
 
+impl PrefixShare {
+    /// With nothing new after `cursor`: whether the stream is behind it. A stream whose
+    /// newest entry is older than what was read of it was recreated (a Redis restart
+    /// without persistence, a flush) after an entry dated ahead (a replica's clock, an
+    /// entry added by hand): nothing would ever be read again. The cursor then starts over
+    /// (entries older than the index's `max_age` are skipped as they are read).
+    async fn check_not_behind(
+        &self,
+        conn: &mut ConnectionManager,
+        key: &str,
+        pool: &Pool,
+        cursor: &mut String,
+    ) -> Result<(), String> {
+        if cursor == "0-0" {
+            return Ok(());
+        }
+        let mut newest = redis::cmd("XREVRANGE");
+        newest.arg(key).arg("+").arg("-").arg("COUNT").arg(1);
+        let reply: Value = self.redis.bounded(newest.query_async(conn)).await?;
+        let last = stream_ids(reply).into_iter().next();
+        let behind = match (last.as_deref().and_then(parse_id), parse_id(cursor)) {
+            (Some(last), Some(read)) => last < read,
+            // An empty (or gone) stream after a read one, or a cursor that does not parse.
+            (None, _) | (_, None) => true,
+        };
+        if behind {
+            tracing::warn!(
+                pool = %pool.name, stream = key, read_up_to = %cursor, newest = ?last,
+                "shared prefix stream is behind what was read of it (recreated or reset): reading it again from its start"
+            );
+            ::metrics::counter!(metrics::PREFIX_SHARED_PROBLEMS_TOTAL, "reason" => "restarted")
+                .increment(1);
+            *cursor = "0-0".to_owned();
+        }
+        Ok(())
+    }
+}
+
+/// A stream id `ms-seq` as numbers, ordered as Redis orders ids.
+fn parse_id(id: &str) -> Option<(u64, u64)> {
+    let (ms, seq) = id.split_once('-')?;
+    Some((ms.parse().ok()?, seq.parse().ok()?))
+}
+
+/// The ids of an `XRANGE`/`XREVRANGE` reply.
+fn stream_ids(reply: Value) -> Vec<String> {
+    let Value::Array(items) = reply else {
+        return Vec::new();
+    };
+    items
+        .into_iter()
+        .filter_map(|item| match item {
+            Value::Array(mut pair) if !pair.is_empty() => match pair.swap_remove(0) {
+                Value::BulkString(b) => String::from_utf8(b).ok(),
+                Value::SimpleString(s) => Some(s),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
 /// One stream entry as another replica wrote it.
 #[derive(Debug, Default)]
 struct Entry {
@@ -235,9 +356,10 @@ impl Entry {
     }
 }
 
-/// The entries of an `XREAD` reply of one stream (RESP2 arrays or RESP3 maps); whatever
-/// does not read as one is left out.
-fn entries(reply: Value) -> Vec<Entry> {
+/// The entries of an `XREAD` reply of one stream (RESP2 arrays or RESP3 maps), and how
+/// many items did not read as one (left out: no id, not the replica, worker and whole keys
+/// a replica writes).
+fn entries(reply: Value) -> (Vec<Entry>, usize) {
     let streams: Vec<Value> = match reply {
         Value::Array(streams) => streams
             .into_iter()
@@ -247,7 +369,7 @@ fn entries(reply: Value) -> Vec<Entry> {
             })
             .collect(),
         Value::Map(streams) => streams.into_iter().map(|(_, v)| v).collect(),
-        _ => Vec::new(),
+        _ => return (Vec::new(), 0),
     };
     let bytes = |v: Value| match v {
         Value::BulkString(b) => Some(b),
@@ -255,18 +377,23 @@ fn entries(reply: Value) -> Vec<Entry> {
         _ => None,
     };
     let mut out = Vec::new();
+    let mut bad = 0;
     for stream in streams {
         let Value::Array(list) = stream else {
+            bad += 1;
             continue;
         };
         for item in list {
             let Value::Array(mut pair) = item else {
+                bad += 1;
                 continue;
             };
             let (Some(Value::Array(fields)), Some(id)) = (pair.pop(), pair.pop()) else {
+                bad += 1;
                 continue;
             };
             let Some(id) = bytes(id).and_then(|b| String::from_utf8(b).ok()) else {
+                bad += 1;
                 continue;
             };
             let mut entry = Entry {
@@ -285,10 +412,20 @@ fn entries(reply: Value) -> Vec<Entry> {
                     _ => {}
                 }
             }
+            let whole = !entry.replica.is_empty()
+                && !entry.worker.is_empty()
+                && !entry.keys.is_empty()
+                && entry.keys.len() % 8 == 0;
+            if !whole {
+                bad += 1;
+                // Still read past: the cursor moves on over it.
+                entry.replica.clear();
+                entry.keys.clear();
+            }
             out.push(entry);
         }
     }
-    out
+    (out, bad)
 }
 
 /// Every [`SHARE_INTERVAL`] until `stop`: one round of [`PrefixShare::sync`] over the fleet
@@ -301,7 +438,8 @@ pub async fn share_loop(
 ) {
     tokio::pin!(stop);
     let mut cursors: HashMap<String, String> = HashMap::new();
-    let mut reachable: Option<bool> = None;
+    // What was last logged: `None` inside for "shared", else the reason it is not.
+    let mut reported: Option<Option<&'static str>> = None;
     let mut last: Option<Arc<Fleet>> = None;
     loop {
         let fleet = current();
@@ -316,15 +454,20 @@ pub async fn share_loop(
         if let Some(fleet) = &fleet {
             let result = share.sync(fleet, &mut cursors).await;
             let ok = result.is_ok();
-            if reachable != Some(ok) {
+            if let Err(e) = &result {
+                ::metrics::counter!(metrics::PREFIX_SHARED_PROBLEMS_TOTAL, "reason" => e.reason())
+                    .increment(1);
+            }
+            let state = result.as_ref().map_err(ShareError::reason).err();
+            if reported != Some(state) {
                 match &result {
                     Ok(()) => tracing::info!("shared prefix indexes: Redis reachable"),
                     Err(e) => tracing::warn!(
                         error = %e,
-                        "shared prefix indexes: Redis unreachable; each replica routes by its own index until it answers"
+                        "shared prefix indexes: not shared; each replica routes by its own index until this is fixed"
                     ),
                 }
-                reachable = Some(ok);
+                reported = Some(state);
             }
             ::metrics::gauge!(metrics::PREFIX_SHARED_OK).set(if ok { 1.0 } else { 0.0 });
         }
@@ -365,14 +508,49 @@ mod tests {
                 entry("1700000000001-4", b"b"),
             ]),
         ])]);
-        let read = entries(reply);
+        let (read, bad) = entries(reply);
+        assert_eq!(bad, 1, "the number in the list");
         assert_eq!(read.len(), 2);
         assert_eq!(read[0].id, "1700000000000-0");
         assert_eq!(read[0].millis(), 1_700_000_000_000);
         assert_eq!(read[1].replica, b"b");
         assert_eq!(read[1].worker, b"10.0.0.1:30000");
         assert_eq!(read[1].keys.len(), 8);
-        assert!(entries(Value::Nil).is_empty());
-        assert!(entries(Value::Okay).is_empty());
+        assert!(entries(Value::Nil).0.is_empty());
+        assert!(entries(Value::Okay).0.is_empty());
+    }
+
+    #[test]
+    fn an_entry_without_whole_keys_is_bad_but_read_past() {
+        let bulk = |s: &[u8]| Value::BulkString(s.to_vec());
+        let reply = Value::Array(vec![Value::Array(vec![
+            bulk(b"kvgate:prefix:p"),
+            Value::Array(vec![Value::Array(vec![
+                bulk(b"1700000000000-0"),
+                Value::Array(vec![
+                    bulk(b"r"),
+                    bulk(b"a"),
+                    bulk(b"w"),
+                    bulk(b"x:1"),
+                    bulk(b"k"),
+                    bulk(&[1, 2, 3]),
+                ]),
+            ])]),
+        ])]);
+        let (read, bad) = entries(reply);
+        assert_eq!(bad, 1);
+        assert_eq!(read.len(), 1, "the cursor still moves past it");
+        assert!(read[0].keys.is_empty());
+    }
+
+    #[test]
+    fn stream_ids_order_as_redis_orders_them() {
+        assert!(parse_id("1700000000000-10") > parse_id("1700000000000-9"));
+        assert!(parse_id("1800000000000-0") > parse_id("1700000000000-99"));
+        assert_eq!(parse_id("nonsense"), None);
+        let bulk = |s: &[u8]| Value::BulkString(s.to_vec());
+        let reply = Value::Array(vec![Value::Array(vec![bulk(b"5-1"), Value::Array(vec![])])]);
+        assert_eq!(stream_ids(reply), vec!["5-1".to_owned()]);
+        assert!(stream_ids(Value::Nil).is_empty());
     }
 }

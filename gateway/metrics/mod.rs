@@ -70,6 +70,13 @@ pub const PREFIX_MATCHED_BLOCKS_TOTAL: &str = "kvgate_prefix_matched_blocks_tota
 /// 1 while this replica shares its prefix indexes through Redis, 0 after a failure until it
 /// answers again (gauge; only with `[limits]` in Redis).
 pub const PREFIX_SHARED_OK: &str = "kvgate_prefix_shared_ok";
+/// Entries of a pool's shared prefix stream that do not read as one replica's inserts,
+/// skipped (counter; by pool).
+pub const PREFIX_SHARED_BAD_ENTRIES_TOTAL: &str = "kvgate_prefix_shared_bad_entries_total";
+/// Rounds of prefix sharing that failed, by reason: `unreachable` (Redis did not answer),
+/// `wrong_type` (a stream key holds another type), `restarted` (a stream was found behind
+/// what was read of it, recreated or reset, and is read again from its start).
+pub const PREFIX_SHARED_PROBLEMS_TOTAL: &str = "kvgate_prefix_shared_problems_total";
 /// Time a request waited in a pool's gateway queue before its turn, by pool and class.
 pub const QUEUE_WAIT_SECONDS: &str = "kvgate_queue_wait_seconds";
 /// Requests the gateway queue refused, by pool, tenant, class and reason (full, shed,
@@ -176,6 +183,14 @@ fn describe_all() {
     describe_gauge!(
         PREFIX_SHARED_OK,
         "1 while prefix indexes are shared with the other replicas through Redis"
+    );
+    describe_counter!(
+        PREFIX_SHARED_BAD_ENTRIES_TOTAL,
+        "Malformed entries of a shared prefix stream, skipped"
+    );
+    describe_counter!(
+        PREFIX_SHARED_PROBLEMS_TOTAL,
+        "Prefix-sharing problems: Redis unreachable, a key of the wrong type, a stream restarted"
     );
     describe_counter!(
         PREFIX_MATCHED_BLOCKS_TOTAL,
