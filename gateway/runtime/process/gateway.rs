@@ -18,6 +18,7 @@ use crate::load::{BufferBudget, InFlightLimit};
 use crate::redis_link::RedisLink;
 use crate::rollout::{sync_loop, Rollouts, SharedDecisions};
 use crate::runtime::admin::Admin;
+use crate::runtime::listener::bind::bind_with_backlog;
 use crate::runtime::listener::data_threads::serve_on_threads;
 use crate::runtime::listener::server::{self, ConnectionLimits, Shutdown, ShutdownTrigger};
 use crate::runtime::process::background::{
@@ -175,22 +176,13 @@ impl Gateway {
 
     /// Bind the configured addresses and start.
     pub async fn bind_and_start(self) -> Result<RunningGateway, StartError> {
-        // Bound with the configured accept queue: `TcpListener::bind` fixes it (mio: 1024),
-        // and a burst of new connections beyond it is dropped or reset by the kernel.
         let backlog = self.config.server.listen_backlog;
         let bind = |addr: SocketAddr, key: &'static str| async move {
-            let socket = if addr.is_ipv4() {
-                tokio::net::TcpSocket::new_v4()
-            } else {
-                tokio::net::TcpSocket::new_v6()
-            };
-            socket
-                .and_then(|s| {
-                    s.set_reuseaddr(true)?;
-                    s.bind(addr)?;
-                    s.listen(backlog)
-                })
-                .map_err(|source| StartError::Bind { addr, key, source })
+            bind_with_backlog(addr, backlog).map_err(|source| StartError::Bind {
+                addr,
+                key,
+                source,
+            })
         };
         let data = bind(self.config.server.listen, "server.listen").await?;
         let admin = bind(self.config.server.admin_listen, "server.admin_listen").await?;
