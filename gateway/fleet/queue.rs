@@ -177,6 +177,8 @@ impl FairQueue {
             },
         );
         state.places.insert(id, (index, key));
+        let len = state.places.len();
+        state.drain.holding(len, now);
         Ok(Ticket {
             state: self.state.clone(),
             id,
@@ -434,6 +436,9 @@ impl State {
         let (index, key) = self.places.remove(&id)?;
         let lane = &mut self.lanes[index];
         let waiting = lane.queue.remove(&key)?;
+        if self.places.is_empty() {
+            self.drain.holding(0, Instant::now());
+        }
         let clock = lane.clock;
         if let Some(flow) = lane.flows.get_mut(&waiting.tenant) {
             flow.queued = flow.queued.saturating_sub(1);

@@ -457,3 +457,27 @@ async fn release_own_passes_a_head_that_does_not_fit_only_for_the_named_tenants(
     assert_eq!(outcome(&mut other), None);
     assert_eq!(q.len(), 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn after_a_quiet_period_retry_after_follows_the_pace_since_the_queue_filled() {
+    let q = FairQueue::new(64);
+    // The queue sat empty for a minute (a quiet pool), then 26 requests arrive at once.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let _tickets: Vec<_> = (0..26)
+        .map(|_| q.join(std_entry("a", 10)).unwrap())
+        .collect();
+    // The pool frees a slot every 1.6 s.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let mut n = 0;
+    assert_eq!(
+        q.release(|_| {
+            n += 1;
+            n <= 1
+        }),
+        1
+    );
+    // 25 waiting at one release per 1.6 s: 40 s, not the 60 s (capped) that one release
+    // averaged over the whole 10 s window would say.
+    let retry = q.retry_after().as_secs_f64();
+    assert!((retry - 40.0).abs() < 1e-6, "{retry}");
+}
