@@ -389,3 +389,74 @@ async fn a_rollout_rebuilt_over_kept_pools_starts_again_from_the_configured_weig
     assert_eq!(kept.weight(), 20);
     gw.shutdown().await;
 }
+
+/// An engine running at most two requests at once, each answer taking 1.5 s to start.
+async fn two_slot_engine() -> RunningSim {
+    engine_with(kvgate_sim::SimConfig {
+        role: SimRole::Unified,
+        model: "qwen3".into(),
+        kv_tokens: WINDOW as usize,
+        context_length: WINDOW as usize,
+        first_token_latency: Duration::from_millis(1500),
+        max_running_requests: std::num::NonZeroUsize::new(2),
+        ..kvgate_sim::SimConfig::default()
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_rebuilt_by_a_reload_keeps_counting_what_runs_on_its_engines() {
+    let engine = two_slot_engine().await;
+    let dir = temp_dir("reload-carry");
+    let path = dir.join("kvgate.toml");
+    let entry = format!(
+        "{}max_running = 2\n",
+        pool("p", &[worker(&engine, Some(WINDOW))])
+    );
+    write_config(&path, &entry);
+    let gw = std::sync::Arc::new(start(&path).await);
+    let send = |gw: &std::sync::Arc<RunningGateway>| {
+        let gw = gw.clone();
+        tokio::spawn(async move { chat_in(&gw, "p").await })
+    };
+    let running = [send(&gw), send(&gw)];
+    for _ in 0..1000 {
+        if gw.fleet().workers().map(|w| w.outstanding()).sum::<usize>() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The pool's entry changes (a pool cap added): the reload builds it afresh.
+    write_config(&path, &format!("{entry}max_in_flight = 100\n"));
+    let reloaded = reload(&gw).await;
+    assert_eq!(reloaded.status, StatusCode::OK, "{}", reloaded.text());
+    let rebuilt = gw.fleet().pool("p").cloned().expect("pool p");
+    assert_eq!(
+        rebuilt
+            .all_workers()
+            .map(|w| w.outstanding())
+            .sum::<usize>(),
+        2,
+        "the rebuilt pool counts the two requests still running"
+    );
+    // A third request waits in kvgate's queue, not in the engine's.
+    let third = send(&gw);
+    for _ in 0..1000 {
+        if rebuilt.queue.len() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(rebuilt.queue.len(), 1, "the third request queues in kvgate");
+    for r in running {
+        assert_eq!(r.await.expect("request").status, StatusCode::OK);
+    }
+    assert_eq!(third.await.expect("request").status, StatusCode::OK);
+    let stats = engine.engine.stats();
+    assert_eq!(stats.peak_running, 2, "{stats:?}");
+    assert_eq!(
+        stats.queued, 0,
+        "never more in flight than the engine runs: {stats:?}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

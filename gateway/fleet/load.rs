@@ -104,7 +104,9 @@ pub fn allowed(capacity: u64, overcommit: f64) -> u64 {
 pub struct KvAccount {
     in_flight: AtomicU64,
     engine: RwLock<Option<EngineLoad>>,
-    room_freed: Arc<Notify>,
+    /// The pool's notifier; a reload that rebuilds the pool hands the account to the new
+    /// pool's worker and rebinds it ([`KvAccount::rebind`]).
+    room_freed: RwLock<Arc<Notify>>,
     /// The in-flight gauge, looked up once (after the recorder is installed).
     gauge: OnceLock<::metrics::Gauge>,
 }
@@ -115,7 +117,7 @@ impl KvAccount {
         Self {
             in_flight: AtomicU64::new(0),
             engine: RwLock::new(None),
-            room_freed,
+            room_freed: RwLock::new(room_freed),
             gauge: OnceLock::new(),
         }
     }
@@ -126,8 +128,16 @@ impl KvAccount {
     }
 
     /// The notifier of freed room (the pool's, shared by its workers).
-    pub fn room_freed(&self) -> &Arc<Notify> {
-        &self.room_freed
+    pub fn room_freed(&self) -> Arc<Notify> {
+        self.room_freed
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Notify `room_freed` from now on (the rebuilt pool's).
+    pub fn rebind(&self, room_freed: Arc<Notify>) {
+        *self.room_freed.write().unwrap_or_else(|p| p.into_inner()) = room_freed;
     }
 
     /// Hold `tokens` more; `labels` name the worker's gauge (asked once).
@@ -178,7 +188,7 @@ impl KvAccount {
             })
             .unwrap_or(0);
         self.gauge(labels).set(before.saturating_sub(tokens) as f64);
-        self.room_freed.notify_waiters();
+        self.room_freed().notify_waiters();
     }
 
     fn gauge(&self, labels: impl FnOnce() -> Labels) -> &::metrics::Gauge {
@@ -222,7 +232,7 @@ impl KvAccount {
         let used = |r: Option<EngineLoad>| r.and_then(|r| r.foreign_kv_tokens).unwrap_or(0);
         let requests = |r: Option<EngineLoad>| r.map_or(0, |r| r.foreign_requests);
         if used(report) < used(previous) || requests(report) < requests(previous) {
-            self.room_freed.notify_waiters();
+            self.room_freed().notify_waiters();
         }
     }
 }

@@ -143,6 +143,7 @@ impl Fleet {
                         &health,
                         config.scheduling.max_queued,
                         &config.prefix_routing,
+                        previous.and_then(|(_, fleet)| fleet.pool(&p.name).map(|p| &**p)),
                     ))
                 })
             })

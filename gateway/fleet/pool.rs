@@ -83,7 +83,8 @@ impl Pool {
     /// engine is older than `min_version` may not serve, and `health` governs probes and
     /// ejections (counted per role: never more than its share of the prefill, decode or
     /// unified workers at once); its gateway queue holds at most `max_queued` requests, its
-    /// prefix index `prefix.max_blocks` blocks.
+    /// prefix index `prefix.max_blocks` blocks. A pool rebuilt on a reload takes over the
+    /// accounts of `previous`'s workers at the same addresses ([`Worker::carrying`]).
     pub fn new(
         config: &PoolConfig,
         window: Duration,
@@ -91,6 +92,7 @@ impl Pool {
         health: &Arc<HealthPolicy>,
         max_queued: usize,
         prefix: &PrefixRoutingConfig,
+        previous: Option<&Pool>,
     ) -> Self {
         let name: Arc<str> = Arc::from(config.name.as_str());
         let health_path = config
@@ -123,6 +125,14 @@ impl Pool {
                         .with_versions(config.version.as_deref(), min_version.cloned())
                         .with_health(health.clone(), group.clone(), &health_path)
                         .with_room_freed(room_freed.clone());
+                    let predecessor = previous.and_then(|p| {
+                        p.all_workers()
+                            .find(|o| o.role == role && o.authority == worker.authority)
+                    });
+                    let worker = match predecessor {
+                        Some(old) => worker.carrying(old),
+                        None => worker,
+                    };
                     Arc::new(worker)
                 })
                 .collect::<Vec<_>>()

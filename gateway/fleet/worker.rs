@@ -101,12 +101,14 @@ pub struct Worker {
     health: WorkerHealth,
     /// The active health check's path.
     health_path: String,
-    outstanding: AtomicUsize,
+    /// Requests kvgate has here (shared with the worker it succeeds on a reload).
+    outstanding: Arc<AtomicUsize>,
     /// The outstanding-requests gauge, looked up once (on first use, so after the
     /// recorder is installed) instead of on every request start and end.
     outstanding_gauge: std::sync::OnceLock<::metrics::Gauge>,
-    /// kvgate's account of the KV held here, and the engine's last load report.
-    kv: KvAccount,
+    /// kvgate's account of the KV held here, and the engine's last load report (shared
+    /// with the worker it succeeds on a reload).
+    kv: Arc<KvAccount>,
     /// Its place among its pool's workers of its role (the pool's prefix index names it so).
     slot: usize,
     /// Moves on whenever it leaves service (drained, ejected, down): what the pool's prefix
@@ -143,9 +145,9 @@ impl Worker {
                 Arc::new(EjectionGroup::new(1, 0.0)),
             ),
             health_path: "/health".to_owned(),
-            outstanding: AtomicUsize::new(0),
+            outstanding: Arc::new(AtomicUsize::new(0)),
             outstanding_gauge: std::sync::OnceLock::new(),
-            kv: KvAccount::new(Arc::new(Notify::new())),
+            kv: Arc::new(KvAccount::new(Arc::new(Notify::new()))),
             slot: 0,
             cache_epoch: AtomicU64::new(0),
         }
@@ -159,7 +161,18 @@ impl Worker {
 
     /// Wake `room_freed` (its pool's) when this worker's room grows.
     pub fn with_room_freed(mut self, room_freed: Arc<Notify>) -> Self {
-        self.kv = KvAccount::new(room_freed);
+        self.kv = Arc::new(KvAccount::new(room_freed));
+        self
+    }
+
+    /// Take over the account of `previous`, the worker of the same address and role in the
+    /// pool a reload rebuilds as this one's: the requests still running there keep counting
+    /// here (and give their KV back here), so a rebuilt pool never has more in flight on
+    /// an engine than capacity × overcommit (issue 38). Call after `with_room_freed`.
+    pub fn carrying(mut self, previous: &Worker) -> Self {
+        previous.kv.rebind(self.kv.room_freed());
+        self.kv = previous.kv.clone();
+        self.outstanding = previous.outstanding.clone();
         self
     }
 

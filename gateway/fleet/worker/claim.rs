@@ -41,7 +41,7 @@ impl Worker {
 
     /// Notified when this worker's pool gets room back (a load guard dropped, or an engine
     /// reported more room).
-    pub fn room_freed(&self) -> &Arc<Notify> {
+    pub fn room_freed(&self) -> Arc<Notify> {
         self.kv.room_freed()
     }
 
