@@ -233,9 +233,10 @@ async def phase(args):
     poller = asyncio.ensure_future(poll_loads(engines, stop, peaks))
     cpu0 = cpu_seconds(args.gateway_pid)
     # The light tenant is already a steady user when the others arrive: it runs alone for
-    # --light-lead seconds before t0 (those requests are not counted).
+    # --light-lead seconds before t0 (those requests are not counted). A negative lead: it
+    # arrives that many seconds after the others started (a cold newcomer into the flood).
     lead = args.light_lead if "light" in tenants and len(tenants) > 1 else 0.0
-    t0 = time.monotonic() + lead
+    t0 = time.monotonic() + max(lead, 0.0)
 
     async def at_t0(loop):
         await asyncio.sleep(max(0.0, t0 - time.monotonic()))
@@ -326,7 +327,9 @@ def variant_table(v, b50, b99):
           f"{v['capacity_rps']:.1f} req/s by its sizes), closed loops {v['closed_k']} in flight each, "
           f"client timeout {v['client_timeout']:.0f} s"
           + (f"; light ran alone {v['light_lead']:.0f} s before the others ({len(lead_recs)} requests, not counted)"
-             if v.get("light_lead") else ""))
+             if (v.get("light_lead") or 0) > 0 else "")
+          + (f"; light arrived {-v['light_lead']:.0f} s after the others started (a cold newcomer)"
+             if (v.get("light_lead") or 0) < 0 else ""))
     # Tokens: token events (a delta with `content`, the opening role event aside) that reached
     # the client inside the window; usage.completion_tokens is checked against the count.
     tokens = {t: 0 for t in tenants}
@@ -430,7 +433,8 @@ def main():
     p.add_argument("--capacity-rps", type=float, default=0, help="label: the fleet's estimated req/s")
     p.add_argument("--closed-k", type=int, default=16)
     p.add_argument("--light-lead", type=float, default=0.0,
-                   help="seconds the light tenant runs alone before the others start (not counted)")
+                   help="seconds the light tenant runs alone before the others start (not counted); "
+                        "negative: it arrives that long after them (a cold newcomer)")
     p.add_argument("--prompt-words", type=int, default=300)
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--client-timeout", type=float, default=40)

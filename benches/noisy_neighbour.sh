@@ -39,7 +39,8 @@
 # PREFILL_US=200 (per prompt token) MAX_RUNNING= (unset: the KV pool bounds the batch)
 # PROMPT_WORDS=300 MAX_TOKENS=64 DURATION=60 (seconds per phase) FLOOD_X=5 LIGHT_X=0.1
 # CLOSED_K=16 CAPACITY_RPS= (unset: computed) LIGHT_LEAD=10 (seconds the light tenant runs
-# alone before the others start, as a steady user the flood arrives on; not counted); scheduling: MAX_QUEUED=256 QUEUE_TIMEOUT=10
+# alone before the others start, as a steady user the flood arrives on; not counted; negative:
+# it arrives that long after the others started, a cold newcomer, and all of it counts); scheduling: MAX_QUEUED=256 QUEUE_TIMEOUT=10
 # (seconds) KV_OVERCOMMIT=1.0; HUNG_MARGIN=20 (seconds beyond QUEUE_TIMEOUT); AUDIT=stderr
 # (audit lines to a file; none: off).
 #

@@ -241,11 +241,27 @@ fn kept_room_intact(pool: &Pool, sharer: &Sharer, scheduling: Scheduling, capaci
         return true;
     }
     let rooms = rooms(pool, scheduling.overcommit);
+    let newcomer = pool.shares.holds_nothing(&sharer.tenant)
+        && under_share(pool, sharer, scheduling, capacity, 0);
     keeps_fit(
         &rooms,
-        reserve.from_others_than(&sharer.tenant),
+        kept_from(&reserve, &sharer.tenant, newcomer),
         reserve.slot,
     )
+}
+
+/// The room a request of `tenant` must leave for the others below their share. A tenant
+/// below its share that holds nothing (a `newcomer`, or one whose requests all ended) may
+/// take one slot of it: it goes first without a history of its own (issue 38: a tenant
+/// arriving while a flood was on waited for whole waves of answers behind the room kept
+/// for the steady tenants).
+fn kept_from(reserve: &Reserve, tenant: &str, newcomer: bool) -> u64 {
+    let keep = reserve.from_others_than(tenant);
+    if newcomer {
+        keep.saturating_sub(reserve.slot)
+    } else {
+        keep
+    }
 }
 
 /// The eligible request-holding workers' room, less the room promised to released
@@ -267,9 +283,10 @@ fn rooms(pool: &Pool, overcommit: f64) -> Vec<u64> {
 }
 
 /// Count `head` into the roomiest worker of `rooms` that fits it, leaving the room kept for
-/// the other tenants (in whole slots; a tenant's own kept room is its to take). False: it
+/// the other tenants (in whole slots; a tenant's own kept room is its to take, and a
+/// `newcomer` below its share may take one slot of the others', [`kept_from`]). False: it
 /// does not fit.
-fn take(rooms: &mut [u64], head: &Head, reserve: &Reserve) -> bool {
+fn take(rooms: &mut [u64], head: &Head, reserve: &Reserve, newcomer: bool) -> bool {
     let Some(i) = (0..rooms.len())
         .filter(|&i| rooms[i] >= head.cost)
         .max_by_key(|&i| rooms[i])
@@ -277,7 +294,11 @@ fn take(rooms: &mut [u64], head: &Head, reserve: &Reserve) -> bool {
         return false;
     };
     rooms[i] -= head.cost;
-    if !keeps_fit(rooms, reserve.from_others_than(&head.tenant), reserve.slot) {
+    if !keeps_fit(
+        rooms,
+        kept_from(reserve, &head.tenant, newcomer),
+        reserve.slot,
+    ) {
         rooms[i] += head.cost;
         return false;
     }
@@ -294,7 +315,8 @@ fn pump(pool: &Pool, scheduling: Scheduling) {
     // The promises first, then the room (see `fleet::Promised`).
     let mut rooms = rooms(pool, scheduling.overcommit);
     let mut release = |head: &Head| {
-        let fits = take(&mut rooms, head, &reserve);
+        let newcomer = head.under_share && pool.shares.holds_nothing(&head.tenant);
+        let fits = take(&mut rooms, head, &reserve, newcomer);
         if fits {
             pool.promised.add(head.cost);
         }
@@ -372,9 +394,9 @@ mod tests {
     fn a_head_takes_the_roomiest_worker_that_fits() {
         let mut rooms = vec![300, 500, 100];
         let none = Reserve::default();
-        assert!(take(&mut rooms, &head("a", 200), &none));
+        assert!(take(&mut rooms, &head("a", 200), &none, false));
         assert_eq!(rooms, [300, 300, 100]);
-        assert!(!take(&mut rooms, &head("a", 301), &none));
+        assert!(!take(&mut rooms, &head("a", 301), &none, false));
         assert_eq!(
             rooms,
             [300, 300, 100],
@@ -393,15 +415,39 @@ mod tests {
         let reserve = shares.reserve(1000, 0.5);
         assert_eq!(reserve.from_others_than("flood"), 100);
         let mut rooms = vec![150, 100];
-        assert!(take(&mut rooms, &head("flood", 50), &reserve));
+        assert!(take(&mut rooms, &head("flood", 50), &reserve, false));
         assert_eq!(rooms, [100, 100]);
-        assert!(take(&mut rooms, &head("other", 100), &reserve));
+        assert!(take(&mut rooms, &head("other", 100), &reserve, false));
         assert!(
-            !take(&mut rooms, &head("other", 100), &reserve),
+            !take(&mut rooms, &head("other", 100), &reserve, false),
             "the last slot is kept for light"
         );
         assert_eq!(rooms, [100, 0]);
-        assert!(take(&mut rooms, &head("light", 100), &reserve));
+        assert!(take(&mut rooms, &head("light", 100), &reserve, false));
         assert_eq!(rooms, [0, 0]);
+    }
+
+    #[test]
+    fn a_newcomer_below_its_share_may_take_one_slot_of_the_kept_room() {
+        // Light held one request of 100 and gave it back: 100 is kept for it.
+        let shares = Arc::new(TenantShares::default());
+        drop(shares.hold(Arc::from("light"), 1, 100));
+        let _flood = shares.hold(Arc::from("flood"), 1, 700);
+        let _waiting = shares.waiting(Arc::from("flood"), 1, 700);
+        let reserve = shares.reserve(1000, 0.5);
+        assert!(shares.holds_nothing("newcomer"));
+        assert!(!shares.holds_nothing("flood"));
+        // One worker's room is the kept slot: the flood may not take it, a newcomer may.
+        let mut rooms = vec![100];
+        assert!(!take(&mut rooms, &head("flood", 100), &reserve, false));
+        assert!(take(&mut rooms, &head("newcomer", 100), &reserve, true));
+        assert_eq!(rooms, [0]);
+        // Never more than one slot of it: with two kept slots, one stays.
+        drop(shares.hold(Arc::from("steady"), 1, 100));
+        let two = shares.reserve(1000, 0.5);
+        assert_eq!(two.from_others_than("newcomer"), 200);
+        let mut rooms = vec![100, 100];
+        assert!(take(&mut rooms, &head("newcomer", 100), &two, true));
+        assert!(!take(&mut rooms, &head("newcomer2", 100), &two, true));
     }
 }
