@@ -104,9 +104,11 @@ pub fn allowed(capacity: u64, overcommit: f64) -> u64 {
 pub struct KvAccount {
     in_flight: AtomicU64,
     engine: RwLock<Option<EngineLoad>>,
-    /// The pool's notifier; a reload that rebuilds the pool hands the account to the new
-    /// pool's worker and rebinds it ([`KvAccount::rebind`]).
-    room_freed: RwLock<Arc<Notify>>,
+    /// The pool's notifier, and after a reload that rebuilt the pool (which hands the
+    /// account to the new pool's worker, [`KvAccount::also_notify`]) the new pool's too:
+    /// requests may wait in either generation's queue until the old one is gone. Weak: a
+    /// pool that is gone is no longer notified.
+    room_freed: RwLock<Vec<std::sync::Weak<Notify>>>,
     /// The in-flight gauge, looked up once (after the recorder is installed).
     gauge: OnceLock<::metrics::Gauge>,
 }
@@ -117,7 +119,7 @@ impl KvAccount {
         Self {
             in_flight: AtomicU64::new(0),
             engine: RwLock::new(None),
-            room_freed: RwLock::new(room_freed),
+            room_freed: RwLock::new(vec![Arc::downgrade(&room_freed)]),
             gauge: OnceLock::new(),
         }
     }
@@ -127,17 +129,30 @@ impl KvAccount {
         self.in_flight.load(Ordering::Relaxed)
     }
 
-    /// The notifier of freed room (the pool's, shared by its workers).
-    pub fn room_freed(&self) -> Arc<Notify> {
-        self.room_freed
+    /// Wake whoever waits for room in the pools this account belongs to.
+    pub fn notify_room_freed(&self) {
+        for notify in self
+            .room_freed
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+        {
+            notify.notify_waiters();
+        }
     }
 
-    /// Notify `room_freed` from now on (the rebuilt pool's).
-    pub fn rebind(&self, room_freed: Arc<Notify>) {
-        *self.room_freed.write().unwrap_or_else(|p| p.into_inner()) = room_freed;
+    /// Also notify the pools `other` notifies (a rebuilt pool's, taking this account over);
+    /// pools that are gone are forgotten.
+    pub fn also_notify(&self, other: &KvAccount) {
+        let added: Vec<_> = other
+            .room_freed
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut mine = self.room_freed.write().unwrap_or_else(|p| p.into_inner());
+        mine.extend(added);
+        mine.retain(|w| w.strong_count() > 0);
     }
 
     /// Hold `tokens` more; `labels` name the worker's gauge (asked once).
@@ -188,7 +203,7 @@ impl KvAccount {
             })
             .unwrap_or(0);
         self.gauge(labels).set(before.saturating_sub(tokens) as f64);
-        self.room_freed().notify_waiters();
+        self.notify_room_freed();
     }
 
     fn gauge(&self, labels: impl FnOnce() -> Labels) -> &::metrics::Gauge {
@@ -232,7 +247,7 @@ impl KvAccount {
         let used = |r: Option<EngineLoad>| r.and_then(|r| r.foreign_kv_tokens).unwrap_or(0);
         let requests = |r: Option<EngineLoad>| r.map_or(0, |r| r.foreign_requests);
         if used(report) < used(previous) || requests(report) < requests(previous) {
-            self.room_freed().notify_waiters();
+            self.notify_room_freed();
         }
     }
 }

@@ -31,6 +31,9 @@ async fn poll_worker(
     upstream: &Upstream,
     timeout: Duration,
 ) {
+    // Requests that end while the report travels were kvgate's: the larger of the counts
+    // before and after is kvgate's share of what the engine reports.
+    let before = worker.outstanding();
     let report = match ask(&worker, engine, upstream, timeout).await {
         Ok(reported) => {
             worker.set_reported_max_running(reported.max_running);
@@ -52,6 +55,7 @@ async fn poll_worker(
             })
         }
         Err(why) => {
+            worker.set_reported_max_running(None);
             // Many engines have no load endpoint: not worth more than a debug line.
             tracing::debug!(
                 pool = %worker.pool, role = worker.role.as_str(), worker = %worker.authority,
@@ -60,7 +64,7 @@ async fn poll_worker(
             None
         }
     };
-    worker.set_engine_load(report);
+    worker.set_engine_load_seen(report, before);
 }
 
 async fn ask(

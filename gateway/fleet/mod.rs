@@ -75,8 +75,10 @@ pub struct Fleet {
     by_model: HashMap<String, (Vec<Arc<Pool>>, AtomicU64)>,
     /// `[scheduling] kv_overcommit`: the share of a worker's KV pool that may be promised.
     kv_overcommit: f64,
-    /// Set once the process shuts down: nothing new is dispatched.
-    draining: std::sync::atomic::AtomicBool,
+    /// Set once the process shuts down: nothing new is dispatched. One flag for every
+    /// generation (a reload's fleet takes its predecessor's) and shared with the pools, so
+    /// requests waiting in an older generation's queue see it too.
+    draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Fleet {
@@ -121,6 +123,7 @@ impl Fleet {
                 .model(model)
                 .and_then(|m| m.min_engine_version.clone())
         };
+        let draining = previous.map_or_else(Arc::default, |(_, fleet)| fleet.draining.clone());
         let pools: Vec<Arc<Pool>> = config
             .pools
             .iter()
@@ -144,6 +147,7 @@ impl Fleet {
                         config.scheduling.max_queued,
                         &config.prefix_routing,
                         previous.and_then(|(_, fleet)| fleet.pool(&p.name).map(|p| &**p)),
+                        draining.clone(),
                     ))
                 })
             })
@@ -160,7 +164,7 @@ impl Fleet {
             pools,
             by_model,
             kv_overcommit: config.scheduling.kv_overcommit,
-            draining: std::sync::atomic::AtomicBool::new(false),
+            draining,
         }
     }
 

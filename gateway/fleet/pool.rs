@@ -4,8 +4,6 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::load::KvCost;
-
 use super::{
     EjectionGroup, FairQueue, HealthPolicy, PrefixIndex, Promised, Role, SignalWindow,
     TenantShares, Worker,
@@ -37,6 +35,8 @@ pub enum PoolWorkers {
 /// One `[[pools]]` entry, live.
 #[derive(Debug)]
 pub struct Pool {
+    /// The process is shutting down (its fleet's flag, shared by every generation).
+    draining: Arc<std::sync::atomic::AtomicBool>,
     pub name: Arc<str>,
     pub model: String,
     pub engine: EngineKind,
@@ -93,6 +93,7 @@ impl Pool {
         max_queued: usize,
         prefix: &PrefixRoutingConfig,
         previous: Option<&Pool>,
+        draining: Arc<std::sync::atomic::AtomicBool>,
     ) -> Self {
         let name: Arc<str> = Arc::from(config.name.as_str());
         let health_path = config
@@ -168,6 +169,7 @@ impl Pool {
             in_flight: config.max_in_flight.map(InFlightLimit::new),
             cursors: [AtomicUsize::new(0), AtomicUsize::new(0)],
             room_freed,
+            draining,
             queue: FairQueue::new(max_queued),
             promised: Promised::default(),
             shares: Arc::default(),
@@ -310,25 +312,9 @@ impl Pool {
         &self.room_freed
     }
 
-    /// What a request costing `cost` is charged in this pool's KV account: at least one
-    /// running slot's share of a request-holding worker (the largest share among its
-    /// eligible workers whose slots are known; see `worker/slots.rs`), so that where slots
-    /// bind, kvgate never has more requests on a worker than it runs at once.
-    pub fn charged(&self, cost: KvCost, overcommit: f64) -> KvCost {
-        let holding = match &self.workers {
-            PoolWorkers::Unified(ws) => ws,
-            PoolWorkers::Disaggregated { decode, .. } => decode,
-        };
-        let slot = holding
-            .iter()
-            .filter(|w| w.is_eligible())
-            .filter_map(|w| w.slot_tokens(overcommit))
-            .max()
-            .unwrap_or(0);
-        KvCost {
-            prompt: cost.prompt,
-            total: cost.total.max(slot),
-        }
+    /// Whether the process is shutting down: nothing waiting in its queue is dispatched.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
     }
 
     /// The KV tokens its eligible request-holding workers (unified or decode) may have in

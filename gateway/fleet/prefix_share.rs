@@ -145,23 +145,28 @@ impl PrefixShare {
         fleet: &Fleet,
         cursors: &mut HashMap<String, String>,
     ) -> Result<(), ShareError> {
+        // A pool whose key is of the wrong type does not stop the others.
+        let mut wrong_type = None;
         for pool in fleet.pools() {
             let Some(index) = &pool.prefix else {
                 continue;
             };
             index.outbox.open(true);
             let key = self.key(&pool.name);
-            self.publish(conn, &key, pool, index)
-                .await
-                .map_err(|e| ShareError::of(&key, e))?;
             let cursor = cursors
                 .entry(pool.name.to_string())
                 .or_insert_with(|| "0-0".to_owned());
-            self.apply(conn, &key, pool, index, cursor)
-                .await
-                .map_err(|e| ShareError::of(&key, e))?;
+            let shared = match self.publish(conn, &key, pool, index).await {
+                Ok(()) => self.apply(conn, &key, pool, index, cursor).await,
+                Err(e) => Err(e),
+            };
+            match shared.map_err(|e| ShareError::of(&key, e)) {
+                Ok(()) => {}
+                Err(e @ ShareError::WrongType { .. }) => wrong_type = Some(e),
+                Err(e) => return Err(e),
+            }
         }
-        Ok(())
+        wrong_type.map_or(Ok(()), Err)
     }
 
     async fn publish(
@@ -296,6 +301,10 @@ impl PrefixShare {
         let mut newest = redis::cmd("XREVRANGE");
         newest.arg(key).arg("+").arg("-").arg("COUNT").arg(1);
         let reply: Value = self.redis.bounded(newest.query_async(conn)).await?;
+        if !matches!(reply, Value::Array(_) | Value::Nil) {
+            // Not a range reply: nothing to conclude (never a reset on a misread).
+            return Ok(());
+        }
         let last = stream_ids(reply).into_iter().next();
         let behind = match (last.as_deref().and_then(parse_id), parse_id(cursor)) {
             (Some(last), Some(read)) => last < read,

@@ -170,7 +170,9 @@ impl Worker {
     /// here (and give their KV back here), so a rebuilt pool never has more in flight on
     /// an engine than capacity × overcommit (issue 38). Call after `with_room_freed`.
     pub fn carrying(mut self, previous: &Worker) -> Self {
-        previous.kv.rebind(self.kv.room_freed());
+        // Both pools are notified while both live: requests may still wait in the old
+        // generation's queue (a reload that fails after building this one keeps it).
+        previous.kv.also_notify(&self.kv);
         self.kv = previous.kv.clone();
         self.outstanding = previous.outstanding.clone();
         self

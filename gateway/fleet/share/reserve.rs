@@ -44,11 +44,11 @@ impl Reserve {
 }
 
 /// Whether `keep` tokens still fit in `rooms` (each worker's free KV) in whole `slot`s.
-pub fn keeps_fit(rooms: &[u64], keep: u64, slot: u64) -> bool {
+pub fn keeps_fit<'a>(rooms: impl IntoIterator<Item = &'a u64>, keep: u64, slot: u64) -> bool {
     if keep == 0 {
         return true;
     }
     let slot = slot.max(1);
-    let kept: u64 = rooms.iter().map(|r| r / slot * slot).sum();
+    let kept: u64 = rooms.into_iter().map(|r| r / slot * slot).sum();
     kept >= keep
 }

@@ -5,8 +5,6 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use tokio::sync::Notify;
-
 use super::Worker;
 use crate::fleet::load::{allowed, room_of, EngineLoad, STALE_AFTER_INTERVALS};
 use crate::fleet::Serving;
@@ -27,7 +25,14 @@ impl Worker {
 
     /// Record the engine's load report (None: it gave none this round).
     pub fn set_engine_load(&self, report: Option<EngineLoad>) {
-        let outstanding = self.outstanding() as u64;
+        self.set_engine_load_seen(report, 0);
+    }
+
+    /// [`Worker::set_engine_load`] for a report asked for while kvgate had `before`
+    /// requests here: the larger of that and the count now is kvgate's share of the
+    /// engine's requests (requests that ended meanwhile are not another front door's).
+    pub fn set_engine_load_seen(&self, report: Option<EngineLoad>, before: usize) {
+        let outstanding = self.outstanding().max(before) as u64;
         self.kv.set_engine_load(report, outstanding, &self.labels());
     }
 
@@ -39,10 +44,10 @@ impl Worker {
         room_of(self.kv_tokens(), overcommit, self.kv_in_flight(), foreign)
     }
 
-    /// Notified when this worker's pool gets room back (a load guard dropped, or an engine
-    /// reported more room).
-    pub fn room_freed(&self) -> Arc<Notify> {
-        self.kv.room_freed()
+    /// Wake whoever waits for room in this worker's pool (and, after a reload that rebuilt
+    /// it, the pool it succeeds): a load guard dropped.
+    pub fn notify_room_freed(&self) {
+        self.kv.notify_room_freed();
     }
 
     /// Take this worker for one request holding `kv` tokens of its KV, if it is still free
@@ -64,6 +69,8 @@ impl Worker {
     /// `overcommit` against kvgate's account plus what only the engine sees), taken
     /// atomically: the gateway queue's claims never promise an engine more KV than it holds.
     pub fn claim_within(self: &Arc<Self>, kv: u64, overcommit: f64) -> Option<WorkerLoad> {
+        // Where slots bind, at least one slot's share (`worker/slots.rs`).
+        let kv = self.charge(kv, overcommit);
         let allowed = allowed(self.kv_tokens()?, overcommit);
         let foreign = self.foreign_load(overcommit);
         if !self
@@ -153,6 +160,6 @@ impl Drop for WorkerLoad {
         self.worker.outstanding_gauge().set(n as f64);
         self.release_kv();
         // Another request may fit now even when this one held no KV (an outstanding slot).
-        self.worker.room_freed().notify_waiters();
+        self.worker.notify_room_freed();
     }
 }

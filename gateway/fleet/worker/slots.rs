@@ -4,10 +4,12 @@
 //! queue can no longer order them; so where slots bind, kvgate sends at most that many.
 //!
 //! Slots are scheduled as KV: a request is charged at least one slot's share of the
-//! worker's KV ([`Worker::slot_tokens`]: capacity × overcommit ÷ slots), so the KV account,
-//! the gateway queue and the fair shares (`fleet::share`) bound whichever resource binds
-//! first, with the same guarantees (dominant-resource accounting). A request longer than a
-//! slot's share is charged its KV, as before. The engine's report of requests kvgate did
+//! worker's KV it lands on ([`Worker::charge`]; [`Worker::slot_tokens`]: capacity ×
+//! overcommit ÷ slots), so the KV account, the gateway queue and the fair shares
+//! (`fleet::share`) bound whichever resource binds first, with the same guarantees
+//! (dominant-resource accounting). A request longer than a slot's share is charged its
+//! KV, as before. Each worker charges its own share: in a pool of unequal workers, each
+//! holds as many requests as its own slots and KV allow. The engine's report of requests kvgate did
 //! not send (`foreign_requests`: another front door) takes their slots' share from the room.
 //!
 //! The limit is the smallest of the configured `max_running` (the worker's, else its
@@ -43,6 +45,17 @@ impl Worker {
     pub fn slot_tokens(&self, overcommit: f64) -> Option<u64> {
         let slots = self.max_running()?;
         Some((allowed(self.kv_tokens()?, overcommit) / slots).max(1))
+    }
+
+    /// What a request of `kv` tokens is charged here: at least one slot's share.
+    pub fn charge(&self, kv: u64, overcommit: f64) -> u64 {
+        self.slot_tokens(overcommit).map_or(kv, |slot| kv.max(slot))
+    }
+
+    /// Whether a request of `kv` tokens fits in this worker's room now, as charged here.
+    pub fn fits(&self, kv: u64, overcommit: f64) -> bool {
+        let charge = self.charge(kv, overcommit);
+        self.room(overcommit).is_some_and(|r| r >= charge)
     }
 
     /// The load only the engine sees, in KV tokens: the larger of its KV beyond kvgate's

@@ -53,8 +53,8 @@ fn prompt_tokens(usage: &Value) -> Option<u64> {
     let cached = ["cache_read_input_tokens", "cache_creation_input_tokens"]
         .iter()
         .filter_map(|k| usage.get(*k).and_then(Value::as_u64))
-        .sum::<u64>();
-    Some(input + cached)
+        .fold(0u64, u64::saturating_add);
+    Some(input.saturating_add(cached))
 }
 
 /// An Anthropic error inside a 200 (`{"type": "error", "error": {...}}`).
@@ -92,8 +92,12 @@ pub(super) fn check_message(v: &Value, expect: &Expectation) -> Result<(), Trip>
             detail: "the message has no stop reason",
         });
     }
-    let usage = v.get("usage").unwrap_or(&Value::Null);
-    expect.check_prompt_tokens(None, prompt_tokens(usage))
+    let Some(prompt) = v.get("usage").and_then(prompt_tokens) else {
+        return Err(Trip::EmptyResult {
+            detail: "the message has no usage.input_tokens",
+        });
+    };
+    expect.check_prompt_tokens(None, Some(prompt))
 }
 
 /// The generated texts of a message (its text and thinking blocks), for the leak scan.
@@ -114,7 +118,7 @@ pub(super) fn message_texts(v: &Value) -> Vec<&str> {
 /// The tokens a message used (prompt and output), for rate-limit settlement.
 pub(super) fn message_usage(v: &Value) -> Option<u64> {
     let usage = v.get("usage")?;
-    Some(prompt_tokens(usage)? + usage.get("output_tokens")?.as_u64()?)
+    Some(prompt_tokens(usage)?.saturating_add(usage.get("output_tokens")?.as_u64()?))
 }
 
 /// What one guarded Anthropic stream holds.
@@ -200,6 +204,10 @@ enum Step {
 
 impl Guarded {
     fn check(&mut self, event: &SseEvent) -> Result<Step, Trip> {
+        if event.comment_only || (event.data.is_none() && event.complete) {
+            // A keep-alive comment (a proxy in between) or an event without data.
+            return Ok(Step::Pass);
+        }
         let Some(v) = event.json() else {
             return Err(Trip::Unparsable {
                 detail: "a stream event from the engine is not JSON",
@@ -272,11 +280,16 @@ impl Guarded {
                 detail: "the message stopped without a stop reason",
             });
         }
+        if self.expect.is_some() && self.prompt.is_none() {
+            return Err(Trip::EmptyResult {
+                detail: "the message's prompt count never came (no message_start usage)",
+            });
+        }
         if let Some(leak) = self.leak.as_mut() {
             leak.push("", true)?;
         }
         if let (Some(cell), Some(prompt), Some(output)) = (&self.usage, self.prompt, self.output) {
-            cell.set(prompt + output);
+            cell.set(prompt.saturating_add(output));
         }
         Ok(())
     }
@@ -340,6 +353,11 @@ mod tests {
                 "{stop}"
             );
         }
+        let no_usage = json!({"type": "message", "content": [], "stop_reason": "end_turn"});
+        assert!(matches!(
+            check_message(&no_usage, &expect(5)),
+            Err(Trip::EmptyResult { .. })
+        ));
         let chat = json!({"object": "chat.completion", "choices": []});
         assert!(matches!(
             check_message(&chat, &expect(5)),

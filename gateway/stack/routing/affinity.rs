@@ -148,9 +148,7 @@ impl Affinity<'_> {
         let everyone: Vec<Candidate> = workers.iter().map(|w| w.prefix_candidate()).collect();
         // Workers that left service since the last request: their entries go now.
         self.index.sync(&everyone);
-        let fits = |w: &Arc<Worker>| {
-            w.is_eligible() && need.is_none_or(|n| w.room(overcommit).is_some_and(|r| r >= n))
-        };
+        let fits = |w: &Arc<Worker>| w.is_eligible() && need.is_none_or(|n| w.fits(n, overcommit));
         let (candidates, ids): (Vec<&Arc<Worker>>, Vec<Candidate>) = workers
             .iter()
             .zip(&everyone)

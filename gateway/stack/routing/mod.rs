@@ -118,6 +118,16 @@ pub enum Target {
     },
 }
 
+impl Target {
+    /// The KV its request-holding worker (unified or decode) was charged for it.
+    pub fn held_kv(&self) -> u64 {
+        match self {
+            Target::Unified(load) => load.kv(),
+            Target::Disaggregated { decode, .. } => decode.kv(),
+        }
+    }
+}
+
 /// The route chosen for one request.
 #[derive(Debug, Clone)]
 pub struct RoutePlan {

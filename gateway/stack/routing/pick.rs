@@ -49,7 +49,7 @@ pub(super) fn claim_fitting(
 ) -> Option<WorkerLoad> {
     claim_first(workers, cursor, cost, overcommit, |worker| {
         // `most_room` falls back to the least outstanding worker when none fits.
-        if worker.room(overcommit).is_none_or(|r| r < cost) {
+        if !worker.fits(cost, overcommit) {
             return Taken::Stop;
         }
         worker
@@ -139,7 +139,8 @@ fn best_for(
         let Some((cost, overcommit)) = need else {
             continue;
         };
-        let Some(room) = worker.room(overcommit).filter(|&r| r >= cost) else {
+        let charge = worker.charge(cost, overcommit);
+        let Some(room) = worker.room(overcommit).filter(|&r| r >= charge) else {
             continue;
         };
         // Room as a share of capacity (`room_of` only answers with a capacity).

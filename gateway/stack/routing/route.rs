@@ -122,8 +122,6 @@ impl Route {
                 retry_after: reason.retry_after(),
             });
         }
-        // Where running slots bind, each request holds at least a slot's share of the KV.
-        let cost = pool.charged(cost, self.scheduling.overcommit);
         let sharer = Sharer {
             tenant: auth.map_or_else(
                 || Arc::from(crate::tenant::ANONYMOUS_TENANT),

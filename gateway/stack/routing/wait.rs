@@ -124,9 +124,10 @@ pub async fn claim(
             })
             .ok_or(Unclaimed::NoEligibleWorker);
     }
-    let hold = || {
+    // The tenant's share counts what its request was charged (a slot's share at least).
+    let hold = |target: &Target| {
         let Sharer { tenant, weight } = sharer.clone();
-        Some(pool.shares.hold(tenant, weight, cost.total))
+        Some(pool.shares.hold(tenant, weight, target.held_kv()))
     };
     // The pool's KV that fair shares divide, read once per request.
     let capacity = pool.kv_capacity(overcommit);
@@ -135,10 +136,11 @@ pub async fn claim(
             // Checked after the claim, so that concurrent claims see each other: one that
             // took room kept for another tenant gives it back and queues.
             if kept_room_intact(pool, sharer, scheduling, capacity) {
+                let share = hold(&target);
                 return Ok(Claimed {
                     target,
                     waited: None,
-                    share: hold(),
+                    share,
                 });
             }
         }
@@ -182,6 +184,14 @@ pub async fn claim(
             }
         };
         publish_depth(pool);
+        // An older generation's queue is not closed by the drain: its waiters see the flag.
+        let turn = match turn {
+            Ok(()) if pool.is_draining() => {
+                pool.promised.settle(cost.total);
+                Err(QueueRefusal::Draining)
+            }
+            other => other,
+        };
         match turn {
             Ok(()) => {
                 let claimed = claim_with_room(pool, cost, overcommit, affinity);
@@ -200,10 +210,11 @@ pub async fn claim(
                         "class" => waiter.class.as_str()
                     )
                     .record(waited.as_secs_f64());
+                    let share = hold(&target);
                     return Ok(Claimed {
                         target,
                         waited: Some(waited),
-                        share: hold(),
+                        share,
                     });
                 }
                 // Another release took the room first: queue again, same deadline.
@@ -244,7 +255,7 @@ fn kept_room_intact(pool: &Pool, sharer: &Sharer, scheduling: Scheduling, capaci
     let newcomer = pool.shares.holds_nothing(&sharer.tenant)
         && under_share(pool, sharer, scheduling, capacity, 0);
     keeps_fit(
-        &rooms,
+        rooms.iter().map(|r| &r.free),
         kept_from(&reserve, &sharer.tenant, newcomer),
         reserve.slot,
     )
@@ -264,42 +275,60 @@ fn kept_from(reserve: &Reserve, tenant: &str, newcomer: bool) -> u64 {
     }
 }
 
+/// One worker's room as the pump counts it down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Room {
+    free: u64,
+    /// One running slot's share of its KV: the least a request is charged there (0: its
+    /// slots are unknown; `fleet/worker/slots.rs`).
+    slot: u64,
+}
+
+impl Room {
+    fn charge(self, cost: u64) -> u64 {
+        cost.max(self.slot)
+    }
+}
+
 /// The eligible request-holding workers' room, less the room promised to released
 /// requests (taken from the largest rooms first, as their claims will).
-fn rooms(pool: &Pool, overcommit: f64) -> Vec<u64> {
+fn rooms(pool: &Pool, overcommit: f64) -> Vec<Room> {
     let mut owed = pool.promised.total();
-    let mut rooms: Vec<u64> = holding_workers(pool)
+    let mut rooms: Vec<Room> = holding_workers(pool)
         .iter()
         .filter(|w| w.is_eligible())
-        .filter_map(|w| w.room(overcommit))
+        .filter_map(|w| {
+            Some(Room {
+                free: w.room(overcommit)?,
+                slot: w.slot_tokens(overcommit).unwrap_or(0),
+            })
+        })
         .collect();
-    rooms.sort_unstable_by(|a, b| b.cmp(a));
+    rooms.sort_unstable_by(|a, b| b.free.cmp(&a.free));
     for room in rooms.iter_mut() {
-        let taken = owed.min(*room);
-        *room -= taken;
+        let taken = owed.min(room.free);
+        room.free -= taken;
         owed -= taken;
     }
     rooms
 }
 
-/// Count `head` into the roomiest worker of `rooms` that fits it, leaving the room kept for
-/// the other tenants (in whole slots; a tenant's own kept room is its to take, and a
-/// `newcomer` below its share may take one slot of the others', [`kept_from`]). False: it
-/// does not fit.
-fn take(rooms: &mut [u64], head: &Head, reserve: &Reserve, newcomer: bool) -> bool {
+/// Count `head` into the roomiest worker of `rooms` that fits it as charged there,
+/// leaving the room kept for the other tenants (in whole slots; a tenant's own kept room
+/// is its to take, and a `newcomer` below its share may take one slot of the others',
+/// [`kept_from`]). False: it does not fit.
+fn take(rooms: &mut [Room], head: &Head, reserve: &Reserve, newcomer: bool) -> bool {
     let Some(i) = (0..rooms.len())
-        .filter(|&i| rooms[i] >= head.cost)
-        .max_by_key(|&i| rooms[i])
+        .filter(|&i| rooms[i].free >= rooms[i].charge(head.cost))
+        .max_by_key(|&i| rooms[i].free)
     else {
         return false;
     };
-    rooms[i] -= head.cost;
-    if !keeps_fit(
-        rooms,
-        kept_from(reserve, &head.tenant, newcomer),
-        reserve.slot,
-    ) {
-        rooms[i] += head.cost;
+    let charge = rooms[i].charge(head.cost);
+    rooms[i].free -= charge;
+    let keep = kept_from(reserve, &head.tenant, newcomer);
+    if !keeps_fit(rooms.iter().map(|r| &r.free), keep, reserve.slot) {
+        rooms[i].free += charge;
         return false;
     }
     true
@@ -347,7 +376,11 @@ fn refused(
     started: Instant,
     audit: &AuditLog,
 ) -> Unclaimed {
-    let retry_after = pool.queue.retry_after();
+    let retry_after = match reason {
+        // Another replica or generation answers at once: not the queue's pace.
+        QueueRefusal::Draining | QueueRefusal::Closed => reason.retry_after(),
+        _ => pool.queue.retry_after(),
+    };
     let waited = started.elapsed();
     ::metrics::counter!(
         metrics::QUEUE_REFUSALS_TOTAL,
@@ -378,76 +411,4 @@ fn refused(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::fleet::TenantShares;
-
-    fn head(tenant: &str, cost: u64) -> Head {
-        Head {
-            tenant: Arc::from(tenant),
-            cost,
-            under_share: false,
-        }
-    }
-
-    #[test]
-    fn a_head_takes_the_roomiest_worker_that_fits() {
-        let mut rooms = vec![300, 500, 100];
-        let none = Reserve::default();
-        assert!(take(&mut rooms, &head("a", 200), &none, false));
-        assert_eq!(rooms, [300, 300, 100]);
-        assert!(!take(&mut rooms, &head("a", 301), &none, false));
-        assert_eq!(
-            rooms,
-            [300, 300, 100],
-            "a head that does not fit takes nothing"
-        );
-    }
-
-    #[test]
-    fn a_tenants_kept_room_is_taken_only_by_that_tenant() {
-        // Light held one request of 100 and gave it back: 100 is kept for it.
-        let shares = Arc::new(TenantShares::default());
-        drop(shares.hold(Arc::from("light"), 1, 100));
-        let _flood = shares.hold(Arc::from("flood"), 1, 700);
-        // The flood has more waiting: above its share, nothing kept for it.
-        let _waiting = shares.waiting(Arc::from("flood"), 1, 700);
-        let reserve = shares.reserve(1000, 0.5);
-        assert_eq!(reserve.from_others_than("flood"), 100);
-        let mut rooms = vec![150, 100];
-        assert!(take(&mut rooms, &head("flood", 50), &reserve, false));
-        assert_eq!(rooms, [100, 100]);
-        assert!(take(&mut rooms, &head("other", 100), &reserve, false));
-        assert!(
-            !take(&mut rooms, &head("other", 100), &reserve, false),
-            "the last slot is kept for light"
-        );
-        assert_eq!(rooms, [100, 0]);
-        assert!(take(&mut rooms, &head("light", 100), &reserve, false));
-        assert_eq!(rooms, [0, 0]);
-    }
-
-    #[test]
-    fn a_newcomer_below_its_share_may_take_one_slot_of_the_kept_room() {
-        // Light held one request of 100 and gave it back: 100 is kept for it.
-        let shares = Arc::new(TenantShares::default());
-        drop(shares.hold(Arc::from("light"), 1, 100));
-        let _flood = shares.hold(Arc::from("flood"), 1, 700);
-        let _waiting = shares.waiting(Arc::from("flood"), 1, 700);
-        let reserve = shares.reserve(1000, 0.5);
-        assert!(shares.holds_nothing("newcomer"));
-        assert!(!shares.holds_nothing("flood"));
-        // One worker's room is the kept slot: the flood may not take it, a newcomer may.
-        let mut rooms = vec![100];
-        assert!(!take(&mut rooms, &head("flood", 100), &reserve, false));
-        assert!(take(&mut rooms, &head("newcomer", 100), &reserve, true));
-        assert_eq!(rooms, [0]);
-        // Never more than one slot of it: with two kept slots, one stays.
-        drop(shares.hold(Arc::from("steady"), 1, 100));
-        let two = shares.reserve(1000, 0.5);
-        assert_eq!(two.from_others_than("newcomer"), 200);
-        let mut rooms = vec![100, 100];
-        assert!(take(&mut rooms, &head("newcomer", 100), &two, true));
-        assert!(!take(&mut rooms, &head("newcomer2", 100), &two, true));
-    }
-}
+mod tests;
