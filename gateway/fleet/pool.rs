@@ -317,6 +317,22 @@ impl Pool {
         self.draining.load(Ordering::Relaxed)
     }
 
+    /// What a request of `kv` tokens is charged on the request-holding worker where that is
+    /// least ([`Worker::charge`]: at least one running slot's share where slots are known):
+    /// the one number its place in the queue and its tenant's waiting share count.
+    pub fn least_charge(&self, kv: u64, overcommit: f64) -> u64 {
+        let holding = match &self.workers {
+            PoolWorkers::Unified(ws) => ws,
+            PoolWorkers::Disaggregated { decode, .. } => decode,
+        };
+        holding
+            .iter()
+            .filter(|w| w.is_eligible())
+            .map(|w| w.charge(kv, overcommit))
+            .min()
+            .unwrap_or(kv)
+    }
+
     /// The KV tokens its eligible request-holding workers (unified or decode) may have in
     /// flight: their capacity × `overcommit` (tenants' fair shares divide this).
     pub fn kv_capacity(&self, overcommit: f64) -> u64 {

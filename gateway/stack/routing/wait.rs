@@ -153,16 +153,20 @@ pub async fn claim(
     });
     let deadline = Instant::now() + timeout;
     let started = Instant::now();
+    // Queued, it counts as charged where it is cheapest (its slot's share at least, in the
+    // units its tenant's holds are counted in): the queue's order, its tenant's waiting KV
+    // and the promise the pump makes all use this one number.
+    let queued = pool.least_charge(cost.total, overcommit);
     // Its tenant counts as active (for fair shares) while it waits.
     let _waiting = pool
         .shares
-        .waiting(sharer.tenant.clone(), sharer.weight, cost.total);
+        .waiting(sharer.tenant.clone(), sharer.weight, queued);
     loop {
         let entry = QueueEntry {
             tenant: waiter.tenant.clone(),
             weight: waiter.weight,
             class: waiter.class,
-            cost: cost.total,
+            cost: queued,
             deadline,
             under_share,
         };
@@ -187,7 +191,7 @@ pub async fn claim(
         // An older generation's queue is not closed by the drain: its waiters see the flag.
         let turn = match turn {
             Ok(()) if pool.is_draining() => {
-                pool.promised.settle(cost.total);
+                pool.promised.settle(queued);
                 Err(QueueRefusal::Draining)
             }
             other => other,
@@ -198,7 +202,7 @@ pub async fn claim(
                 // Claimed (now in the worker's account) or lost: either way the promise
                 // ends, after the claim (see `fleet::Promised`); a pump that counted both
                 // released less than it could, so the others pump again.
-                pool.promised.settle(cost.total);
+                pool.promised.settle(queued);
                 if !pool.queue.is_empty() {
                     pool.room_freed().notify_waiters();
                 }
