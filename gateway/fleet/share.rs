@@ -155,12 +155,6 @@ impl TenantShares {
         }
     }
 
-    /// Whether `tenant` holds no KV in the pool now (a newcomer, or a tenant whose
-    /// requests all ended).
-    pub fn holds_nothing(&self, tenant: &str) -> bool {
-        self.lock().get(tenant).is_none_or(|s| s.kv == 0)
-    }
-
     /// Count `cost` KV tokens held by `tenant` until the hold drops.
     pub fn hold(self: &Arc<Self>, tenant: Arc<str>, weight: u32, cost: u64) -> ShareHold {
         let now = Instant::now();

@@ -256,27 +256,11 @@ fn kept_room_intact(pool: &Pool, sharer: &Sharer, scheduling: Scheduling, capaci
         return true;
     }
     let rooms = rooms(pool, scheduling.overcommit);
-    let newcomer = pool.shares.holds_nothing(&sharer.tenant)
-        && under_share(pool, sharer, scheduling, capacity, 0);
     keeps_fit(
         rooms.iter().map(|r| &r.free),
-        kept_from(&reserve, &sharer.tenant, newcomer),
+        reserve.from_others_than(&sharer.tenant),
         reserve.slot,
     )
-}
-
-/// The room a request of `tenant` must leave for the others below their share. A tenant
-/// below its share that holds nothing (a `newcomer`, or one whose requests all ended) may
-/// take one slot of it: it goes first without a history of its own (issue 38: a tenant
-/// arriving while a flood was on waited for whole waves of answers behind the room kept
-/// for the steady tenants).
-fn kept_from(reserve: &Reserve, tenant: &str, newcomer: bool) -> u64 {
-    let keep = reserve.from_others_than(tenant);
-    if newcomer {
-        keep.saturating_sub(reserve.slot)
-    } else {
-        keep
-    }
 }
 
 /// One worker's room as the pump counts it down.
@@ -319,9 +303,8 @@ fn rooms(pool: &Pool, overcommit: f64) -> Vec<Room> {
 
 /// Count `head` into the roomiest worker of `rooms` that fits it as charged there,
 /// leaving the room kept for the other tenants (in whole slots; a tenant's own kept room
-/// is its to take, and a `newcomer` below its share may take one slot of the others',
-/// [`kept_from`]). False: it does not fit.
-fn take(rooms: &mut [Room], head: &Head, reserve: &Reserve, newcomer: bool) -> bool {
+/// is its to take). False: it does not fit.
+fn take(rooms: &mut [Room], head: &Head, reserve: &Reserve) -> bool {
     let Some(i) = (0..rooms.len())
         .filter(|&i| rooms[i].free >= rooms[i].charge(head.cost))
         .max_by_key(|&i| rooms[i].free)
@@ -330,7 +313,7 @@ fn take(rooms: &mut [Room], head: &Head, reserve: &Reserve, newcomer: bool) -> b
     };
     let charge = rooms[i].charge(head.cost);
     rooms[i].free -= charge;
-    let keep = kept_from(reserve, &head.tenant, newcomer);
+    let keep = reserve.from_others_than(&head.tenant);
     if !keeps_fit(rooms.iter().map(|r| &r.free), keep, reserve.slot) {
         rooms[i].free += charge;
         return false;
@@ -348,8 +331,7 @@ fn pump(pool: &Pool, scheduling: Scheduling) {
     // The promises first, then the room (see `fleet::Promised`).
     let mut rooms = rooms(pool, scheduling.overcommit);
     let mut release = |head: &Head| {
-        let newcomer = head.under_share && pool.shares.holds_nothing(&head.tenant);
-        let fits = take(&mut rooms, head, &reserve, newcomer);
+        let fits = take(&mut rooms, head, &reserve);
         if fits {
             pool.promised.add(head.cost);
         }

@@ -1,4 +1,4 @@
-//! The pump's room arithmetic: charges, kept room, newcomers.
+//! The pump's room arithmetic: per-worker charges and kept room.
 use super::*;
 use crate::fleet::TenantShares;
 
@@ -25,13 +25,13 @@ fn each_worker_charges_at_least_its_own_slot_share() {
     ];
     let none = Reserve::default();
     // A short request: charged 400 on the first (the roomiest), 50 on the second.
-    assert!(take(&mut rooms, &head("a", 10), &none, false));
+    assert!(take(&mut rooms, &head("a", 10), &none));
     assert_eq!(frees(&rooms), [0, 300]);
     for _ in 0..6 {
-        assert!(take(&mut rooms, &head("a", 10), &none, false));
+        assert!(take(&mut rooms, &head("a", 10), &none));
     }
     assert_eq!(frees(&rooms), [0, 0], "six slots of 50 on the second");
-    assert!(!take(&mut rooms, &head("a", 10), &none, false));
+    assert!(!take(&mut rooms, &head("a", 10), &none));
 }
 
 fn head(tenant: &str, cost: u64) -> Head {
@@ -46,9 +46,9 @@ fn head(tenant: &str, cost: u64) -> Head {
 fn a_head_takes_the_roomiest_worker_that_fits() {
     let mut rooms = free(&[300, 500, 100]);
     let none = Reserve::default();
-    assert!(take(&mut rooms, &head("a", 200), &none, false));
+    assert!(take(&mut rooms, &head("a", 200), &none));
     assert_eq!(frees(&rooms), [300, 300, 100]);
-    assert!(!take(&mut rooms, &head("a", 301), &none, false));
+    assert!(!take(&mut rooms, &head("a", 301), &none));
     assert_eq!(
         frees(&rooms),
         [300, 300, 100],
@@ -67,38 +67,14 @@ fn a_tenants_kept_room_is_taken_only_by_that_tenant() {
     let reserve = shares.reserve(1000, 0.5);
     assert_eq!(reserve.from_others_than("flood"), 100);
     let mut rooms = free(&[150, 100]);
-    assert!(take(&mut rooms, &head("flood", 50), &reserve, false));
+    assert!(take(&mut rooms, &head("flood", 50), &reserve));
     assert_eq!(frees(&rooms), [100, 100]);
-    assert!(take(&mut rooms, &head("other", 100), &reserve, false));
+    assert!(take(&mut rooms, &head("other", 100), &reserve));
     assert!(
-        !take(&mut rooms, &head("other", 100), &reserve, false),
+        !take(&mut rooms, &head("other", 100), &reserve),
         "the last slot is kept for light"
     );
     assert_eq!(frees(&rooms), [100, 0]);
-    assert!(take(&mut rooms, &head("light", 100), &reserve, false));
+    assert!(take(&mut rooms, &head("light", 100), &reserve));
     assert_eq!(frees(&rooms), [0, 0]);
-}
-
-#[test]
-fn a_newcomer_below_its_share_may_take_one_slot_of_the_kept_room() {
-    // Light held one request of 100 and gave it back: 100 is kept for it.
-    let shares = Arc::new(TenantShares::default());
-    drop(shares.hold(Arc::from("light"), 1, 100));
-    let _flood = shares.hold(Arc::from("flood"), 1, 700);
-    let _waiting = shares.waiting(Arc::from("flood"), 1, 700);
-    let reserve = shares.reserve(1000, 0.5);
-    assert!(shares.holds_nothing("newcomer"));
-    assert!(!shares.holds_nothing("flood"));
-    // One worker's room is the kept slot: the flood may not take it, a newcomer may.
-    let mut rooms = free(&[100]);
-    assert!(!take(&mut rooms, &head("flood", 100), &reserve, false));
-    assert!(take(&mut rooms, &head("newcomer", 100), &reserve, true));
-    assert_eq!(frees(&rooms), [0]);
-    // Never more than one slot of it: with two kept slots, one stays.
-    drop(shares.hold(Arc::from("steady"), 1, 100));
-    let two = shares.reserve(1000, 0.5);
-    assert_eq!(two.from_others_than("newcomer"), 200);
-    let mut rooms = free(&[100, 100]);
-    assert!(take(&mut rooms, &head("newcomer", 100), &two, true));
-    assert!(!take(&mut rooms, &head("newcomer2", 100), &two, true));
 }
