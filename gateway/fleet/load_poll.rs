@@ -64,7 +64,7 @@ async fn poll_worker(
             None
         }
     };
-    worker.set_engine_load_seen(report, before);
+    worker.set_engine_load(report, before);
 }
 
 async fn ask(

@@ -4,6 +4,8 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::load::allowed;
+
 use super::{
     EjectionGroup, FairQueue, HealthPolicy, PrefixIndex, Promised, Role, SignalWindow,
     TenantShares, Worker,
@@ -109,19 +111,8 @@ impl Pool {
             list.iter()
                 .enumerate()
                 .map(|(slot, w)| {
-                    // The pool's `max_running` for a worker that does not say its own.
-                    let own;
-                    let w = match (w.max_running, config.max_running) {
-                        (None, Some(n)) => {
-                            own = crate::config::WorkerConfig {
-                                max_running: Some(n),
-                                ..w.clone()
-                            };
-                            &own
-                        }
-                        _ => w,
-                    };
                     let worker = Worker::new(name.clone(), role, w)
+                        .with_pool_max_running(config.max_running)
                         .with_slot(slot)
                         .with_versions(config.version.as_deref(), min_version.cloned())
                         .with_health(health.clone(), group.clone(), &health_path)
@@ -321,11 +312,7 @@ impl Pool {
     /// least ([`Worker::charge`]: at least one running slot's share where slots are known):
     /// the one number its place in the queue and its tenant's waiting share count.
     pub fn least_charge(&self, kv: u64, overcommit: f64) -> u64 {
-        let holding = match &self.workers {
-            PoolWorkers::Unified(ws) => ws,
-            PoolWorkers::Disaggregated { decode, .. } => decode,
-        };
-        holding
+        self.holding_workers()
             .iter()
             .filter(|w| w.is_eligible())
             .map(|w| w.charge(kv, overcommit))
@@ -336,15 +323,19 @@ impl Pool {
     /// The KV tokens its eligible request-holding workers (unified or decode) may have in
     /// flight: their capacity × `overcommit` (tenants' fair shares divide this).
     pub fn kv_capacity(&self, overcommit: f64) -> u64 {
-        let holding = match &self.workers {
-            PoolWorkers::Unified(ws) => ws,
-            PoolWorkers::Disaggregated { decode, .. } => decode,
-        };
-        holding
+        self.holding_workers()
             .iter()
             .filter(|w| w.is_eligible())
             .filter_map(|w| w.kv_tokens())
-            .map(|c| (c as f64 * overcommit.max(0.0)) as u64)
+            .map(|c| allowed(c, overcommit))
             .fold(0, u64::saturating_add)
+    }
+
+    /// The workers that hold a request's KV until its answer ends: unified, or decode.
+    pub fn holding_workers(&self) -> &[Arc<Worker>] {
+        match &self.workers {
+            PoolWorkers::Unified(ws) => ws,
+            PoolWorkers::Disaggregated { decode, .. } => decode,
+        }
     }
 }

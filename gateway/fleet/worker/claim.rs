@@ -23,15 +23,11 @@ impl Worker {
         self.kv.engine_load(max_age)
     }
 
-    /// Record the engine's load report (None: it gave none this round).
-    pub fn set_engine_load(&self, report: Option<EngineLoad>) {
-        self.set_engine_load_seen(report, 0);
-    }
-
-    /// [`Worker::set_engine_load`] for a report asked for while kvgate had `before`
-    /// requests here: the larger of that and the count now is kvgate's share of the
-    /// engine's requests (requests that ended meanwhile are not another front door's).
-    pub fn set_engine_load_seen(&self, report: Option<EngineLoad>, before: usize) {
+    /// Record the engine's load report (None: it gave none this round), asked for while
+    /// kvgate had `before` requests here: the larger of that and the count now is kvgate's
+    /// share of the engine's requests (requests that ended meanwhile are not another front
+    /// door's).
+    pub fn set_engine_load(&self, report: Option<EngineLoad>, before: usize) {
         let outstanding = self.outstanding().max(before) as u64;
         self.kv.set_engine_load(report, outstanding, &self.labels());
     }

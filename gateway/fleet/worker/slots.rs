@@ -9,12 +9,14 @@
 //! (`fleet::share`) bound whichever resource binds first, with the same guarantees
 //! (dominant-resource accounting). A request longer than a slot's share is charged its
 //! KV, as before. Each worker charges its own share: in a pool of unequal workers, each
-//! holds as many requests as its own slots and KV allow. The engine's report of requests kvgate did
-//! not send (`foreign_requests`: another front door) takes their slots' share from the room.
+//! holds as many requests as its own slots and KV allow. The engine's report of requests
+//! kvgate did not send (`foreign_requests`: another front door) takes their slots' share
+//! from the room.
 //!
 //! The limit is the smallest of the configured `max_running` (the worker's, else its
-//! pool's), what `/get_server_info` reported (`max_running_requests`), and what the load
-//! report (`/v1/loads`) last said.
+//! pool's), what `/get_server_info` reported (`internal_states[*]`'s
+//! `effective_max_running_requests_per_dp`, `fleet/discovery.rs`), and what the load report
+//! (`/v1/loads`' `max_running_requests`) last said.
 
 use std::sync::atomic::Ordering;
 
@@ -31,6 +33,14 @@ impl Worker {
             .flatten()
             .filter(|&n| n > 0)
             .min()
+    }
+
+    /// The pool's `max_running`, for a worker whose entry does not say its own.
+    pub fn with_pool_max_running(mut self, slots: Option<u32>) -> Self {
+        if self.configured_max_running.is_none() {
+            self.configured_max_running = slots.map(u64::from);
+        }
+        self
     }
 
     /// Record what the engine's load report said of its slots (None: it did not say).
@@ -62,8 +72,10 @@ impl Worker {
     /// account and its requests beyond kvgate's, each at a slot's share.
     pub fn foreign_load(&self, overcommit: f64) -> Option<u64> {
         let report = self.engine_load()?;
-        let by_slots = self
-            .slot_tokens(overcommit)
+        // Most reports name no foreign request: the slot share is not looked up then.
+        let by_slots = (report.foreign_requests > 0)
+            .then(|| self.slot_tokens(overcommit))
+            .flatten()
             .map(|slot| slot.saturating_mul(report.foreign_requests));
         match (report.foreign_kv_tokens, by_slots) {
             (Some(a), Some(b)) => Some(a.max(b)),

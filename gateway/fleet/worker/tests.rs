@@ -156,14 +156,17 @@ fn requests_only_the_engine_sees_take_their_slots_from_the_room() {
     assert_eq!(worker.room(1.0), Some(1000));
     // Two short requests of another front door run there, one more waits: three slots,
     // though they hold hardly any KV.
-    worker.set_engine_load(Some(crate::fleet::EngineLoad {
-        running: 2,
-        waiting: 1,
-        used_kv_tokens: Some(40),
-        foreign_kv_tokens: None,
-        foreign_requests: 0,
-        at: std::time::Instant::now(),
-    }));
+    worker.set_engine_load(
+        Some(crate::fleet::EngineLoad {
+            running: 2,
+            waiting: 1,
+            used_kv_tokens: Some(40),
+            foreign_kv_tokens: None,
+            foreign_requests: 0,
+            at: std::time::Instant::now(),
+        }),
+        0,
+    );
     assert_eq!(worker.foreign_load(1.0), Some(750));
     assert_eq!(worker.room(1.0), Some(250));
 }

@@ -18,24 +18,15 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::fleet::{KvCost, Pool, PoolWorkers, Worker, WorkerLoad};
-
-/// The workers that take the queue's turns: decode (or unified) workers hold a whole
-/// request, so their room decides whether the head of the queue fits.
-pub fn holding_workers(pool: &Pool) -> &[Arc<Worker>] {
-    match &pool.workers {
-        PoolWorkers::Unified(ws) => ws,
-        PoolWorkers::Disaggregated { decode, .. } => decode,
-    }
-}
+use crate::fleet::{allowed, KvCost, Pool, Worker, WorkerLoad};
 
 /// Whether some eligible worker of `pool` could hold `cost` when empty: a request that no
 /// worker could ever hold is not queued (it would only time out).
 pub fn could_ever_fit(pool: &Pool, cost: KvCost, overcommit: f64) -> bool {
-    holding_workers(pool).iter().any(|w| {
+    pool.holding_workers().iter().any(|w| {
         w.is_eligible()
             && w.kv_tokens()
-                .is_some_and(|c| (c as f64 * overcommit.max(0.0)) as u64 >= cost.total)
+                .is_some_and(|c| allowed(c, overcommit) >= cost.total)
     })
 }
 

@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::affinity::Affinity;
-use super::pick::{could_ever_fit, holding_workers};
+use super::pick::could_ever_fit;
 use super::take::{claim_with_room, pick_workers};
 use super::Target;
 use crate::audit::AuditLog;
@@ -282,7 +282,8 @@ impl Room {
 /// requests (taken from the largest rooms first, as their claims will).
 fn rooms(pool: &Pool, overcommit: f64) -> Vec<Room> {
     let mut owed = pool.promised.total();
-    let mut rooms: Vec<Room> = holding_workers(pool)
+    let mut rooms: Vec<Room> = pool
+        .holding_workers()
         .iter()
         .filter(|w| w.is_eligible())
         .filter_map(|w| {
