@@ -7,15 +7,17 @@
 //! - the slots the engine reports (`/get_server_info`, `/v1/loads`) bound what kvgate sends,
 //!   and a light tenant is served before a flooding tenant's backlog;
 //! - `max_running` in the config bounds an engine that says nothing;
-//! - requests another front door sent straight to the engine take their slots too.
+//! - requests another front door sent straight to the engine take their slots too;
+//! - a tenant arriving while a flood is on (no history) starts at once, on the spare room
+//!   kept for newcomers, instead of after the next wave of answers.
 
 mod support;
 
 use serde_json::{json, Value};
 use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use kvgate::runtime::RunningGateway;
 use kvgate_sim::{RunningSim, SimConfig, SimRole};
@@ -230,4 +232,93 @@ async fn on_shutdown_queued_requests_get_503_at_once_and_the_running_one_finishe
         1,
         "nothing queued was dispatched"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newcomer_under_an_ongoing_flood_starts_before_the_next_answer_ends() {
+    // Ten slots; every answer takes about a second (8 tokens at 150 ms), so a flood's
+    // answers end in waves about a second apart.
+    let engine = engine_with(SimConfig {
+        role: SimRole::Unified,
+        model: "qwen3".into(),
+        kv_tokens: KV,
+        context_length: WINDOW as usize,
+        first_token_latency: Duration::from_millis(50),
+        token_latency: Duration::from_millis(150),
+        max_running_requests: NonZeroUsize::new(10),
+        ..SimConfig::default()
+    })
+    .await;
+    let gw = Arc::new(gateway_on(&engine, "").await);
+    // The flood: 30 closed loops, 20 of them always waiting in kvgate's queue.
+    let stop = Arc::new(AtomicBool::new(false));
+    let ended: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let loops: Vec<_> = (0..30)
+        .map(|_| {
+            let (gw, stop, ended) = (gw.clone(), stop.clone(), ended.clone());
+            tokio::spawn(async move {
+                let url = format!("http://{}/generate", gw.data_addr());
+                while !stop.load(Ordering::SeqCst) {
+                    let reply = post(&url, Some(FLOOD_KEY), &body()).await;
+                    assert_eq!(reply.status, 200, "{}", reply.text());
+                    ended.lock().unwrap().push(Instant::now());
+                }
+            })
+        })
+        .collect();
+    let answers = || ended.lock().unwrap().len();
+    // An ongoing flood: a whole wave has ended and the next runs; then, just after the
+    // next answer ends, the newcomer arrives: the one after is most of a wave away.
+    until("the flood's first wave ends", || answers() >= 10).await;
+    let seen = answers();
+    until("the next answer ends", || answers() > seen).await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let sent = Instant::now();
+    let mut body = body();
+    body["stream"] = json!(true);
+    let response = send(request(
+        http::Method::POST,
+        &format!("http://{}/generate", gw.data_addr()),
+        Some(LIGHT_KEY),
+        body.to_string(),
+    ))
+    .await;
+    assert_eq!(response.status(), 200);
+    let mut stream = response.into_body();
+    use http_body_util::BodyExt;
+    let first_token = loop {
+        let frame = stream
+            .frame()
+            .await
+            .expect("the stream ends after its tokens")
+            .expect("a frame");
+        if frame
+            .data_ref()
+            .is_some_and(|d| String::from_utf8_lossy(d).contains("data:"))
+        {
+            break Instant::now();
+        }
+    };
+    while stream.frame().await.is_some() {}
+    stop.store(true, Ordering::SeqCst);
+    for l in loops {
+        l.await.expect("flood loop");
+    }
+    let next_end = ended
+        .lock()
+        .unwrap()
+        .iter()
+        .copied()
+        .filter(|&t| t > sent)
+        .min()
+        .expect("the flood answered after the newcomer arrived");
+    assert!(
+        first_token < next_end,
+        "the newcomer's first token came {:?} after it was sent, {:?} after the next flood answer ended: it waited for room to free",
+        first_token - sent,
+        first_token.saturating_duration_since(next_end)
+    );
+    let stats = engine.engine.stats();
+    assert!(stats.peak_running <= 10, "{stats:?}");
+    assert_eq!(stats.queued, 0, "the engine never queued: {stats:?}");
 }

@@ -32,6 +32,12 @@ pub struct SchedulingConfig {
     /// The most of a pool's KV kept free for tenants below their fair share while the pool
     /// is full (the room they recently used, so their next request needs no wait); 0: none.
     pub fair_share_reserve: f64,
+    /// The part of `fair_share_reserve` kept spare while a tenant is at or above its share,
+    /// in whole requests, for any request below its tenant's share: a tenant arriving
+    /// while a flood is on (no history, no room of its own yet) is served at once instead
+    /// of after the next wave of answers; 0: none (one tenant alone on a pool loses
+    /// nothing to it). Counted within `fair_share_reserve`: the most kept in all.
+    pub newcomer_reserve: f64,
 }
 
 impl Default for SchedulingConfig {
@@ -42,6 +48,7 @@ impl Default for SchedulingConfig {
             queue_timeout: Duration::from_secs(30),
             kv_overcommit: 1.0,
             fair_share_reserve: 0.25,
+            newcomer_reserve: 0.1,
         }
     }
 }
@@ -73,6 +80,16 @@ impl SchedulingConfig {
                 "scheduling.fair_share_reserve",
                 format!(
                     "must be between 0.0 (keep no room for tenants below their share) and {MOST_RESERVE} (a fraction of each pool's KV)"
+                ),
+            ));
+        }
+        if !(self.newcomer_reserve.is_finite()
+            && (0.0..=MOST_RESERVE).contains(&self.newcomer_reserve))
+        {
+            return Err(Invalid::new(
+                "scheduling.newcomer_reserve",
+                format!(
+                    "must be between 0.0 (keep no spare room for newcomers) and {MOST_RESERVE} (a fraction of each pool's KV, counted within fair_share_reserve)"
                 ),
             ));
         }
@@ -130,6 +147,14 @@ mod tests {
                 })
                 .as_deref(),
                 Some("scheduling.fair_share_reserve")
+            );
+            assert_eq!(
+                key(SchedulingConfig {
+                    newcomer_reserve: bad,
+                    ..base()
+                })
+                .as_deref(),
+                Some("scheduling.newcomer_reserve")
             );
         }
     }

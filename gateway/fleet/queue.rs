@@ -212,22 +212,22 @@ impl FairQueue {
         admitted
     }
 
-    /// Hand turns out past the head, in order, only to entries of `tenants` that `fits`
-    /// says may go: room kept for their own tenant (`fleet::share`), which takes nothing
-    /// the heads before them could use. Returns how many were admitted.
+    /// Hand turns out past the head, in order, only to entries that `may_pass` names and
+    /// `fits` says may go: room kept for them (`fleet::share`), which takes nothing the
+    /// heads before them could use. Returns how many were admitted.
     ///
-    /// `fits` runs under the queue's lock: it must not call into this queue.
-    pub fn release_own(&self, tenants: &[Arc<str>], mut fits: impl FnMut(&Head) -> bool) -> usize {
-        if tenants.is_empty() {
-            return 0;
-        }
+    /// `may_pass` and `fits` run under the queue's lock: they must not call into this queue.
+    pub fn release_own(
+        &self,
+        may_pass: impl Fn(&Head) -> bool,
+        mut fits: impl FnMut(&Head) -> bool,
+    ) -> usize {
         let mut state = lock(&self.state);
         let candidates: Vec<(u64, Head)> = state
             .lanes
             .iter()
             .rev()
             .flat_map(|lane| lane.queue.iter())
-            .filter(|(_, w)| tenants.contains(&w.tenant))
             .map(|(key, w)| {
                 let head = Head {
                     tenant: w.tenant.clone(),
@@ -236,6 +236,7 @@ impl FairQueue {
                 };
                 (key.id, head)
             })
+            .filter(|(_, head)| may_pass(head))
             .collect();
         let mut admitted = 0;
         for (id, head) in candidates {

@@ -17,6 +17,11 @@
 //!   `stack::routing::wait`); the total kept is capped by `[scheduling]
 //!   fair_share_reserve` (a fraction of the pool), so tenants at their share always have
 //!   the rest. An idle tenant's room is kept for [`RECENT`] at most.
+//! - A tenant new to the pool has no recent use to keep: while some tenant is at or above
+//!   its share, `[scheduling] newcomer_reserve` of the pool (in whole requests) is kept as
+//!   *spare* room that any request below its tenant's share may take. A newcomer's first
+//!   requests take it at once instead of waiting for the next wave of answers to end; from
+//!   its first request on it keeps room of its own like any tenant below its share.
 //!
 //! Memory: one record per tenant active in the pool within [`RECENT`].
 
@@ -61,8 +66,6 @@ struct Share {
     last_cost: u64,
     /// When it last held or asked for room.
     last_active: Instant,
-    /// Since when it has been active without a pause of [`RECENT`].
-    since: Instant,
 }
 
 impl Share {
@@ -78,7 +81,6 @@ impl Share {
             peak_since: now,
             last_cost: 0,
             last_active: now,
-            since: now,
         }
     }
 
@@ -198,8 +200,10 @@ impl TenantShares {
     }
 
     /// The room to keep for tenants below their share of `capacity`, at most
-    /// `max_fraction` of it; tenants gone quiet for [`RECENT`] are forgotten.
-    pub fn reserve(&self, capacity: u64, max_fraction: f64) -> Reserve {
+    /// `max_fraction` of it, of which `spare_fraction` (in whole requests) for any request
+    /// below its tenant's share while the pool is contended; tenants gone quiet for
+    /// [`RECENT`] are forgotten.
+    pub fn reserve(&self, capacity: u64, max_fraction: f64, spare_fraction: f64) -> Reserve {
         if max_fraction <= 0.0 || capacity == 0 {
             return Reserve::default();
         }
@@ -211,24 +215,36 @@ impl TenantShares {
             cap: (capacity as f64 * max_fraction.min(1.0)) as u64,
             ..Reserve::default()
         };
+        // The largest request of a tenant at or above its share: the pool is contended.
+        let mut contended = 0u64;
         for (tenant, share) in tenants.iter_mut() {
             share.roll(now);
             share.settle(now);
             let fair = fair(capacity, share.weight, total);
-            if share.last_cost == 0 || !share.below(fair) {
+            if share.last_cost == 0 {
                 continue;
             }
-            // The room it used lately and gave back, and, for a steady tenant (active for
-            // [`AVERAGE_OVER`]), one more request of its size (its arrivals jitter past its
-            // peak); never past its fair share. Newcomers arriving together keep nothing
-            // until they are steady, so they cannot hold room back from a steady tenant.
-            let steady = now.saturating_duration_since(share.since) >= AVERAGE_OVER;
-            let next = if steady { share.last_cost } else { 0 };
-            let want = share.peak().max(share.kv.saturating_add(next));
+            if !share.below(fair) {
+                contended = contended.max(share.last_cost);
+                continue;
+            }
+            // The room it used lately and gave back, and one more request of its size (its
+            // arrivals jitter past its peak; a newcomer's next request comes before its
+            // peak means anything); never past its fair share.
+            let want = share.peak().max(share.kv.saturating_add(share.last_cost));
             let keep = want.min(fair).saturating_sub(share.kv);
             if keep > 0 {
                 reserve.keeps.push((tenant.clone(), keep));
                 reserve.slot = reserve.slot.max(share.last_cost);
+            }
+        }
+        if contended > 0 && spare_fraction > 0.0 {
+            // Spare room for a tenant without history, in whole requests of the size the
+            // contending tenants send (a newcomer's own size is not known yet).
+            let requests = (capacity as f64 * spare_fraction.min(1.0) / contended as f64) as u64;
+            if requests > 0 {
+                reserve.spare = requests.saturating_mul(contended);
+                reserve.slot = reserve.slot.max(contended);
             }
         }
         reserve
@@ -298,169 +314,4 @@ impl Drop for WaitingMark {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn name(s: &str) -> Arc<str> {
-        Arc::from(s)
-    }
-
-    /// Pretend `tenant` has held `kv` on average for a while.
-    fn set_average(shares: &TenantShares, tenant: &str, kv: f64) {
-        let mut tenants = shares.lock();
-        let share = tenants.get_mut(tenant).expect("known tenant");
-        share.average = kv;
-        share.average_at = Instant::now();
-        make_steady(share);
-    }
-
-    /// Pretend the tenant has been active for a while.
-    fn make_steady(share: &mut Share) {
-        share.since = Instant::now()
-            .checked_sub(AVERAGE_OVER)
-            .unwrap_or(share.since);
-    }
-
-    #[test]
-    fn fair_share_splits_the_pool_by_the_active_tenants_weights() {
-        let shares = Arc::new(TenantShares::default());
-        let _a = shares.hold(name("a"), 1, 600);
-        let _b = shares.hold(name("b"), 2, 100);
-        // 1200 tokens; a: 1/3 = 400, b: 2/3 = 800 (by their averages).
-        set_average(&shares, "a", 600.0);
-        set_average(&shares, "b", 799.0);
-        assert!(!shares.under_share(&name("a"), 1, 1200, 0));
-        assert!(shares.under_share(&name("b"), 2, 1200, 0));
-        set_average(&shares, "b", 801.0);
-        assert!(!shares.under_share(&name("b"), 2, 1200, 0));
-        // A newcomer has no history: below.
-        assert!(shares.under_share(&name("c"), 1, 1200, 0));
-    }
-
-    #[test]
-    fn a_burst_above_the_share_still_counts_as_below_while_the_average_is() {
-        let shares = Arc::new(TenantShares::default());
-        let _flood = shares.hold(name("flood"), 1, 900);
-        let _burst: Vec<ShareHold> = (0..6).map(|_| shares.hold(name("light"), 1, 100)).collect();
-        // Holding 600 of a fair 500 right now, but 300 on average.
-        set_average(&shares, "light", 300.0);
-        assert!(shares.under_share(&name("light"), 1, 1000, 0));
-    }
-
-    #[test]
-    fn a_light_tenant_keeps_its_recent_room_for_itself() {
-        let shares = Arc::new(TenantShares::default());
-        let _flood = shares.hold(name("flood"), 1, 5000);
-        set_average(&shares, "flood", 5000.0);
-        let mut light: Vec<ShareHold> =
-            (0..3).map(|_| shares.hold(name("light"), 1, 100)).collect();
-        set_average(&shares, "light", 300.0);
-        // Capacity 10000, fair 5000 each; light holds its peak (300): one more request kept.
-        assert_eq!(shares.reserve(10_000, 1.0).from_others_than("flood"), 100);
-        // One answer ends: its room is kept too.
-        light.pop();
-        let reserve = shares.reserve(10_000, 1.0);
-        assert_eq!(reserve.from_others_than("flood"), 100);
-        assert_eq!(reserve.slot, 100);
-        // Its own kept room is not kept from it.
-        assert_eq!(reserve.from_others_than("light"), 0);
-        drop(light);
-        // Its answers ended: the room it used is kept (its peak), not given to the flood.
-        assert_eq!(shares.reserve(10_000, 1.0).from_others_than("flood"), 300);
-        // Capped by the configured fraction, in whole slots: below one slot, nothing.
-        assert_eq!(shares.reserve(10_000, 0.025).from_others_than("flood"), 200);
-        assert_eq!(shares.reserve(10_000, 0.01).from_others_than("flood"), 100);
-        assert_eq!(shares.reserve(10_000, 0.0099).from_others_than("x"), 0);
-        assert!(shares.reserve(10_000, 0.0).is_empty());
-    }
-
-    #[test]
-    fn a_newcomer_keeps_no_room_until_it_is_steady() {
-        let shares = Arc::new(TenantShares::default());
-        let _a = shares.hold(name("a"), 1, 500);
-        let _b = shares.hold(name("b"), 1, 100);
-        // b is below its share (500 of 1000) and holds its peak: nothing kept for it yet.
-        assert!(shares.reserve(1000, 1.0).is_empty());
-        make_steady(shares.lock().get_mut("b").expect("b"));
-        assert_eq!(shares.reserve(1000, 1.0).from_others_than("a"), 100);
-    }
-
-    #[test]
-    fn nothing_is_kept_past_a_tenants_fair_share() {
-        let shares = Arc::new(TenantShares::default());
-        let _a = shares.hold(name("a"), 1, 900);
-        let _burst: Vec<ShareHold> = (0..5).map(|_| shares.hold(name("b"), 1, 100)).collect();
-        // b holds 500, its fair share of 1000, though its average says below.
-        set_average(&shares, "b", 100.0);
-        assert!(shares.under_share(&name("b"), 1, 1000, 0));
-        assert_eq!(shares.reserve(1000, 1.0).from_others_than("a"), 0);
-    }
-
-    #[test]
-    fn tenants_at_their_share_keep_nothing() {
-        let shares = Arc::new(TenantShares::default());
-        let _a = shares.hold(name("a"), 1, 500);
-        let _b = shares.hold(name("b"), 1, 500);
-        set_average(&shares, "a", 500.0);
-        set_average(&shares, "b", 500.0);
-        assert!(shares.reserve(1000, 1.0).is_empty());
-    }
-
-    #[test]
-    fn what_a_tenant_has_waiting_counts_against_its_share() {
-        let shares = Arc::new(TenantShares::default());
-        let _flood = shares.hold(name("flood"), 1, 900);
-        set_average(&shares, "flood", 900.0);
-        assert!(shares.under_share(&name("light"), 1, 1000, 0));
-        let mark = shares.waiting(name("light"), 1, 100);
-        // A second request while one waits queues behind it (no going ahead).
-        assert!(!shares.under_share(&name("light"), 1, 1000, 0));
-        make_steady(shares.lock().get_mut("light").expect("light"));
-        // Two active tenants: light's fair share is 500; room is kept for its waiting one.
-        assert_eq!(shares.reserve(1000, 1.0).from_others_than("flood"), 100);
-        let marks: Vec<WaitingMark> = (0..5)
-            .map(|_| shares.waiting(name("light"), 1, 100))
-            .collect();
-        // 600 waiting, 500 beyond its next request: at its share, nothing kept.
-        assert!(shares.reserve(1000, 1.0).is_empty());
-        drop(marks);
-        drop(mark);
-        assert!(shares.under_share(&name("light"), 1, 1000, 0));
-        assert_eq!(shares.len(), 2, "light stays known while recent");
-    }
-
-    #[test]
-    fn the_average_follows_the_held_kv_over_seconds() {
-        let mut share = Share::new(1, Instant::now());
-        share.kv = 1000;
-        let later = share.average_at + AVERAGE_OVER;
-        share.settle(later);
-        // One time constant: 1 - 1/e of the way.
-        assert!((share.average - 632.1).abs() < 1.0, "{}", share.average);
-    }
-
-    #[test]
-    fn each_tenants_keep_is_a_whole_slot_or_more() {
-        let reserve = Reserve {
-            keeps: vec![(name("light"), 456), (name("w2"), 461)],
-            cap: 4096,
-            slot: 461,
-        };
-        // Light's 456 is one slot of the largest request, not nothing.
-        assert_eq!(reserve.from_others_than("w2"), 461);
-        assert_eq!(reserve.from_others_than("eq1"), 922);
-        let capped = Reserve {
-            cap: 500,
-            ..reserve
-        };
-        assert_eq!(capped.from_others_than("eq1"), 461);
-    }
-
-    #[test]
-    fn kept_room_counts_whole_slots_only() {
-        assert!(keeps_fit(&[150, 50], 100, 100));
-        assert!(!keeps_fit(&[150, 99], 200, 100));
-        assert!(keeps_fit(&[200, 0], 200, 100));
-        assert!(keeps_fit(&[0], 0, 100));
-    }
-}
+mod tests;

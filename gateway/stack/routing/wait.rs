@@ -39,6 +39,8 @@ pub struct Scheduling {
     pub overcommit: f64,
     /// `fair_share_reserve`: the most of a pool kept for tenants below their share.
     pub reserve: f64,
+    /// `newcomer_reserve`: the part of it kept spare, for tenants without history.
+    pub newcomer_reserve: f64,
 }
 
 impl Scheduling {
@@ -49,6 +51,7 @@ impl Scheduling {
             queue_timeout: config.queue_timeout,
             overcommit: config.kv_overcommit,
             reserve: config.fair_share_reserve,
+            newcomer_reserve: config.newcomer_reserve,
         }
     }
 }
@@ -248,19 +251,27 @@ fn under_share(
         .under_share(&sharer.tenant, sharer.weight, capacity, own_waiting)
 }
 
-/// Whether the room kept for the tenants below their share, other than `sharer`'s own, is
-/// still free ([`crate::fleet::TenantShares`]).
+/// Whether the room kept for the tenants below their share, other than `sharer`'s own
+/// (and the spare, unless `sharer` is below its share), is still free
+/// ([`crate::fleet::TenantShares`]).
 fn kept_room_intact(pool: &Pool, sharer: &Sharer, scheduling: Scheduling, capacity: u64) -> bool {
-    let reserve = pool.shares.reserve(capacity, scheduling.reserve);
+    let reserve = reserve(pool, scheduling, capacity);
     if reserve.is_empty() {
         return true;
     }
+    let under_share = under_share(pool, sharer, scheduling, capacity, 0);
     let rooms = rooms(pool, scheduling.overcommit);
     keeps_fit(
         rooms.iter().map(|r| &r.free),
-        reserve.from_others_than(&sharer.tenant),
+        reserve.kept_from(&sharer.tenant, under_share),
         reserve.slot,
     )
+}
+
+/// The room `pool` keeps now for tenants below their share.
+fn reserve(pool: &Pool, scheduling: Scheduling, capacity: u64) -> Reserve {
+    pool.shares
+        .reserve(capacity, scheduling.reserve, scheduling.newcomer_reserve)
 }
 
 /// One worker's room as the pump counts it down.
@@ -304,7 +315,7 @@ fn rooms(pool: &Pool, overcommit: f64) -> Vec<Room> {
 
 /// Count `head` into the roomiest worker of `rooms` that fits it as charged there,
 /// leaving the room kept for the other tenants (in whole slots; a tenant's own kept room
-/// is its to take). False: it does not fit.
+/// is its to take, the spare any request's below its share). False: it does not fit.
 fn take(rooms: &mut [Room], head: &Head, reserve: &Reserve) -> bool {
     let Some(i) = (0..rooms.len())
         .filter(|&i| rooms[i].free >= rooms[i].charge(head.cost))
@@ -314,7 +325,7 @@ fn take(rooms: &mut [Room], head: &Head, reserve: &Reserve) -> bool {
     };
     let charge = rooms[i].charge(head.cost);
     rooms[i].free -= charge;
-    let keep = reserve.from_others_than(&head.tenant);
+    let keep = reserve.kept_from(&head.tenant, head.under_share);
     if !keeps_fit(rooms.iter().map(|r| &r.free), keep, reserve.slot) {
         rooms[i].free += charge;
         return false;
@@ -328,7 +339,7 @@ fn take(rooms: &mut [Room], head: &Head, reserve: &Reserve) -> bool {
 fn pump(pool: &Pool, scheduling: Scheduling) {
     let _one_pump = pool.promised.pumping();
     let capacity = pool.kv_capacity(scheduling.overcommit);
-    let reserve = pool.shares.reserve(capacity, scheduling.reserve);
+    let reserve = reserve(pool, scheduling, capacity);
     // The promises first, then the room (see `fleet::Promised`).
     let mut rooms = rooms(pool, scheduling.overcommit);
     let mut release = |head: &Head| {
@@ -339,8 +350,12 @@ fn pump(pool: &Pool, scheduling: Scheduling) {
         fits
     };
     pool.queue.release_with(&mut release);
-    // Past a head that does not fit, a request may still take its own tenant's kept room.
-    pool.queue.release_own(&reserve.tenants(), &mut release);
+    // Past a head that does not fit, a request may still take its own tenant's kept room,
+    // or the spare when it is below its share.
+    if !reserve.is_empty() {
+        let may_pass = |head: &Head| reserve.may_pass(&head.tenant, head.under_share);
+        pool.queue.release_own(may_pass, &mut release);
+    }
 }
 
 /// The queue's depth by class, as a gauge.

@@ -64,8 +64,8 @@ fn a_tenants_kept_room_is_taken_only_by_that_tenant() {
     let _flood = shares.hold(Arc::from("flood"), 1, 700);
     // The flood has more waiting: above its share, nothing kept for it.
     let _waiting = shares.waiting(Arc::from("flood"), 1, 700);
-    let reserve = shares.reserve(1000, 0.5);
-    assert_eq!(reserve.from_others_than("flood"), 100);
+    let reserve = shares.reserve(1000, 0.5, 0.0);
+    assert_eq!(reserve.kept_from("flood", false), 100);
     let mut rooms = free(&[150, 100]);
     assert!(take(&mut rooms, &head("flood", 50), &reserve));
     assert_eq!(frees(&rooms), [100, 100]);
