@@ -66,6 +66,9 @@ struct Share {
     last_cost: u64,
     /// When it last held or asked for room.
     last_active: Instant,
+    /// When it became active (its record was made): before [`AVERAGE_OVER`] has passed,
+    /// its average still counts up from zero.
+    since: Instant,
 }
 
 impl Share {
@@ -81,6 +84,7 @@ impl Share {
             peak_since: now,
             last_cost: 0,
             last_active: now,
+            since: now,
         }
     }
 
@@ -108,9 +112,21 @@ impl Share {
     /// Below its fair share: on average it holds less, and nothing waits beyond its next
     /// request (the one its kept room is for). A steady light tenant stays below through
     /// the bursts of its own arrivals; a flood's queued requests put it above at once.
-    fn below(&self, fair: u64) -> bool {
+    fn below(&self, fair: u64, now: Instant) -> bool {
         let beyond_next = self.waiting_kv.saturating_sub(self.last_cost);
-        self.average + (beyond_next as f64) < fair as f64
+        self.used(now) + (beyond_next as f64) < fair as f64
+    }
+
+    /// What it holds, as its share counts it: its average, and for a tenant active for
+    /// less than [`AVERAGE_OVER`] (its average still counts up from zero) at least what it
+    /// holds now, so that tenants arriving together with bursts (closed loops of many
+    /// streams) are not taken for light ones and keep no room from those that are.
+    fn used(&self, now: Instant) -> f64 {
+        if now.saturating_duration_since(self.since) < AVERAGE_OVER {
+            self.average.max(self.kv as f64)
+        } else {
+            self.average
+        }
     }
 
     fn peak(&self) -> u64 {
@@ -151,7 +167,8 @@ impl TenantShares {
                 share.settle(now);
                 // A new request goes ahead only when none of its tenant's waits already
                 // (as fair queuing's sparse tenant): a burst queues behind its first.
-                share.waiting <= waiting_already && share.below(fair(capacity, share.weight, total))
+                share.waiting <= waiting_already
+                    && share.below(fair(capacity, share.weight, total), now)
             }
             None => fair(capacity, weight, total + u64::from(weight.max(1))) > 0,
         }
@@ -224,7 +241,7 @@ impl TenantShares {
             if share.last_cost == 0 {
                 continue;
             }
-            if !share.below(fair) {
+            if !share.below(fair, now) {
                 contended = contended.max(share.last_cost);
                 continue;
             }

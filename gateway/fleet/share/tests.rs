@@ -11,6 +11,14 @@ fn set_average(shares: &TenantShares, tenant: &str, kv: f64) {
     let share = tenants.get_mut(tenant).expect("known tenant");
     share.average = kv;
     share.average_at = Instant::now();
+    make_steady(share);
+}
+
+/// Pretend the tenant has been active for a while (its average means something).
+fn make_steady(share: &mut Share) {
+    share.since = Instant::now()
+        .checked_sub(AVERAGE_OVER)
+        .unwrap_or(share.since);
 }
 
 #[test]
@@ -124,6 +132,21 @@ fn nothing_is_kept_past_a_tenants_fair_share() {
     set_average(&shares, "b", 100.0);
     assert!(shares.under_share(&name("b"), 1, 1000, 0));
     assert_eq!(shares.reserve(1000, 1.0, 0.0).kept_from("a", false), 0);
+}
+
+#[test]
+fn a_tenant_arriving_with_a_burst_is_not_below_its_share() {
+    let shares = Arc::new(TenantShares::default());
+    let _a = shares.hold(name("a"), 1, 100);
+    set_average(&shares, "a", 100.0);
+    // b just arrived with 600 at once: its average is still near zero, but it holds more
+    // than its fair 500, so it is neither below nor keeps room from a.
+    let _burst: Vec<ShareHold> = (0..6).map(|_| shares.hold(name("b"), 1, 100)).collect();
+    assert!(!shares.under_share(&name("b"), 1, 1000, 0));
+    assert_eq!(shares.reserve(1000, 1.0, 0.0).kept_from("a", false), 0);
+    // Once its average means something, the average decides.
+    set_average(&shares, "b", 300.0);
+    assert!(shares.under_share(&name("b"), 1, 1000, 0));
 }
 
 #[test]
