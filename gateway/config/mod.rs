@@ -44,7 +44,7 @@ pub use engine_version::{EngineVersion, VersionError};
 pub use guard::GuardConfig;
 pub use health::{HealthConfig, OutlierConfig};
 pub use isolation::{IsolationConfig, LeakMode};
-pub use limits::{LimitsBackend, LimitsConfig, LimitsFailurePolicy};
+pub use limits::{LimitsBackend, LimitsConfig, LimitsFailurePolicy, RedisTarget, SentinelConfig};
 pub use models::{AnthropicMessages, ModelConfig};
 pub use pools::{ChatRules, EngineKind, PoolConfig, PoolMode};
 pub use prefix_routing::PrefixRoutingConfig;
