@@ -108,7 +108,8 @@ impl<S: LimitStore> GuardedStore<S> {
                 op,
                 %error,
                 policy = ?self.policy,
-                "limit store failing; applying the failure policy until it answers again"
+                misconfigured = error.is_misconfiguration(),
+                "limit store failing; applying the failure policy until it answers again (fail closed while Redis is misconfigured)"
             );
         } else {
             tracing::debug!(backend, op, %error, "limit store still failing");
@@ -118,22 +119,30 @@ impl<S: LimitStore> GuardedStore<S> {
     /// `evidence`: whether this operation had to reach the backend. Decisions a store makes
     /// locally (an unlimited dimension, releasing a slot it never got from the backend) say
     /// nothing about the backend's health and must not end a failing period.
+    ///
+    /// `Err` is the policy to answer by: the configured one for an outage, fail-closed for
+    /// a misconfiguration (MOVED from a node configured as one, WRONGTYPE, …), which no
+    /// amount of waiting fixes and which must not serve every tenant unlimited for good.
     fn check<T>(
         &self,
         op: &'static str,
         evidence: bool,
         result: Result<T, StoreError>,
-    ) -> Option<T> {
+    ) -> Result<T, FailurePolicy> {
         match result {
             Ok(value) => {
                 if evidence {
                     self.ok();
                 }
-                Some(value)
+                Ok(value)
             }
             Err(error) => {
                 self.failed(op, &error);
-                None
+                Err(if error.is_misconfiguration() {
+                    FailurePolicy::FailClosed
+                } else {
+                    self.policy
+                })
             }
         }
     }
@@ -161,8 +170,8 @@ impl<S: LimitStore> LimitStore for GuardedStore<S> {
             let evidence =
                 limits.requests_per_minute.is_some() || limits.tokens_per_minute.is_some();
             Ok(match self.check("reserve", evidence, result) {
-                Some(decision) => decision,
-                None => match self.policy {
+                Ok(decision) => decision,
+                Err(policy) => match policy {
                     FailurePolicy::FailOpen => Decision::allow_unlimited(limits),
                     FailurePolicy::FailClosed => {
                         Decision::deny(limits, Denied::StoreUnavailable, FAIL_CLOSED_RETRY)
@@ -184,7 +193,7 @@ impl<S: LimitStore> LimitStore for GuardedStore<S> {
             // A lost settlement leaves the reservation charged as made: counted, not fatal.
             let result = self.inner.settle(tenant, limits, reserved, actual).await;
             let evidence = limits.tokens_per_minute.is_some() && reserved != actual;
-            self.check("settle", evidence, result);
+            let _ = self.check("settle", evidence, result);
             Ok(())
         }
         .boxed()
@@ -202,7 +211,7 @@ impl<S: LimitStore> LimitStore for GuardedStore<S> {
             // StoreUnavailable; either way nothing was taken.
             Ok(self
                 .check("acquire_slot", evidence, result)
-                .unwrap_or(self.policy == FailurePolicy::FailOpen))
+                .unwrap_or_else(|policy| policy == FailurePolicy::FailOpen))
         }
         .boxed()
     }
@@ -212,7 +221,7 @@ impl<S: LimitStore> LimitStore for GuardedStore<S> {
             // A lost release is reclaimed by the backend's lease expiry.
             let result = self.inner.release_slot(tenant).await;
             // Never evidence: a slot granted by the fail-open policy is released locally.
-            self.check("release_slot", false, result);
+            let _ = self.check("release_slot", false, result);
             Ok(())
         }
         .boxed()
