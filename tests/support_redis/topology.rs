@@ -267,14 +267,25 @@ impl RedisCluster {
                         .any(|l| l.trim() == "cluster_state:ok")
                 })
             },
-            || cluster.nodes.iter().map(Node::log).collect::<Vec<_>>().join("\n"),
+            || {
+                cluster
+                    .nodes
+                    .iter()
+                    .map(Node::log)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            },
         );
         cluster
     }
 
     /// TOML for the list of seed nodes.
     pub fn urls_toml(&self) -> String {
-        let urls: Vec<String> = self.nodes.iter().map(|n| format!("\"{}\"", n.url())).collect();
+        let urls: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("\"{}\"", n.url()))
+            .collect();
         format!("[{}]", urls.join(", "))
     }
 
@@ -351,7 +362,13 @@ impl SentinelSet {
                             && field(&info, "num-other-sentinels") == Some("2")
                     })
             },
-            || set.sentinels.iter().map(Node::log).collect::<Vec<_>>().join("\n"),
+            || {
+                set.sentinels
+                    .iter()
+                    .map(Node::log)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            },
         );
         set
     }
@@ -388,7 +405,13 @@ impl SentinelSet {
                         .is_some_and(|p| p.trim() == replica.to_string())
                 })
             },
-            || self.sentinels.iter().map(Node::log).collect::<Vec<_>>().join("\n"),
+            || {
+                self.sentinels
+                    .iter()
+                    .map(Node::log)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            },
         );
         until(
             "the promoted replica taking writes",
@@ -427,9 +450,18 @@ pub fn key_report(node: &Node) -> Vec<(String, String, i64, i64)> {
         .into_iter()
         .map(|key| {
             let ty = node.cli(&["TYPE", &key]).concat();
-            let pttl = node.cli(&["PTTL", &key]).concat().trim().parse().unwrap_or(-3);
+            let pttl = node
+                .cli(&["PTTL", &key])
+                .concat()
+                .trim()
+                .parse()
+                .unwrap_or(-3);
             let len = if ty == "stream" {
-                node.cli(&["XLEN", &key]).concat().trim().parse().unwrap_or(-1)
+                node.cli(&["XLEN", &key])
+                    .concat()
+                    .trim()
+                    .parse()
+                    .unwrap_or(-1)
             } else {
                 0
             };
