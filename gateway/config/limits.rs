@@ -188,6 +188,27 @@ impl LimitsConfig {
     }
 }
 
+impl LimitsConfig {
+    /// With Redis, each tenant's keys share the hash tag `{<tenant>}` (a Redis Cluster puts
+    /// them in one slot, as a script over several of them requires); a brace in the name
+    /// would cut the tag short, or leave it empty and split the tenant across slots.
+    pub(super) fn check_tenant_names(
+        &self,
+        tenants: &[super::tenants::TenantConfig],
+    ) -> Result<(), Invalid> {
+        if self.backend != LimitsBackend::Redis {
+            return Ok(());
+        }
+        match tenants.iter().position(|t| t.name.contains(['{', '}'])) {
+            Some(i) => Err(Invalid::new(
+                format!("tenants[{i}].name"),
+                "must not contain `{` or `}` with [limits] backend = \"redis\" (the name is the tenant's Redis Cluster hash tag)",
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
 /// A Redis URL's scheme and host (the rest is checked by the client at start). The URL is
 /// never echoed: it may hold a password.
 fn redis_url(key: &str, url: &str, unix_ok: bool) -> Result<(), Invalid> {

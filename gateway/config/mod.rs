@@ -205,6 +205,7 @@ impl Config {
         pools::check_pools(&self.pools)?;
         validate::pools_name_models(&self.models, &self.pools)?;
         tenants::check_tenants(&mut self.tenants, base)?;
+        self.limits.check_tenant_names(&self.tenants)?;
         validate::tenants_name_models_and_pools(&self.models, &self.pools, &self.tenants)?;
         validate::rollouts_name_pools(&self.models, &self.pools, &self.rollouts)?;
         self.health.check()?;

@@ -109,3 +109,6 @@ impl std::fmt::Debug for RedisLink {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests;

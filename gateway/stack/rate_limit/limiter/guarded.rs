@@ -250,11 +250,19 @@ mod tests {
     #[derive(Default)]
     struct Flaky {
         down: AtomicBool,
+        /// Answers as a Redis that is misconfigured (MOVED from a cluster node).
+        misconfigured: AtomicBool,
     }
 
     impl Flaky {
         fn answer<T: Send + 'static>(&self, value: T) -> StoreFuture<'_, T> {
-            let result = if self.down.load(Ordering::Acquire) {
+            let result = if self.misconfigured.load(Ordering::Acquire) {
+                Err(StoreError::Misconfigured {
+                    reason: "moved",
+                    fix: "configure redis cluster mode",
+                    detail: "MOVED 1234 10.0.0.12:6379".into(),
+                })
+            } else if self.down.load(Ordering::Acquire) {
                 Err(StoreError::Timeout(Duration::from_millis(1)))
             } else {
                 Ok(value)
@@ -304,6 +312,21 @@ mod tests {
             .now_or_never()
             .and_then(Result::ok)
             .expect("a guarded store answers at once and never fails")
+    }
+
+    #[test]
+    fn a_misconfiguration_fails_closed_even_under_fail_open() {
+        let open = GuardedStore::new(Flaky::default(), FailurePolicy::FailOpen);
+        open.inner().misconfigured.store(true, Ordering::Release);
+        let d = reserve(&open);
+        assert!(!d.allowed);
+        assert_eq!(d.denied_by, Some(Denied::StoreUnavailable));
+        let slot = open.acquire_slot("t", &LIMITS).now_or_never();
+        assert!(matches!(slot, Some(Ok(false))));
+        // An outage still follows the policy.
+        open.inner().misconfigured.store(false, Ordering::Release);
+        open.inner().down.store(true, Ordering::Release);
+        assert!(reserve(&open).allowed);
     }
 
     #[test]
