@@ -157,6 +157,9 @@ enum Phase {
     After,
 }
 
+/// One request: the phase it was sent in, the gateway, its status and error code.
+type Outcome = (Phase, usize, u16, String);
+
 /// A primary, a replica and three sentinels; two gateways hold a tenant to 60 a minute
 /// under a steady load while the test SIGKILLs the primary. Fail closed (the README's
 /// choice for limits that must hold): before, the budget is spent and then refused; during
@@ -190,7 +193,7 @@ async fn limits_hold_through_a_sentinel_failover() {
 
     // Steady load: each gateway gets a request every 20 ms until `stop`.
     let phase = Arc::new(Mutex::new(Phase::Before));
-    let outcomes: Arc<Mutex<Vec<(Phase, usize, u16, String)>>> = Arc::default();
+    let outcomes: Arc<Mutex<Vec<Outcome>>> = Arc::default();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let started = Instant::now();
     let mut load = Vec::new();
@@ -215,7 +218,7 @@ async fn limits_hold_through_a_sentinel_failover() {
             }
         }));
     }
-    let count = |pred: &dyn Fn(&(Phase, usize, u16, String)) -> bool| {
+    let count = |pred: &dyn Fn(&Outcome) -> bool| {
         outcomes
             .lock()
             .expect("outcomes")
