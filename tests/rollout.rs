@@ -256,7 +256,8 @@ async fn a_healthy_canary_keeps_its_share_and_is_promoted_or_cleared_by_hand() {
 /// healthy stable pool and a canary whose engine aborts every request, weights 50/50. The
 /// Redis server and the engines live as long as the returned handles.
 struct TwoReplicas {
-    _redis: support_redis::RedisServer,
+    /// The Redis (a node or a cluster), alive as long as the replicas.
+    _redis: Box<dyn std::any::Any + Send>,
     _stable: RunningSim,
     canary: RunningSim,
     a: RunningGateway,
@@ -265,6 +266,17 @@ struct TwoReplicas {
 
 async fn two_replicas_over_a_failing_canary(prefix: &str) -> TwoReplicas {
     let redis = support_redis::RedisServer::start();
+    let at = format!("redis_url = \"{}\"", redis.url());
+    two_replicas_over_a_failing_canary_at(&at, prefix, Box::new(redis)).await
+}
+
+/// [`two_replicas_over_a_failing_canary`] sharing the Redis `at` names (`redis_url = …`,
+/// `redis_cluster = […]`), kept alive by `redis`.
+async fn two_replicas_over_a_failing_canary_at(
+    at: &str,
+    prefix: &str,
+    redis: Box<dyn std::any::Any + Send>,
+) -> TwoReplicas {
     let stable = healthy().await;
     let canary = engine(
         SimRole::Unified,
@@ -273,10 +285,7 @@ async fn two_replicas_over_a_failing_canary(prefix: &str) -> TwoReplicas {
         WINDOW as usize,
     )
     .await;
-    let limits = format!(
-        "\n[limits]\nbackend = \"redis\"\nredis_url = \"{}\"\nkey_prefix = \"{prefix}\"\n",
-        redis.url()
-    );
+    let limits = format!("\n[limits]\nbackend = \"redis\"\n{at}\nkey_prefix = \"{prefix}\"\n");
     let config = canary_config(&stable, &canary, (50, 50)) + &limits;
     TwoReplicas {
         a: gateway(&config).await,
@@ -289,13 +298,33 @@ async fn two_replicas_over_a_failing_canary(prefix: &str) -> TwoReplicas {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_share_a_rollback_through_redis() {
+    share_a_rollback(two_replicas_over_a_failing_canary("kvgate-rollout-test").await).await;
+}
+
+/// The same through a 3-primary Redis Cluster (issue 39).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_share_a_rollback_through_a_redis_cluster() {
+    if !support_redis::topology::available() {
+        return;
+    }
+    let cluster = tokio::task::spawn_blocking(support_redis::topology::RedisCluster::start)
+        .await
+        .expect("start the cluster");
+    let at = format!("redis_cluster = {}", cluster.urls_toml());
+    let replicas =
+        two_replicas_over_a_failing_canary_at(&at, "kvgate-rollout-cluster", Box::new(cluster))
+            .await;
+    share_a_rollback(replicas).await;
+}
+
+async fn share_a_rollback(replicas: TwoReplicas) {
     let TwoReplicas {
         _redis,
         _stable,
         canary,
         a,
         b,
-    } = two_replicas_over_a_failing_canary("kvgate-rollout-test").await;
+    } = replicas;
 
     // Only replica A sees the canary fail; B decides nothing of its own...
     let mut sent = 0;

@@ -44,7 +44,7 @@ pub use engine_version::{EngineVersion, VersionError};
 pub use guard::GuardConfig;
 pub use health::{HealthConfig, OutlierConfig};
 pub use isolation::{IsolationConfig, LeakMode};
-pub use limits::{LimitsBackend, LimitsConfig, LimitsFailurePolicy};
+pub use limits::{LimitsBackend, LimitsConfig, LimitsFailurePolicy, RedisTarget, SentinelConfig};
 pub use models::{AnthropicMessages, ModelConfig};
 pub use pools::{ChatRules, EngineKind, PoolConfig, PoolMode};
 pub use prefix_routing::PrefixRoutingConfig;
@@ -205,6 +205,7 @@ impl Config {
         pools::check_pools(&self.pools)?;
         validate::pools_name_models(&self.models, &self.pools)?;
         tenants::check_tenants(&mut self.tenants, base)?;
+        self.limits.check_tenant_names(&self.tenants)?;
         validate::tenants_name_models_and_pools(&self.models, &self.pools, &self.tenants)?;
         validate::rollouts_name_pools(&self.models, &self.pools, &self.rollouts)?;
         self.health.check()?;

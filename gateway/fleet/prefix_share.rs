@@ -20,7 +20,6 @@
 //! The keys carry their cache partition already (`stack::routing::blocks`), and the hash is
 //! fixed across builds, so replicas with the same salt secret agree on them.
 
-use redis::aio::ConnectionManager;
 use redis::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -31,8 +30,9 @@ use super::{Fleet, Pool, PrefixIndex};
 use wire::{entries, parse_id, stream_ids};
 
 mod wire;
+use crate::config::RedisTarget;
 use crate::metrics;
-use crate::redis_link::RedisLink;
+use crate::redis_link::{RedisLink, SharedConnection};
 
 /// How often inserts are published and the others' read.
 pub const SHARE_INTERVAL: Duration = Duration::from_millis(250);
@@ -104,11 +104,15 @@ impl std::fmt::Debug for PrefixShare {
 }
 
 impl PrefixShare {
-    /// Streams under `prefix` in the Redis at `url` (connected on first use); this replica
-    /// signs its entries `replica` and skips them when reading.
-    pub fn new(url: &str, prefix: &str, replica: Arc<str>) -> Result<Self, redis::RedisError> {
+    /// Streams under `prefix` in the Redis `target` names (connected on first use); this
+    /// replica signs its entries `replica` and skips them when reading.
+    pub fn new(
+        target: &RedisTarget,
+        prefix: &str,
+        replica: Arc<str>,
+    ) -> Result<Self, redis::RedisError> {
         Ok(Self {
-            redis: RedisLink::open(url, OP_TIMEOUT)?,
+            redis: RedisLink::open(target, OP_TIMEOUT, "prefix")?,
             prefix: prefix.to_owned(),
             replica,
         })
@@ -118,7 +122,7 @@ impl PrefixShare {
         format!("{}:prefix:{pool}", self.prefix)
     }
 
-    async fn connection(&self) -> Result<ConnectionManager, String> {
+    async fn connection(&self) -> Result<SharedConnection, String> {
         self.redis.connection().await
     }
 
@@ -141,7 +145,7 @@ impl PrefixShare {
 
     async fn sync_pools(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut SharedConnection,
         fleet: &Fleet,
         cursors: &mut HashMap<String, String>,
     ) -> Result<(), ShareError> {
@@ -171,7 +175,7 @@ impl PrefixShare {
 
     async fn publish(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut SharedConnection,
         key: &str,
         pool: &Pool,
         index: &PrefixIndex,
@@ -193,7 +197,7 @@ impl PrefixShare {
     /// Append each worker's keys to the pool's stream, [`ENTRY_KEYS`] at most per entry.
     async fn append(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut SharedConnection,
         key: &str,
         pool: &Pool,
         by_worker: BTreeMap<usize, Vec<u8>>,
@@ -223,7 +227,7 @@ impl PrefixShare {
 
     async fn apply(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut SharedConnection,
         key: &str,
         pool: &Pool,
         index: &PrefixIndex,
@@ -290,7 +294,7 @@ impl PrefixShare {
     /// (entries older than the index's `max_age` are skipped as they are read).
     async fn check_not_behind(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut SharedConnection,
         key: &str,
         pool: &Pool,
         cursor: &mut String,

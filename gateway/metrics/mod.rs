@@ -13,6 +13,9 @@ use std::sync::OnceLock;
 pub const STORE_ERRORS_TOTAL: &str = "kvgate_limit_store_errors_total";
 /// 1 while the limit store answers, 0 after a failure until it answers again (gauge).
 pub const STORE_HEALTHY: &str = "kvgate_limit_store_healthy";
+/// Redis failures by what they mean (`reason`: unreachable, moved, readonly, wrongtype,
+/// crossslot, auth, other) and who met them (`user`: limits, rollout, prefix, responses).
+pub const REDIS_PROBLEMS_TOTAL: &str = "kvgate_redis_problems_total";
 /// Requests answered by the data port, by endpoint and status code.
 pub const REQUESTS_TOTAL: &str = "kvgate_requests_total";
 /// Time from request to response headers, by endpoint.
@@ -235,4 +238,8 @@ fn describe_all() {
     );
     describe_counter!(STORE_ERRORS_TOTAL, "Limit store failures by backend");
     describe_gauge!(STORE_HEALTHY, "1 if the limit store answers");
+    describe_counter!(
+        REDIS_PROBLEMS_TOTAL,
+        "Redis failures by reason (unreachable, or a misconfiguration: moved, readonly, wrongtype, crossslot, auth) and user"
+    );
 }

@@ -15,14 +15,14 @@
 //! and until then it does not see the others' decisions. `kvgate_rollout_shared_ok` says
 //! which it is.
 
-use redis::aio::ConnectionManager;
 use redis::Script;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Decision, Rollouts};
+use crate::config::RedisTarget;
 use crate::metrics;
-use crate::redis_link::RedisLink;
+use crate::redis_link::{RedisLink, SharedConnection};
 use crate::runtime::listener::server::Shutdown;
 
 const PUBLISH: &str = r#"
@@ -60,11 +60,11 @@ impl std::fmt::Debug for SharedDecisions {
 }
 
 impl SharedDecisions {
-    /// Decisions under `prefix` in the Redis at `url` (connected on first use, so a Redis
-    /// that is down at start only delays sharing).
-    pub fn new(url: &str, prefix: &str) -> Result<Self, redis::RedisError> {
+    /// Decisions under `prefix` in the Redis `target` names (connected on first use, so a
+    /// Redis that is down at start only delays sharing).
+    pub fn new(target: &RedisTarget, prefix: &str) -> Result<Self, redis::RedisError> {
         Ok(Self {
-            redis: RedisLink::open(url, OP_TIMEOUT)?,
+            redis: RedisLink::open(target, OP_TIMEOUT, "rollout")?,
             prefix: prefix.to_owned(),
             publish: Script::new(PUBLISH),
         })
@@ -74,7 +74,7 @@ impl SharedDecisions {
         format!("{}:rollout:{model}", self.prefix)
     }
 
-    async fn connection(&self) -> Result<ConnectionManager, String> {
+    async fn connection(&self) -> Result<SharedConnection, String> {
         self.redis.connection().await
     }
 

@@ -3,6 +3,8 @@
 //! killed on drop. Install it with `apt-get install -y redis-server`.
 #![allow(dead_code)]
 
+pub mod topology;
+
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};

@@ -11,12 +11,10 @@ use crate::activity::Activity;
 use crate::audit::AuditLog;
 use crate::build_stack;
 use crate::config::Config;
-use crate::config::{LimitsBackend, LimitsFailurePolicy};
-use crate::fleet::{discover_all, share_loop, Fleet, PrefixShare};
+use crate::fleet::{discover_all, share_loop, Fleet};
 use crate::generation::Generation;
 use crate::load::{BufferBudget, InFlightLimit};
-use crate::redis_link::RedisLink;
-use crate::rollout::{sync_loop, Rollouts, SharedDecisions};
+use crate::rollout::{sync_loop, Rollouts};
 use crate::runtime::admin::Admin;
 use crate::runtime::listener::bind::bind_with_backlog;
 use crate::runtime::listener::data_threads::serve_on_threads;
@@ -26,8 +24,8 @@ use crate::runtime::process::background::{
 };
 use crate::runtime::process::live::Live;
 use crate::runtime::process::live_stack::LiveStack;
-use crate::runtime::process::redact::{redact_in, redact_url};
 use crate::runtime::process::reload::Reloader;
+use crate::runtime::process::shared_redis;
 use crate::runtime::CapacityReport;
 use crate::runtime::StartError;
 use crate::shared::Shared;
@@ -35,10 +33,7 @@ use crate::stack::api::read_body::BodyLimits;
 use crate::stack::dispatch::DispatchLimits;
 use crate::stack::header_limits::HeaderLimits;
 use crate::stack::isolate::IsolationMemory;
-use crate::stack::rate_limit::limiter::{
-    FailurePolicy, GuardedStore, Limiter, MemoryStore, RedisStore,
-};
-use crate::stack::responses::ResponseOwners;
+use crate::stack::rate_limit::limiter::{Limiter, MemoryStore};
 use crate::telemetry::export::ExportTask;
 use crate::telemetry::Telemetry;
 use crate::tls::{CertWatch, EngineTls, ServerCert};
@@ -98,7 +93,7 @@ impl Gateway {
             isolation: IsolationMemory::from_config(&config),
             replica: Arc::from(replica_name()),
             count_permits: Arc::new(tokio::sync::Semaphore::new(counts)),
-            responses: Arc::new(response_owners(&config)),
+            responses: Arc::new(shared_redis::response_owners(&config)),
         };
         let started = Arc::new(config.clone());
         let live = Arc::new(Live::new(build::build(config, None, &shared)?));
@@ -137,40 +132,12 @@ impl Gateway {
         self.live.current()
     }
 
-    /// Connect the Redis limit store when `[limits] backend = "redis"`.
+    /// Connect the Redis limit store when `[limits] backend = "redis"` (a node, a cluster
+    /// or a Sentinel-managed primary: `shared_redis`).
     pub async fn connect_limits(&mut self) -> Result<(), StartError> {
-        let limits = &self.config.limits;
-        if limits.backend != LimitsBackend::Redis {
-            return Ok(());
+        if let Some(limiter) = shared_redis::limiter(&self.config.limits).await? {
+            self.shared.limiter = limiter;
         }
-        let url = limits.redis_url.clone().unwrap_or_default();
-        // A Redis that is down does not stop the gateway: it serves by the failure policy
-        // and the store connects in the background. Only an unusable URL is fatal.
-        let (store, first_error) =
-            RedisStore::start(&url, &limits.key_prefix)
-                .await
-                .map_err(|e| {
-                    // Never print the URL's password.
-                    StartError::Limits(format!(
-                        "cannot use Redis at {} (limits.redis_url): {}",
-                        redact_url(&url),
-                        redact_in(&e.to_string(), &url)
-                    ))
-                })?;
-        let connected = first_error.is_none();
-        if let Some(e) = first_error {
-            tracing::warn!(
-                redis = %redact_url(&url),
-                error = %redact_in(&e.to_string(), &url),
-                policy = ?limits.failure_policy,
-                "Redis does not answer: starting anyway, limited tenants are served by limits.failure_policy until it does (connecting in the background)"
-            );
-        }
-        let policy = match limits.failure_policy {
-            LimitsFailurePolicy::FailOpen => FailurePolicy::FailOpen,
-            LimitsFailurePolicy::FailClosed => FailurePolicy::FailClosed,
-        };
-        self.shared.limiter = Limiter::new(GuardedStore::starting(store, policy, connected));
         Ok(())
     }
 
@@ -240,10 +207,12 @@ impl Gateway {
         let live = self.live.clone();
         tasks.push(tokio::spawn(sync_loop(
             move || live.current().rollouts.clone(),
-            self.shared_decisions(),
+            shared_redis::shared_decisions(&self.config.limits),
             shutdown.clone(),
         )));
-        if let Some(share) = self.prefix_share() {
+        if let Some(share) =
+            shared_redis::prefix_share(&self.config.limits, self.shared.replica.clone())
+        {
             let live = self.live.clone();
             let mut stop = shutdown.clone();
             tasks.push(tokio::spawn(share_loop(
@@ -337,64 +306,6 @@ impl Gateway {
             reloader,
         })
     }
-
-    /// Where prefix indexes are shared: the limits' Redis, when `[limits]` uses one (the
-    /// loop asks the config in force whether to share at all).
-    fn prefix_share(&self) -> Option<Arc<PrefixShare>> {
-        let limits = &self.config.limits;
-        if limits.backend != LimitsBackend::Redis {
-            return None;
-        }
-        let url = limits.redis_url.as_deref()?;
-        match PrefixShare::new(url, &limits.key_prefix, self.shared.replica.clone()) {
-            Ok(share) => Some(Arc::new(share)),
-            Err(e) => {
-                tracing::warn!(error = %redact_in(&e.to_string(), url), "prefix indexes stay per replica: the Redis URL is unusable");
-                None
-            }
-        }
-    }
-
-    /// Where rollout decisions are shared: the limits' Redis, when `[limits]` uses one.
-    fn shared_decisions(&self) -> Option<Arc<SharedDecisions>> {
-        let limits = &self.config.limits;
-        // Also without rollouts: a reload may add one (Redis is asked only when there is).
-        if limits.backend != LimitsBackend::Redis {
-            return None;
-        }
-        let url = limits.redis_url.as_deref()?;
-        match SharedDecisions::new(url, &limits.key_prefix) {
-            Ok(shared) => Some(Arc::new(shared)),
-            Err(e) => {
-                tracing::warn!(error = %redact_in(&e.to_string(), url), "rollout decisions stay per replica: the Redis URL is unusable");
-                None
-            }
-        }
-    }
-}
-
-/// Stored responses kept in memory at most, and how long an owner is remembered.
-const RESPONSE_OWNERS: usize = 100_000;
-const RESPONSE_OWNER_TTL: Duration = Duration::from_secs(24 * 3600);
-/// Each Redis operation of the owner map is bounded by this.
-const RESPONSE_OWNERS_REDIS_TIMEOUT: Duration = Duration::from_millis(500);
-
-/// The owner map of stored responses: shared through the limits' Redis when `[limits]`
-/// uses one, so a continuation reaching another replica is checked too.
-fn response_owners(config: &Config) -> ResponseOwners {
-    let limits = &config.limits;
-    let redis = (limits.backend == LimitsBackend::Redis)
-        .then_some(limits.redis_url.as_deref())
-        .flatten()
-        .and_then(|url| match RedisLink::open(url, RESPONSE_OWNERS_REDIS_TIMEOUT) {
-            Ok(link) => Some(Arc::new(link)),
-            Err(e) => {
-                tracing::warn!(error = %redact_in(&e.to_string(), url), "stored responses stay per replica: the Redis URL is unusable");
-                None
-            }
-        });
-    ResponseOwners::new(RESPONSE_OWNERS, RESPONSE_OWNER_TTL, redis)
-        .with_key_prefix(&limits.key_prefix)
 }
 
 /// This replica's name in shared decisions and audit lines: the host name (a pod's name

@@ -18,4 +18,5 @@ pub mod live;
 pub mod live_stack;
 pub mod redact;
 pub mod reload;
+pub mod shared_redis;
 pub mod tokenizers;

@@ -108,7 +108,8 @@ impl<S: LimitStore> GuardedStore<S> {
                 op,
                 %error,
                 policy = ?self.policy,
-                "limit store failing; applying the failure policy until it answers again"
+                misconfigured = error.is_misconfiguration(),
+                "limit store failing; applying the failure policy until it answers again (fail closed while Redis is misconfigured)"
             );
         } else {
             tracing::debug!(backend, op, %error, "limit store still failing");
@@ -118,22 +119,30 @@ impl<S: LimitStore> GuardedStore<S> {
     /// `evidence`: whether this operation had to reach the backend. Decisions a store makes
     /// locally (an unlimited dimension, releasing a slot it never got from the backend) say
     /// nothing about the backend's health and must not end a failing period.
+    ///
+    /// `Err` is the policy to answer by: the configured one for an outage, fail-closed for
+    /// a misconfiguration (MOVED from a node configured as one, WRONGTYPE, …), which no
+    /// amount of waiting fixes and which must not serve every tenant unlimited for good.
     fn check<T>(
         &self,
         op: &'static str,
         evidence: bool,
         result: Result<T, StoreError>,
-    ) -> Option<T> {
+    ) -> Result<T, FailurePolicy> {
         match result {
             Ok(value) => {
                 if evidence {
                     self.ok();
                 }
-                Some(value)
+                Ok(value)
             }
             Err(error) => {
                 self.failed(op, &error);
-                None
+                Err(if error.is_misconfiguration() {
+                    FailurePolicy::FailClosed
+                } else {
+                    self.policy
+                })
             }
         }
     }
@@ -161,8 +170,8 @@ impl<S: LimitStore> LimitStore for GuardedStore<S> {
             let evidence =
                 limits.requests_per_minute.is_some() || limits.tokens_per_minute.is_some();
             Ok(match self.check("reserve", evidence, result) {
-                Some(decision) => decision,
-                None => match self.policy {
+                Ok(decision) => decision,
+                Err(policy) => match policy {
                     FailurePolicy::FailOpen => Decision::allow_unlimited(limits),
                     FailurePolicy::FailClosed => {
                         Decision::deny(limits, Denied::StoreUnavailable, FAIL_CLOSED_RETRY)
@@ -184,7 +193,7 @@ impl<S: LimitStore> LimitStore for GuardedStore<S> {
             // A lost settlement leaves the reservation charged as made: counted, not fatal.
             let result = self.inner.settle(tenant, limits, reserved, actual).await;
             let evidence = limits.tokens_per_minute.is_some() && reserved != actual;
-            self.check("settle", evidence, result);
+            let _ = self.check("settle", evidence, result);
             Ok(())
         }
         .boxed()
@@ -202,7 +211,7 @@ impl<S: LimitStore> LimitStore for GuardedStore<S> {
             // StoreUnavailable; either way nothing was taken.
             Ok(self
                 .check("acquire_slot", evidence, result)
-                .unwrap_or(self.policy == FailurePolicy::FailOpen))
+                .unwrap_or_else(|policy| policy == FailurePolicy::FailOpen))
         }
         .boxed()
     }
@@ -212,7 +221,7 @@ impl<S: LimitStore> LimitStore for GuardedStore<S> {
             // A lost release is reclaimed by the backend's lease expiry.
             let result = self.inner.release_slot(tenant).await;
             // Never evidence: a slot granted by the fail-open policy is released locally.
-            self.check("release_slot", false, result);
+            let _ = self.check("release_slot", false, result);
             Ok(())
         }
         .boxed()
@@ -241,11 +250,19 @@ mod tests {
     #[derive(Default)]
     struct Flaky {
         down: AtomicBool,
+        /// Answers as a Redis that is misconfigured (MOVED from a cluster node).
+        misconfigured: AtomicBool,
     }
 
     impl Flaky {
         fn answer<T: Send + 'static>(&self, value: T) -> StoreFuture<'_, T> {
-            let result = if self.down.load(Ordering::Acquire) {
+            let result = if self.misconfigured.load(Ordering::Acquire) {
+                Err(StoreError::Misconfigured {
+                    reason: "moved",
+                    fix: "configure redis cluster mode",
+                    detail: "MOVED 1234 10.0.0.12:6379".into(),
+                })
+            } else if self.down.load(Ordering::Acquire) {
                 Err(StoreError::Timeout(Duration::from_millis(1)))
             } else {
                 Ok(value)
@@ -295,6 +312,21 @@ mod tests {
             .now_or_never()
             .and_then(Result::ok)
             .expect("a guarded store answers at once and never fails")
+    }
+
+    #[test]
+    fn a_misconfiguration_fails_closed_even_under_fail_open() {
+        let open = GuardedStore::new(Flaky::default(), FailurePolicy::FailOpen);
+        open.inner().misconfigured.store(true, Ordering::Release);
+        let d = reserve(&open);
+        assert!(!d.allowed);
+        assert_eq!(d.denied_by, Some(Denied::StoreUnavailable));
+        let slot = open.acquire_slot("t", &LIMITS).now_or_never();
+        assert!(matches!(slot, Some(Ok(false))));
+        // An outage still follows the policy.
+        open.inner().misconfigured.store(false, Ordering::Release);
+        open.inner().down.store(true, Ordering::Release);
+        assert!(reserve(&open).allowed);
     }
 
     #[test]

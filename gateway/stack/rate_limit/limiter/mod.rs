@@ -116,6 +116,26 @@ pub enum StoreError {
     /// The store answered something this code does not understand.
     #[error("limit store protocol: {0}")]
     Protocol(String),
+    /// Redis answered in a way that waiting will not fix (MOVED from a node configured as
+    /// one, READONLY, WRONGTYPE, CROSSSLOT, refused auth): the configuration must change.
+    /// The guard answers it fail-closed whatever the policy, so a wrong setup never serves
+    /// every tenant unlimited for good.
+    #[error("Redis is misconfigured for kvgate ({reason}): {detail}; fix: {fix}")]
+    Misconfigured {
+        /// The `kvgate_redis_problems_total` reason.
+        reason: &'static str,
+        /// What to change.
+        fix: &'static str,
+        /// Redis's reply.
+        detail: String,
+    },
+}
+
+impl StoreError {
+    /// Whether this is a misconfiguration rather than an outage.
+    pub fn is_misconfiguration(&self) -> bool {
+        matches!(self, StoreError::Misconfigured { .. })
+    }
 }
 
 /// Where tenant budgets live. Implementations are shared by every request (`Arc`), and each

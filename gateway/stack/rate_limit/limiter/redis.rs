@@ -16,9 +16,17 @@
 //!   no lease, so this replica remembers its own lease ids per tenant and releases one.
 //!   After a Redis restart (data lost) renewals do not resurrect leases: the tenant may
 //!   briefly get up to twice its slots, erring toward availability.
-//! - **Connection.** One `ConnectionManager` (a multiplexed connection that reconnects) is
-//!   shared by all requests; every operation is bounded by `op_timeout` so a dead Redis
-//!   costs a request at most that long before the failure policy applies.
+//! - **Connection.** One [`SharedConnection`] (a node's `ConnectionManager`, a cluster
+//!   connection that follows MOVED/ASK, or the primary Sentinel names, re-asked after a
+//!   failover: `crate::redis_link`) is shared by all requests; every operation is bounded
+//!   by `op_timeout` so a dead Redis costs a request at most that long before the failure
+//!   policy applies.
+//! - **Errors.** A reply that means misconfiguration (MOVED from a node configured as one,
+//!   READONLY, WRONGTYPE, CROSSSLOT, refused auth) is [`StoreError::Misconfigured`], which
+//!   the guard answers fail-closed whatever the policy; every failure is counted in
+//!   `kvgate_redis_problems_total{user="limits"}`.
+//! - **Expiry.** Every key a script writes gets its expiry in the same script (PEXPIRE
+//!   after HSET/ZADD), so no failover can leave a counter without one.
 //! - **Redis down at start-up.** [`RedisStore::start`] does not wait for Redis: if the first
 //!   connection fails, the store answers every operation with [`StoreError::NotConnected`]
 //!   at once (so the failure policy decides, without a timeout per request) and keeps
@@ -27,7 +35,6 @@
 
 use dashmap::DashMap;
 use futures_util::future::FutureExt;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,6 +43,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::task::JoinHandle;
 
 use super::{Decision, Denied, LimitStore, StoreError, StoreFuture, TenantLimits};
+use crate::config::RedisTarget;
+use crate::redis_link::{self, RedisConnector, RedisProblem, SharedConnection};
 
 const RESERVE: &str = concat!(
     include_str!("lua/bucket.lua"),
@@ -82,7 +91,8 @@ const CONNECT_RETRY_MAX: Duration = Duration::from_secs(5);
 
 struct Inner {
     /// Set once the first connection succeeds (at start or by the background connector).
-    conn: OnceLock<ConnectionManager>,
+    conn: OnceLock<SharedConnection>,
+    connector: RedisConnector,
     prefix: String,
     options: RedisOptions,
     reserve: Script,
@@ -143,22 +153,21 @@ impl RedisStore {
         key_prefix: &str,
         options: RedisOptions,
     ) -> Result<(Self, Option<StoreError>), StoreError> {
-        let client = redis::Client::open(url)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(options.op_timeout))
-            .set_response_timeout(Some(options.op_timeout))
-            // Reconnects happen in the background on the next operation; retrying inside one
-            // operation would only hold the request past its timeout.
-            .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(Duration::from_millis(100));
-        let first = bounded(
-            options.op_timeout,
-            ConnectionManager::new_with_config(client.clone(), config.clone()),
-        )
-        .await;
+        Self::start_target(&RedisTarget::Node(url.to_owned()), key_prefix, options).await
+    }
+
+    /// [`RedisStore::start_with`] for any topology `[limits]` can name: one node, a Redis
+    /// Cluster or a Sentinel-managed primary.
+    pub async fn start_target(
+        target: &RedisTarget,
+        key_prefix: &str,
+        options: RedisOptions,
+    ) -> Result<(Self, Option<StoreError>), StoreError> {
+        let connector = RedisConnector::new(target, options.op_timeout)?;
+        let first = connector.connect().await;
         let inner = Arc::new(Inner {
             conn: OnceLock::new(),
+            connector,
             prefix: key_prefix.to_owned(),
             options,
             reserve: Script::new(RESERVE),
@@ -175,7 +184,8 @@ impl RedisStore {
                 (None, None)
             }
             Err(e) => {
-                let task = keep_connecting(Arc::downgrade(&inner), client, config);
+                let e = inner.error(e);
+                let task = keep_connecting(Arc::downgrade(&inner));
                 (Some(tokio::spawn(task)), Some(e))
             }
         };
@@ -215,25 +225,16 @@ impl Drop for RedisStore {
 
 /// Connect until Redis answers (the store was started while it did not), then hand the
 /// connection to the store; ends early if the store is dropped.
-async fn keep_connecting(
-    inner: Weak<Inner>,
-    client: redis::Client,
-    config: ConnectionManagerConfig,
-) {
+async fn keep_connecting(inner: Weak<Inner>) {
     let mut delay = CONNECT_RETRY_MIN;
     let mut attempts: u64 = 1;
     loop {
         tokio::time::sleep(delay).await;
-        let Some(timeout) = inner.upgrade().map(|i| i.options.op_timeout) else {
+        let Some(connector) = inner.upgrade().map(|i| i.connector.clone()) else {
             return;
         };
         attempts += 1;
-        match bounded(
-            timeout,
-            ConnectionManager::new_with_config(client.clone(), config.clone()),
-        )
-        .await
-        {
+        match connector.connect().await {
             Ok(conn) => {
                 if let Some(inner) = inner.upgrade() {
                     let _ = inner.conn.set(conn);
@@ -257,16 +258,6 @@ fn instance_id() -> String {
         .map_or(0, |d| d.as_nanos());
     let n = INSTANCES.fetch_add(1, Ordering::Relaxed);
     format!("{:x}-{nanos:x}-{n}", std::process::id())
-}
-
-async fn bounded<T>(
-    limit: Duration,
-    op: impl Future<Output = redis::RedisResult<T>>,
-) -> Result<T, StoreError> {
-    match tokio::time::timeout(limit, op).await {
-        Ok(result) => Ok(result?),
-        Err(_) => Err(StoreError::Timeout(limit)),
-    }
 }
 
 fn micros(us: i64) -> Duration {
@@ -302,8 +293,38 @@ async fn renew_leases(inner: Weak<Inner>) {
 
 impl Inner {
     /// The connection, or `NotConnected` at once while the first one is still pending.
-    fn conn(&self) -> Result<ConnectionManager, StoreError> {
+    fn conn(&self) -> Result<SharedConnection, StoreError> {
         self.conn.get().cloned().ok_or(StoreError::NotConnected)
+    }
+
+    /// A Redis error as the store's: a misconfiguration is told apart from an outage (the
+    /// guard fails closed on it), and either is counted.
+    fn error(&self, e: ::redis::RedisError) -> StoreError {
+        let problem = RedisProblem::of(&e, self.connector.topology());
+        redis_link::record(problem, "limits", &e);
+        if problem.is_misconfiguration() {
+            StoreError::Misconfigured {
+                reason: problem.reason(),
+                fix: problem.fix(),
+                detail: e.to_string(),
+            }
+        } else {
+            StoreError::Redis(e)
+        }
+    }
+
+    /// Run one operation within `op_timeout`.
+    async fn bounded<T>(
+        &self,
+        op: impl Future<Output = ::redis::RedisResult<T>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.options.op_timeout, op).await {
+            Ok(result) => result.map_err(|e| self.error(e)),
+            Err(_) => {
+                redis_link::record(RedisProblem::Unreachable, "limits", &"no answer in time");
+                Err(StoreError::Timeout(self.options.op_timeout))
+            }
+        }
     }
 
     fn key(&self, tenant: &str, dim: &str) -> String {
@@ -325,8 +346,7 @@ impl Inner {
             .arg(arg(limits.requests_per_minute.map(u64::from)))
             .arg(arg(limits.tokens_per_minute))
             .arg(tokens);
-        let reply: Vec<i64> =
-            bounded(self.options.op_timeout, call.invoke_async(&mut conn)).await?;
+        let reply: Vec<i64> = self.bounded(call.invoke_async(&mut conn)).await?;
         let [denied, retry, req_left, req_reset, tok_left, tok_reset] = reply[..] else {
             return Err(StoreError::Protocol(format!(
                 "reserve returned {} values",
@@ -371,7 +391,7 @@ impl Inner {
         let mut conn = self.conn()?;
         let mut call = self.settle.key(self.key(tenant, "tok"));
         call.arg(arg(Some(tpm))).arg(delta);
-        let _: i64 = bounded(self.options.op_timeout, call.invoke_async(&mut conn)).await?;
+        let _: i64 = self.bounded(call.invoke_async(&mut conn)).await?;
         Ok(())
     }
 
@@ -388,7 +408,7 @@ impl Inner {
         let mut conn = self.conn()?;
         let mut call = self.acquire.key(self.key(tenant, "conc"));
         call.arg(max).arg(&lease).arg(ttl_ms);
-        let got: i64 = bounded(self.options.op_timeout, call.invoke_async(&mut conn)).await?;
+        let got: i64 = self.bounded(call.invoke_async(&mut conn)).await?;
         if got == 1 {
             // Recorded only after Redis said yes: a timed-out acquire leaves no local lease,
             // and the remote one (if it landed) expires unrenewed.
@@ -410,7 +430,7 @@ impl Inner {
         let mut conn = self.conn()?;
         let mut cmd = redis::cmd("ZREM");
         cmd.arg(self.key(tenant, "conc")).arg(&lease);
-        let _: i64 = bounded(self.options.op_timeout, cmd.query_async(&mut conn)).await?;
+        let _: i64 = self.bounded(cmd.query_async(&mut conn)).await?;
         Ok(())
     }
 
@@ -429,7 +449,7 @@ impl Inner {
             for id in &ids {
                 call.arg(id);
             }
-            let _: i64 = bounded(self.options.op_timeout, call.invoke_async(&mut conn)).await?;
+            let _: i64 = self.bounded(call.invoke_async(&mut conn)).await?;
         }
         Ok(())
     }
