@@ -54,7 +54,7 @@
 //! `metrics`, `audit`, `activity` (recent counts for the status page), `tenant` (a tenant's
 //! policy and limits), `load` (in-flight caps and the buffer budget), `secure_random`,
 //! `telemetry` (trace context, spans, OTLP export), `upstream` (the one engine client) and
-//! `tls` (the certificates that reload). The tokenizer and the simulated engine are crates
+//! `tls` (the certificates that reload), `dns` (engines discovered by DNS names). The tokenizer and the simulated engine are crates
 //! of their own (`crates/tokenize`, `crates/sim`).
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -65,6 +65,7 @@ pub mod audit;
 pub mod body;
 pub mod commands;
 pub mod config;
+pub mod dns;
 pub mod error;
 pub mod fleet;
 pub mod generation;

@@ -208,3 +208,81 @@ fn kustomization_lists_every_manifest() {
         "the ConfigMap is generated from kvgate.toml"
     );
 }
+
+/// The engines' Services (`engines/services.yaml`) as the manifests' lines: each document's
+/// `name:` (the first one, metadata), whether it is headless, and its named ports.
+fn engine_services() -> Vec<(String, bool, bool, Vec<String>)> {
+    let text = read(&k8s().join("engines/services.yaml"));
+    text.split("\n---")
+        .filter(|doc| doc.contains("kind: Service"))
+        .map(|doc| {
+            // The first `name:` of a document is its metadata's.
+            let name = doc
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("name: ").map(str::to_owned))
+                .unwrap_or_default();
+            let headless = doc.lines().any(|l| l.trim() == "clusterIP: None");
+            let ready_only = doc
+                .lines()
+                .any(|l| l.trim() == "publishNotReadyAddresses: false");
+            let ports = doc
+                .lines()
+                .filter_map(|l| l.trim().strip_prefix("- name: ").map(str::to_owned))
+                .collect();
+            (name, headless, ready_only, ports)
+        })
+        .collect()
+}
+
+/// Every `discover` name in kvgate.toml is a headless Service of engines/services.yaml that
+/// lists only ready pods (a named port for SRV names), and the engines' kustomization
+/// applies that file.
+#[test]
+fn discovered_engines_are_headless_services_listing_ready_pods() {
+    let (config, secrets) = load_k8s_config();
+    std::fs::remove_dir_all(secrets).ok();
+    let services = engine_services();
+    assert!(services.len() >= 2, "{services:?}");
+    for (name, headless, ready_only, ports) in &services {
+        assert!(headless, "{name}: a headless Service (clusterIP: None)");
+        assert!(ready_only, "{name}: publishNotReadyAddresses: false");
+        assert!(
+            ports.iter().any(|p| p == "http"),
+            "{name}: a port named http"
+        );
+    }
+    assert!(
+        services.iter().any(
+            |(n, _, _, ports)| n.ends_with("prefill") && ports.iter().any(|p| p == "bootstrap")
+        ),
+        "the prefill Service names its KV bootstrap port (SRV _bootstrap._tcp)"
+    );
+    let mut discovered = 0;
+    for pool in &config.pools {
+        for worker in pool.workers.iter().chain(&pool.prefill).chain(&pool.decode) {
+            if worker.discover.is_none() {
+                continue;
+            }
+            discovered += 1;
+            let host = worker.url.host().unwrap();
+            let service = host
+                .split('.')
+                .find(|label| !label.starts_with('_'))
+                .unwrap();
+            assert!(
+                host.ends_with(".inference.svc.cluster.local"),
+                "{host}: the engines' namespace"
+            );
+            assert!(
+                services.iter().any(|(n, ..)| n == service),
+                "{host}: no Service {service} in engines/services.yaml"
+            );
+        }
+    }
+    assert!(discovered >= 2, "every pool finds its engines by DNS");
+    let kustomization = read(&k8s().join("engines/kustomization.yaml"));
+    assert!(kustomization.lines().any(|l| l.trim() == "- services.yaml"));
+    assert!(kustomization
+        .lines()
+        .any(|l| l.trim() == "namespace: inference"));
+}

@@ -5,7 +5,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use super::load_config;
-use crate::fleet::{discover_all, Fleet};
+use crate::dns::Discoverer;
+use crate::fleet::{discover_all, Fleet, NameBook};
 use crate::runtime::CapacityReport;
 use crate::upstream::Upstream;
 
@@ -14,6 +15,30 @@ use crate::upstream::Upstream;
 pub async fn run(path: &Path, discover: bool, strict: bool) -> ExitCode {
     let Some(config) = load_config(path) else {
         return ExitCode::from(2);
+    };
+    // `--discover` also resolves the `discover` names, so their engines are probed too.
+    let config = if discover {
+        let names = NameBook::default();
+        let resolved = Discoverer::default().resolve(&config, &names).await;
+        for pool in &config.pools {
+            for (key, state) in names.of_pool(&pool.name) {
+                let engines: Vec<String> =
+                    state.endpoints.iter().map(|e| e.addr.to_string()).collect();
+                match &state.last_error {
+                    None => println!(
+                        "{} {} {}: {}",
+                        key.pool,
+                        key.list,
+                        key.name,
+                        engines.join(" ")
+                    ),
+                    Some(e) => println!("{} {} {}: {e}", key.pool, key.list, key.name),
+                }
+            }
+        }
+        resolved
+    } else {
+        config
     };
     let fleet = Fleet::from_config(&config);
     if discover {

@@ -11,6 +11,7 @@
 mod adapter_name;
 mod admission;
 mod audit;
+mod discovery;
 mod engine_version;
 mod files;
 mod guard;
@@ -40,6 +41,7 @@ use invalid::Invalid;
 pub use adapter_name::{AdapterName, AdapterNameError};
 pub use admission::AdmissionConfig;
 pub use audit::{AuditConfig, AuditSink};
+pub use discovery::DiscoveryConfig;
 pub use engine_version::{EngineVersion, VersionError};
 pub use guard::GuardConfig;
 pub use health::{HealthConfig, OutlierConfig};
@@ -56,7 +58,7 @@ pub use server::{ServerConfig, TlsConfig};
 pub use tenants::{hash_key, TenantConfig};
 pub use tracing::TracingConfig;
 pub use upstream::{UpstreamConfig, UpstreamTlsConfig};
-pub use workers::WorkerConfig;
+pub use workers::{Discover, WorkerConfig};
 
 /// A configuration error, naming the file, the key path and the fix.
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +95,9 @@ pub struct Config {
     /// Active health checks and outlier ejection of workers.
     #[serde(default)]
     pub health: HealthConfig,
+    /// How worker entries with `discover` are resolved (DNS names of engines).
+    #[serde(default)]
+    pub discovery: DiscoveryConfig,
     /// Models the gateway serves, by the name clients send.
     #[serde(default)]
     pub models: Vec<ModelConfig>,
@@ -209,6 +214,7 @@ impl Config {
         validate::tenants_name_models_and_pools(&self.models, &self.pools, &self.tenants)?;
         validate::rollouts_name_pools(&self.models, &self.pools, &self.rollouts)?;
         self.health.check()?;
+        self.discovery.check()?;
         self.preflight.check()?;
         self.tracing.check()?;
         validate::someone_can_call(&self.server, &self.tenants)

@@ -14,6 +14,8 @@
 //!   own report (polled on the health interval) and the room they leave.
 //! - `discovery`: what each engine reports about itself (capacity, limits, version).
 //! - `health`, `health_check`: active probes and outlier ejection, per worker.
+//! - `names`: the DNS names that list a pool's workers, their last good answers and how
+//!   their latest resolution went (`discover`; issue 39).
 //! - `window`: each pool's sliding window of outcomes (canary rollouts compare them).
 //! - `queue`: a full pool's bounded gateway queue: priority classes, weighted fair
 //!   queuing across tenants (`[scheduling]`; issue 30).
@@ -26,6 +28,7 @@ mod health;
 mod health_check;
 mod load;
 mod load_poll;
+mod names;
 mod pool;
 mod prefix_index;
 mod prefix_outbox;
@@ -47,6 +50,7 @@ pub use load::{
     KvCost, STALE_AFTER_INTERVALS,
 };
 pub use load_poll::poll_loads;
+pub use names::{Endpoint, NameBook, NameKey, NameState};
 pub use pool::{OutcomeWatch, Pool, PoolWorkers};
 pub use prefix_index::{Candidate, IndexSize, PrefixCounters, PrefixIndex};
 pub use prefix_outbox::Outbox;
@@ -79,6 +83,9 @@ pub struct Fleet {
     /// generation (a reload's fleet takes its predecessor's) and shared with the pools, so
     /// requests waiting in an older generation's queue see it too.
     draining: Arc<std::sync::atomic::AtomicBool>,
+    /// The DNS names of `discover` entries and their answers: the process's, shared by
+    /// every generation.
+    names: Arc<NameBook>,
 }
 
 impl Fleet {
@@ -124,6 +131,7 @@ impl Fleet {
                 .and_then(|m| m.min_engine_version.clone())
         };
         let draining = previous.map_or_else(Arc::default, |(_, fleet)| fleet.draining.clone());
+        let names = previous.map_or_else(Arc::default, |(_, fleet)| fleet.names.clone());
         let pools: Vec<Arc<Pool>> = config
             .pools
             .iter()
@@ -165,7 +173,13 @@ impl Fleet {
             by_model,
             kv_overcommit: config.scheduling.kv_overcommit,
             draining,
+            names,
         }
+    }
+
+    /// The DNS names of `discover` entries and their last answers.
+    pub fn names(&self) -> &Arc<NameBook> {
+        &self.names
     }
 
     /// Every pool.

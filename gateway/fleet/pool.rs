@@ -85,8 +85,9 @@ impl Pool {
     /// engine is older than `min_version` may not serve, and `health` governs probes and
     /// ejections (counted per role: never more than its share of the prefill, decode or
     /// unified workers at once); its gateway queue holds at most `max_queued` requests, its
-    /// prefix index `prefix.max_blocks` blocks. A pool rebuilt on a reload takes over the
-    /// accounts of `previous`'s workers at the same addresses ([`Worker::carrying`]).
+    /// prefix index `prefix.max_blocks` blocks. A pool rebuilt on a reload (or a DNS
+    /// change) takes over the accounts, discovered capacity and drain of `previous`'s
+    /// workers at the same addresses ([`Worker::carrying`]); its prefix index starts empty.
     pub fn new(
         config: &PoolConfig,
         window: Duration,
@@ -107,8 +108,11 @@ impl Pool {
             });
         let room_freed = Arc::new(tokio::sync::Notify::new());
         let build = |list: &[crate::config::WorkerConfig], role| {
+            // A `discover` entry stands for the engines its name lists: the resolved config
+            // (`crate::dns`) has them as plain entries; unresolved, it has none yet.
+            let list: Vec<_> = list.iter().filter(|w| w.discover.is_none()).collect();
             let group = Arc::new(EjectionGroup::new(list.len(), health.max_ejected_share));
-            list.iter()
+            list.into_iter()
                 .enumerate()
                 .map(|(slot, w)| {
                     let worker = Worker::new(name.clone(), role, w)
@@ -136,9 +140,9 @@ impl Pool {
                 decode: build(&config.decode, Role::Decode),
             },
         };
-        let prefix_workers = match config.mode {
-            PoolMode::Unified => config.workers.len(),
-            PoolMode::Disaggregated => config.prefill.len(),
+        let prefix_workers = match &workers {
+            PoolWorkers::Unified(ws) => ws.len(),
+            PoolWorkers::Disaggregated { prefill, .. } => prefill.len(),
         };
         let prefix = (prefix_workers > 1)
             .then(|| PrefixIndex::new(prefix_workers, prefix.max_blocks, prefix.max_age));

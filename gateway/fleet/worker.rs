@@ -169,7 +169,13 @@ impl Worker {
     /// pool a reload rebuilds as this one's: the requests still running there keep counting
     /// here (and give their KV back here), so a rebuilt pool never has more in flight on
     /// an engine than capacity × overcommit (issue 38). Call after `with_room_freed`.
+    ///
+    /// It also keeps what is known of the engine — its last discovery answer, so a worker
+    /// that survives a DNS change serves on without a new probe — and an admin drain, which
+    /// a rebuild must not undo. Health starts afresh: its ejection group is the new pool's.
     pub fn carrying(mut self, previous: &Worker) -> Self {
+        self.discovery = RwLock::new(previous.discovery());
+        self.draining = AtomicBool::new(previous.is_draining());
         // Both pools are notified while both live: requests may still wait in the old
         // generation's queue (a reload that fails after building this one keeps it).
         previous.kv.also_notify(&self.kv);

@@ -45,6 +45,14 @@ pub const WORKER_EJECTIONS_TOTAL: &str = "kvgate_worker_ejections_total";
 pub const HEALTH_PROBES_TOTAL: &str = "kvgate_health_probes_total";
 /// Certificate reloads (data port `server`, `engines`), by result (ok / error).
 pub const TLS_RELOADS_TOTAL: &str = "kvgate_tls_reloads_total";
+/// Failed resolutions of a discovered worker name (error, timeout, empty answer after a
+/// good one), by pool and name.
+pub const DISCOVERY_DNS_FAILURES_TOTAL: &str = "kvgate_discovery_dns_failures_total";
+/// 1 while a discovered worker name serves from its last good answer (its latest
+/// resolution failed), 0 when fresh; by pool and name.
+pub const DISCOVERY_DNS_STALE: &str = "kvgate_discovery_dns_stale";
+/// Changes of a pool's workers brought by DNS, by result (ok / error).
+pub const DISCOVERY_DNS_UPDATES_TOTAL: &str = "kvgate_discovery_dns_updates_total";
 /// Config reloads (SIGHUP, `POST /reload`), by result (ok / error).
 pub const CONFIG_RELOADS_TOTAL: &str = "kvgate_config_reloads_total";
 /// Responses the guard stopped, by reason and pool.
@@ -161,6 +169,18 @@ fn describe_all() {
     describe_counter!(WORKER_EJECTIONS_TOTAL, "Outlier ejections of workers");
     describe_counter!(HEALTH_PROBES_TOTAL, "Active health probes of workers");
     describe_counter!(CONFIG_RELOADS_TOTAL, "Config reloads, by result");
+    describe_counter!(
+        DISCOVERY_DNS_FAILURES_TOTAL,
+        "Failed resolutions of a discovered worker name (the last answer is kept)"
+    );
+    describe_gauge!(
+        DISCOVERY_DNS_STALE,
+        "1 while a discovered worker name serves from its last good answer"
+    );
+    describe_counter!(
+        DISCOVERY_DNS_UPDATES_TOTAL,
+        "Worker sets changed by DNS and applied (ok) or refused (error)"
+    );
     describe_counter!(
         TLS_RELOADS_TOTAL,
         "Certificate reloads of the data port and of TLS to engines"

@@ -10,6 +10,8 @@ fn worker(kv: Option<u64>, role: Role) -> Worker {
         bootstrap_port: None,
         bootstrap_host: None,
         tls_server_name: None,
+        discover: None,
+        bootstrap_srv: None,
     };
     Worker::new(Arc::from("p"), role, &config)
 }
@@ -123,6 +125,8 @@ fn a_request_holds_at_least_a_running_slots_share_where_slots_are_known() {
         bootstrap_port: None,
         bootstrap_host: None,
         tls_server_name: None,
+        discover: None,
+        bootstrap_srv: None,
     };
     let unknown = Worker::new(Arc::from("p"), Role::Unified, &config(None));
     assert_eq!(unknown.max_running(), None);
@@ -151,6 +155,8 @@ fn requests_only_the_engine_sees_take_their_slots_from_the_room() {
         bootstrap_port: None,
         bootstrap_host: None,
         tls_server_name: None,
+        discover: None,
+        bootstrap_srv: None,
     };
     let worker = Worker::new(Arc::from("p"), Role::Unified, &config);
     assert_eq!(worker.room(1.0), Some(1000));

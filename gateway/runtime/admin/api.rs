@@ -3,7 +3,7 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `GET /pools` | pools and workers: capacity, version, eligibility, weight, live rates, the pool's gateway queue and prefix index |
+//! | `GET /pools` | pools and workers: capacity, version, eligibility, weight, live rates, the pool's gateway queue and prefix index, the DNS names that list its workers |
 //! | `POST /pools/{pool}/weight` `{"weight": N}` | set a pool's traffic weight |
 //! | `POST /pools/{pool}/workers/{host:port}/drain` | no new requests; in-flight ones finish |
 //! | `POST /pools/{pool}/workers/{host:port}/undrain` | take requests again |
@@ -137,9 +137,40 @@ fn pools(fleet: &Fleet) -> Value {
     let list: Vec<Value> = fleet
         .pools()
         .iter()
-        .map(|p| pool_json(p, now, fleet.kv_overcommit()))
+        .map(|p| {
+            let mut pool = pool_json(p, now, fleet.kv_overcommit());
+            pool["discovered_names"] = names_json(fleet, &p.name);
+            pool
+        })
         .collect();
     json!({"pools": list})
+}
+
+/// The DNS names that list a pool's workers (`discover`): per name its kind, the engines
+/// of its last good answer, when that came, whether the latest resolution failed (`stale`:
+/// the last answer is kept) and why.
+pub fn names_json(fleet: &Fleet, pool: &str) -> Value {
+    let now = std::time::SystemTime::now();
+    let list: Vec<Value> = fleet
+        .names()
+        .of_pool(pool)
+        .into_iter()
+        .map(|(key, state)| {
+            json!({
+                "list": key.list,
+                "name": key.name,
+                "url": key.url,
+                "discover": key.kind.as_str(),
+                "engines": state.endpoints.iter().map(|e| e.addr.to_string()).collect::<Vec<_>>(),
+                "stale": state.stale,
+                "last_ok_seconds_ago": state.last_ok
+                    .map(|t| now.duration_since(t).unwrap_or_default().as_secs_f64()),
+                "last_error": state.last_error,
+                "failures": state.failures,
+            })
+        })
+        .collect();
+    Value::Array(list)
 }
 
 /// One worker as the admin port shows it (`GET /pools`, `/ready` and `/status`).

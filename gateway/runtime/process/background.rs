@@ -1,5 +1,6 @@
-//! The gateway's background loops on the main runtime: capacity discovery, active health
-//! checks, the sweeps that give back memory and the status page's activity buckets.
+//! The gateway's background loops on the main runtime: capacity discovery, DNS discovery of
+//! engines, active health checks, the sweeps that give back memory and the status page's
+//! activity buckets.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use crate::activity::{Activity, BUCKET};
 use crate::fleet::{check_all, discover_all, poll_loads};
 use crate::runtime::listener::server::Shutdown;
 use crate::runtime::process::live::Live;
+use crate::runtime::process::reload::Reloader;
 use crate::stack::isolate::FingerprintStore;
 use crate::stack::rate_limit::limiter::Limiter;
 use crate::tls::CertWatch;
@@ -44,6 +46,22 @@ pub(crate) async fn discovery_loop(
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every) => discover_all(&live.current().fleet, &upstream).await,
+            _ = shutdown.wait() => return,
+        }
+    }
+}
+
+/// Resolve the `discover` names again on `[discovery] interval` (of the config in force at
+/// each round) and apply a changed answer as a reload does ([`Reloader::refresh_dns`]).
+pub(crate) async fn dns_loop(reloader: Reloader, mut shutdown: Shutdown) {
+    loop {
+        let every = reloader.live.current().config.discovery.interval;
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {
+                if let Err(e) = reloader.refresh_dns().await {
+                    tracing::error!(error = %e, "a change of discovered engines was refused: the running workers are kept");
+                }
+            }
             _ = shutdown.wait() => return,
         }
     }

@@ -1,4 +1,5 @@
-//! Assembling and running one gateway: data port, admin port, capacity discovery.
+//! Assembling and running one gateway: data port, admin port, capacity discovery, the
+//! first resolution of `discover` names.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use crate::activity::Activity;
 use crate::audit::AuditLog;
 use crate::build_stack;
 use crate::config::Config;
+use crate::dns::Discoverer;
 use crate::fleet::{discover_all, share_loop, Fleet};
 use crate::generation::Generation;
 use crate::load::{BufferBudget, InFlightLimit};
@@ -20,11 +22,12 @@ use crate::runtime::listener::bind::bind_with_backlog;
 use crate::runtime::listener::data_threads::serve_on_threads;
 use crate::runtime::listener::server::{self, ConnectionLimits, Shutdown, ShutdownTrigger};
 use crate::runtime::process::background::{
-    activity_loop, cert_watch_loop, discovery_loop, health_loop, housekeeping_loop,
+    activity_loop, cert_watch_loop, discovery_loop, dns_loop, health_loop, housekeeping_loop,
 };
 use crate::runtime::process::live::Live;
 use crate::runtime::process::live_stack::LiveStack;
 use crate::runtime::process::reload::Reloader;
+use crate::runtime::process::replica::replica_name;
 use crate::runtime::process::shared_redis;
 use crate::runtime::CapacityReport;
 use crate::runtime::StartError;
@@ -174,6 +177,18 @@ impl Gateway {
         };
         let tls = server_cert.as_ref().map(ServerCert::acceptor).transpose()?;
         let certs = Arc::new(CertWatch::new(server_cert, self.engine_tls.clone()));
+        // `discover` names resolve before the first request, so their engines serve from
+        // the start (a name that does not answer yet lists none: its pool waits for it).
+        let dns = Arc::new(Discoverer::default());
+        let first = self.live.current();
+        if !crate::dns::queries(&self.config).is_empty() {
+            let resolved = dns.resolve(&self.config, first.fleet.names()).await;
+            self.live = Arc::new(Live::new(build::build(
+                resolved,
+                Some(&first),
+                &self.shared,
+            )?));
+        }
         let first = self.live.current();
         discover_all(&first.fleet, &self.shared.upstream).await;
         let report = CapacityReport::build(&self.config, &first.fleet);
@@ -281,7 +296,10 @@ impl Gateway {
             last: Arc::default(),
             serial: Arc::default(),
             strict: self.config.admission.strict,
+            dns,
+            written: Arc::new(std::sync::Mutex::new(self.config.clone())),
         };
+        tasks.push(tokio::spawn(dns_loop(reloader.clone(), shutdown.clone())));
         let admin_token = crate::runtime::admin::admin_token(&self.config.server)?;
         let admin_service = Admin::new(self.live.clone(), shutdown.clone(), Some(reloader.clone()))
             .with_status(self.shared.activity.clone())
@@ -306,22 +324,6 @@ impl Gateway {
             reloader,
         })
     }
-}
-
-/// This replica's name in shared decisions and audit lines: the host name (a pod's name
-/// in Kubernetes) and a random suffix, so two processes on one host differ.
-fn replica_name() -> String {
-    let host = std::env::var("HOSTNAME")
-        .ok()
-        .filter(|h| !h.is_empty())
-        .or_else(|| {
-            std::fs::read_to_string("/etc/hostname")
-                .ok()
-                .map(|h| h.trim().to_owned())
-                .filter(|h| !h.is_empty())
-        })
-        .unwrap_or_else(|| "kvgate".to_owned());
-    format!("{host}-{:04x}", crate::secure_random::u64() & 0xffff)
 }
 
 fn bytes_usize(b: bytesize::ByteSize) -> usize {

@@ -9,6 +9,7 @@
 //! - `background`: discovery, health checks, sweeps, activity buckets.
 //! - `capacity`: what admission will enforce per pool, and where the config is dangerous.
 //! - `tokenizers`, `redact`: tokenizers loaded once per process; secrets out of logs.
+//! - `replica`: this replica's name and the owner map of stored responses it shares.
 
 mod background;
 pub mod build;
@@ -18,5 +19,6 @@ pub mod live;
 pub mod live_stack;
 pub mod redact;
 pub mod reload;
+mod replica;
 pub mod shared_redis;
 pub mod tokenizers;

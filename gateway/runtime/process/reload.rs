@@ -20,7 +20,8 @@ use super::build::{self, Changes};
 use super::capacity::CapacityReport;
 use super::live::Live;
 use crate::config::Config;
-use crate::fleet::discover_worker;
+use crate::dns::Discoverer;
+use crate::fleet::{discover_worker, Discovery};
 use crate::metrics;
 use crate::runtime::{ReloadError, StartError};
 use crate::shared::Shared;
@@ -42,6 +43,20 @@ pub struct Reloader {
     pub(crate) serial: Arc<tokio::sync::Mutex<()>>,
     /// `admission.strict` of the config the gateway started with.
     pub(crate) strict: bool,
+    /// Resolves the `discover` names of a config (shared by every clone).
+    pub(crate) dns: Arc<Discoverer>,
+    /// The config in force as written (its `discover` entries unresolved): what a DNS
+    /// update resolves again. The generation holds the resolved one.
+    pub(crate) written: Arc<Mutex<Arc<Config>>>,
+}
+
+/// Which workers of the rebuilt pools an install probes before they serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Probe {
+    /// All of them (a reload: the operator may have restarted engines).
+    RebuiltPools,
+    /// Only those not known before (a DNS update).
+    NewWorkers,
 }
 
 /// The last reload, as the status page shows it.
@@ -81,14 +96,62 @@ impl Reloader {
 
     async fn apply(&self) -> Result<Value, ReloadError> {
         // One reload at a time: two overlapping ones (a SIGHUP and a POST) would each build
-        // from the same running config, and the older file could be installed last.
+        // from the same running config, and the older file could be installed last. A DNS
+        // update takes the same lock.
         let _one_at_a_time = self.serial.lock().await;
-        let config = Config::load(&self.path)?;
+        let written = Config::load(&self.path)?;
         // Read every certificate now, use them only once everything else passed.
         let certificates = match &self.certs {
             Some(c) => Some(c.read_all()?),
             None => None,
         };
+        // The file's `discover` names are resolved afresh; one that fails keeps its last answer.
+        let resolved = self
+            .dns
+            .resolve(&written, self.live.current().fleet.names())
+            .await;
+        let answer = self
+            .install(resolved, certificates, Probe::RebuiltPools)
+            .await?;
+        *self.written.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(written);
+        Ok(answer)
+    }
+
+    /// Resolve the `discover` names of the config in force again and, when a pool's engines
+    /// changed, install the generation of the new answers as a reload does: unchanged pools
+    /// kept whole, a changed one rebuilt with its surviving workers' accounts and state, new
+    /// workers probed before they serve, removed ones left to the requests they still run.
+    /// Returns the new generation's number, or None when nothing changed.
+    pub async fn refresh_dns(&self) -> Result<Option<u64>, ReloadError> {
+        let _one_at_a_time = self.serial.lock().await;
+        let written = self
+            .written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let running = self.live.current();
+        let resolved = self.dns.resolve(&written, running.fleet.names()).await;
+        if resolved.pools == running.config.pools {
+            return Ok(None);
+        }
+        let result = self.install(resolved, None, Probe::NewWorkers).await;
+        ::metrics::counter!(
+            metrics::DISCOVERY_DNS_UPDATES_TOTAL,
+            "result" => if result.is_ok() { "ok" } else { "error" }
+        )
+        .increment(1);
+        let answer = result?;
+        Ok(answer.get("generation").and_then(Value::as_u64))
+    }
+
+    /// Build the generation of `config` (resolved) from the running one, probe the workers
+    /// `probe` names, check it, and install it (with `certificates`, read by the caller).
+    async fn install(
+        &self,
+        config: Config,
+        certificates: Option<crate::tls::ReadCertificates>,
+        probe: Probe,
+    ) -> Result<Value, ReloadError> {
         let running = self.live.current();
         // Tokenizers load from disk (a new one takes seconds): off the runtime's threads.
         let (shared, previous) = (self.shared.clone(), running.clone());
@@ -98,13 +161,15 @@ impl Reloader {
                 .map_err(|e| ReloadError::Interrupted(e.to_string()))??;
         let changes = Changes::between(&running, &next);
         // Workers of new or changed pools serve only once their capacity is known; the
-        // running config serves meanwhile.
+        // running config serves meanwhile. A DNS update probes only the workers it adds:
+        // the survivors carried their answers over.
         let fresh = next
             .fleet
             .pools()
             .iter()
             .filter(|p| changes.rebuilt.iter().any(|name| **name == *p.name))
             .flat_map(|p| p.all_workers().cloned().collect::<Vec<_>>())
+            .filter(|w| probe == Probe::RebuiltPools || matches!(w.discovery(), Discovery::Pending))
             .map(|w| discover_worker(w, self.shared.upstream.clone()));
         futures_util::future::join_all(fresh).await;
         // After discovery, as at start-up, so the report speaks of real capacity.
@@ -157,6 +222,7 @@ impl Reloader {
             pools_kept = ?changes.kept,
             pools_rebuilt = ?changes.rebuilt,
             pools_removed = ?changes.removed,
+            cause = ?probe,
             "config reloaded: new requests use it, requests in flight finish on the previous one"
         );
         let mut answer = json!({

@@ -261,6 +261,8 @@ mod tests {
                     bootstrap_port: None,
                     bootstrap_host: None,
                     tls_server_name: None,
+                    discover: None,
+                    bootstrap_srv: None,
                 };
                 Arc::new(Worker::new(Arc::from("p"), Role::Unified, &cfg))
             })
@@ -324,6 +326,8 @@ mod tests {
             bootstrap_port: None,
             bootstrap_host: None,
             tls_server_name: None,
+            discover: None,
+            bootstrap_srv: None,
         };
         let small = Arc::new(Worker::new(Arc::from("p"), Role::Unified, &cfg(1, 100)));
         let big = Arc::new(Worker::new(Arc::from("p"), Role::Unified, &cfg(2, 400)));

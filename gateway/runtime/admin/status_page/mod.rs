@@ -14,6 +14,7 @@
 //! the layout.
 
 mod html;
+mod names;
 
 use serde_json::Value;
 use std::fmt::Write as _;
@@ -65,6 +66,7 @@ pub fn render(s: &StatusSources<'_>, now: Instant, wall: SystemTime) -> String {
     activity_section(&mut out, &recent);
     models_section(&mut out, s);
     pools_section(&mut out, s, now);
+    names::names_section(&mut out, s.fleet);
     reload_section(&mut out, s.last_reload.as_ref(), wall);
     out.push_str("</main></body></html>\n");
     out
