@@ -55,20 +55,22 @@ impl Dnsmasq {
             kvgate::secure_random::u64()
         ));
         std::fs::create_dir_all(&dir).unwrap();
-        let port = std::net::UdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
         let mut dns = Self {
             dir,
-            port,
+            port: 0,
             child: None,
         };
         dns.write_hosts(hosts);
         dns.write_conf(srv);
-        dns.spawn().await;
-        dns
+        // dnsmasq listens on UDP and TCP: a port free for one may be taken for the other
+        // (another test's engine), so a start that cannot bind tries another port.
+        for _ in 0..10 {
+            dns.port = free_udp_and_tcp_port();
+            if dns.spawn().await {
+                return dns;
+            }
+        }
+        panic!("dnsmasq could not bind a free port of 127.0.0.1 in 10 tries");
     }
 
     fn addr(&self) -> String {
@@ -93,7 +95,8 @@ impl Dnsmasq {
         std::fs::write(self.dir.join("dnsmasq.conf"), text).unwrap();
     }
 
-    async fn spawn(&mut self) {
+    /// Start dnsmasq on `self.port`; false when it exited at once (the port was taken).
+    async fn spawn(&mut self) -> bool {
         let child = Command::new("dnsmasq")
             .args([
                 "--keep-in-foreground",
@@ -114,15 +117,21 @@ impl Dnsmasq {
             .spawn()
             .expect("dnsmasq starts");
         self.child = Some(child);
-        // Ready once it answers.
+        // Ready once it answers; gone at once when it could not bind.
         let resolver = resolver(&self.addr());
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut() {
+                if child.try_wait().is_ok_and(|status| status.is_some()) {
+                    self.child = None;
+                    return false;
+                }
+            }
             let probe = resolver
                 .endpoints(Discover::Dns, &format!("nothing.{DOMAIN}"), 1, None)
                 .await;
             if !matches!(probe, Err(kvgate::dns::LookupError::Timeout { .. })) {
-                return;
+                return true;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -151,7 +160,14 @@ impl Dnsmasq {
     async fn restart_with(&mut self, srv: &[String]) {
         self.stop();
         self.write_conf(srv);
-        self.spawn().await;
+        // The gateway asks this port: it must be this one again.
+        for _ in 0..10 {
+            if self.spawn().await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("dnsmasq could not bind 127.0.0.1:{} again", self.port);
     }
 }
 
@@ -159,6 +175,17 @@ impl Drop for Dnsmasq {
     fn drop(&mut self) {
         self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A port of 127.0.0.1 free for both UDP and TCP right now.
+fn free_udp_and_tcp_port() -> u16 {
+    loop {
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("a UDP port");
+        let port = udp.local_addr().expect("its address").port();
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
     }
 }
 
