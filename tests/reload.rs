@@ -390,6 +390,66 @@ async fn a_rollout_rebuilt_over_kept_pools_starts_again_from_the_configured_weig
     gw.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_rebuilt_with_other_workers_only_keeps_its_weight_window_and_rollout() {
+    // What a DNS change does to a pool (issue 39), done by the file: only the canary's
+    // workers change. It is rebuilt (new workers), but it is the same pool: an autoscaled
+    // canary must not restart its rollout or forget a rollback.
+    let dir = temp_dir("reload-workers-only");
+    let path = dir.join("kvgate.toml");
+    let a = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
+    let b = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
+    let c = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
+    let with_canary = |workers: &[String]| {
+        format!(
+            "{}\n{}\n[[rollouts]]\nmodel = \"qwen3\"\nstable = \"stable\"\ncanary = \"canary\"\nmin_requests = 20\n",
+            pool("stable", &[worker(&a, None)]),
+            pool("canary", workers).replace("mode = \"unified\"", "mode = \"unified\"\nweight = 20"),
+        )
+    };
+    write_config(&path, &with_canary(&[worker(&b, None)]));
+    let gw = start(&path).await;
+    let old = gw.rollouts().of_model("qwen3").unwrap().clone();
+    old.roll_back("test");
+    let canary = gw.fleet().pool("canary").unwrap().clone();
+    assert_eq!(canary.weight(), 0, "rolled back");
+    gw.fleet().pool("stable").unwrap().set_weight(90);
+
+    // The canary gets a second engine; nothing else changes.
+    write_config(&path, &with_canary(&[worker(&b, None), worker(&c, None)]));
+    let answer = reload(&gw).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text());
+    assert_eq!(answer.json()["pools_rebuilt"], json!(["canary"]));
+    let rebuilt = gw.fleet().pool("canary").unwrap().clone();
+    assert!(
+        !std::sync::Arc::ptr_eq(&canary, &rebuilt),
+        "new workers: a new pool object"
+    );
+    assert_eq!(rebuilt.all_workers().count(), 2);
+    assert_eq!(rebuilt.weight(), 0, "the rollback holds");
+    assert_eq!(rebuilt.lineage, canary.lineage);
+    assert!(std::sync::Arc::ptr_eq(&canary.signals, &rebuilt.signals));
+    let new = gw.rollouts().of_model("qwen3").unwrap().clone();
+    assert!(
+        !std::sync::Arc::ptr_eq(&old, &new),
+        "rebound to the rebuilt pool"
+    );
+    assert_eq!(new.decision().phase, old.decision().phase);
+    assert_eq!(new.decision().epoch, old.decision().epoch);
+    assert_eq!(gw.fleet().pool("stable").unwrap().weight(), 90);
+    // Changing a setting of the pool itself makes a new pool, which starts from the file.
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("weight = 20", "weight = 25");
+    std::fs::write(&path, text).unwrap();
+    let answer = reload(&gw).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text());
+    let fresh = gw.fleet().pool("canary").unwrap().clone();
+    assert_ne!(fresh.lineage, canary.lineage);
+    assert_eq!(fresh.weight(), 25);
+    gw.shutdown().await;
+}
+
 /// An engine running at most two requests at once, each answer taking 1.5 s to start.
 async fn two_slot_engine() -> RunningSim {
     engine_with(kvgate_sim::SimConfig {

@@ -99,6 +99,18 @@ fn default_true() -> bool {
 }
 
 impl PoolConfig {
+    /// Whether `other` is this pool with other workers only (a DNS answer changed, a worker
+    /// was added to or removed from the file): every other setting is the same.
+    pub fn same_apart_from_workers(&self, other: &PoolConfig) -> bool {
+        let without_workers = |p: &PoolConfig| PoolConfig {
+            workers: Vec::new(),
+            prefill: Vec::new(),
+            decode: Vec::new(),
+            ..p.clone()
+        };
+        without_workers(self) == without_workers(other)
+    }
+
     /// The chat preparation rules of its engines.
     pub fn chat_rules(&self) -> ChatRules {
         self.chat_rules.unwrap_or(match self.engine {

@@ -147,16 +147,34 @@ impl Fleet {
                 kept.unwrap_or_else(|| {
                     // Validated at load; an unreadable minimum cannot reach here.
                     let min = min_of(config, &p.model).and_then(|v| EngineVersion::parse(&v).ok());
-                    Arc::new(Pool::new(
+                    let before = previous.and_then(|(_, fleet)| fleet.pool(&p.name));
+                    let pool = Pool::new(
                         p,
                         window,
                         min.as_ref(),
                         &health,
                         config.scheduling.max_queued,
                         &config.prefix_routing,
-                        previous.and_then(|(_, fleet)| fleet.pool(&p.name).map(|p| &**p)),
+                        before.map(|p| &**p),
                         draining.clone(),
-                    ))
+                    );
+                    // Only its workers changed (a DNS answer, a worker added to or removed
+                    // from the file): the same pool with other engines, not a new one.
+                    let same_but_workers = previous.zip(before).is_some_and(|((old, _), _)| {
+                        old.health == config.health
+                            && window_of(old, &p.name) == window
+                            && min_of(old, &p.model) == min_of(config, &p.model)
+                            && old.prefix_routing == config.prefix_routing
+                            && old
+                                .pools
+                                .iter()
+                                .find(|o| o.name == p.name)
+                                .is_some_and(|o| o.same_apart_from_workers(p))
+                    });
+                    Arc::new(match (same_but_workers, before) {
+                        (true, Some(before)) => pool.inheriting(before),
+                        _ => pool,
+                    })
                 })
             })
             .collect();

@@ -52,7 +52,11 @@ pub struct Pool {
     pub version: Option<String>,
     /// Recent trips, engine failures, leak suspicions and first-byte times (canary rollouts
     /// compare these; the admin port shows them for every pool).
-    pub signals: SignalWindow,
+    pub signals: Arc<SignalWindow>,
+    /// Which pool this is across rebuilds that change only its workers (a DNS change, a
+    /// worker added to the file): a rebuilt pool that [inherits](Pool::inheriting) keeps its
+    /// predecessor's, so a rollout over it carries on (`rollout::Rollouts::reusing`).
+    pub lineage: u64,
     /// The `model` value sent to the engines.
     pub served_model: String,
     pub workers: PoolWorkers,
@@ -154,7 +158,8 @@ impl Pool {
             configured_weight: config.weight,
             weight: AtomicU32::new(config.weight),
             version: config.version.clone(),
-            signals: SignalWindow::new(window),
+            signals: Arc::new(SignalWindow::new(window)),
+            lineage: next_lineage(),
             served_model: config
                 .served_model
                 .clone()
@@ -171,6 +176,40 @@ impl Pool {
             cache_salt: config.cache_salt,
             prefix,
         }
+    }
+
+    /// Take over what `previous` — the same pool before a rebuild that changed only its
+    /// workers — learned about its traffic: its weight now (an admin or rollout change), its
+    /// signal window, its tenants' fair shares, its `max_in_flight` slots in use, its
+    /// lineage, and the prefix index entries of the workers it keeps (those of the workers
+    /// gone are purged). An autoscaled fleet is not a new pool. Health starts afresh (the
+    /// ejection groups are sized by the new worker count), and requests still queued on
+    /// `previous` are served there.
+    pub fn inheriting(mut self, previous: &Pool) -> Self {
+        self.weight = AtomicU32::new(previous.weight());
+        self.signals = previous.signals.clone();
+        self.shares = previous.shares.clone();
+        if let (Some(old), Some(new)) = (&previous.in_flight, &self.in_flight) {
+            if old.max() == new.max() {
+                self.in_flight = Some(old.clone());
+            }
+        }
+        self.lineage = previous.lineage;
+        if let (Some(old), Some(new)) = (&previous.prefix, &self.prefix) {
+            let slots: Vec<Option<usize>> = previous
+                .prefix_workers()
+                .iter()
+                .map(|o| {
+                    self.prefix_workers()
+                        .iter()
+                        .position(|w| w.role == o.role && w.authority == o.authority)
+                })
+                .collect();
+            if let Some(index) = old.remapped(&slots, new) {
+                self.prefix = Some(index);
+            }
+        }
+        self
     }
 
     /// The traffic weight now.
@@ -342,4 +381,10 @@ impl Pool {
             PoolWorkers::Disaggregated { decode, .. } => decode,
         }
     }
+}
+
+/// A new pool's lineage: unique in the process.
+fn next_lineage() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }

@@ -69,7 +69,7 @@ struct Node {
 }
 
 /// One shard: a key → node map over a slab of nodes in LRU order.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Shard {
     map: HashMap<u64, u32, foldhash::fast::FixedState>,
     nodes: Vec<Node>,
@@ -449,6 +449,8 @@ impl Shard {
         }
     }
 }
+
+mod remap;
 
 #[cfg(test)]
 mod tests;

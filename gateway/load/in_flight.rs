@@ -36,6 +36,11 @@ impl InFlightLimit {
             .map(|p| InFlightSlot { _permit: p })
     }
 
+    /// The cap.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
     /// Requests holding a slot now.
     pub fn in_flight(&self) -> usize {
         self.max - self.slots.available_permits()

@@ -117,6 +117,34 @@ impl Rollout {
         rollout
     }
 
+    /// This rollout over `stable` and `canary`, pools rebuilt with other workers only (the
+    /// same [lineage](Pool::lineage)): its phase, step and clock carry on (an autoscaled
+    /// fleet does not restart a canary). Retire `self` once the copy is installed.
+    pub fn rebound(&self, stable: Arc<Pool>, canary: Arc<Pool>) -> Self {
+        let state = self.lock();
+        Self {
+            config: self.config.clone(),
+            stable,
+            canary,
+            replica: self.replica.clone(),
+            audit: self.audit.clone(),
+            state: Mutex::new(State {
+                decision: state.decision.clone(),
+                since: state.since,
+                unpublished: state.unpublished,
+            }),
+            retired: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Whether this rollout carries `old` on: the same entry over the same pools, or over
+    /// pools rebuilt with other workers only ([`Rollout::rebound`]).
+    pub fn continues(&self, old: &Rollout) -> bool {
+        self.config == old.config
+            && self.stable.lineage == old.stable.lineage
+            && self.canary.lineage == old.canary.lineage
+    }
+
     /// A reload replaced this rollout: it decides nothing more.
     pub fn retire(&self) {
         self.retired

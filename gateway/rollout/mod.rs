@@ -66,14 +66,21 @@ impl Rollouts {
             let (Some(stable), Some(canary)) = (find(&r.stable), find(&r.canary)) else {
                 continue;
             };
-            let kept = previous
+            let old = previous
                 .and_then(|p| p.of_canary(&r.canary))
-                .filter(|old| {
-                    old.config == *r
-                        && Arc::ptr_eq(&old.stable, &stable)
-                        && Arc::ptr_eq(&old.canary, &canary)
-                })
-                .cloned();
+                .filter(|old| old.config == *r);
+            let kept = old.and_then(|old| {
+                if Arc::ptr_eq(&old.stable, &stable) && Arc::ptr_eq(&old.canary, &canary) {
+                    Some(old.clone())
+                } else if old.stable.lineage == stable.lineage
+                    && old.canary.lineage == canary.lineage
+                {
+                    // Its pools were rebuilt with other workers only: it carries on.
+                    Some(Arc::new(old.rebound(stable.clone(), canary.clone())))
+                } else {
+                    None
+                }
+            });
             let rollout = kept.unwrap_or_else(|| {
                 Arc::new(Rollout::new(
                     r.clone(),

@@ -131,3 +131,29 @@ fn a_fifth_worker_replaces_the_one_sent_a_key_longest_ago() {
     let now = t0 + Duration::from_secs(5);
     assert_eq!(index.longest(&chain, &all, now), vec![0, 2, 2, 2, 2]);
 }
+
+#[test]
+fn a_rebuilt_pool_keeps_the_entries_of_the_workers_it_keeps_at_their_new_slots() {
+    let index = PrefixIndex::new(3, 1000, Duration::from_secs(60));
+    let now = Instant::now();
+    let (a, b, c) = (keys(0, 6), keys(100, 6), keys(200, 6));
+    index.insert(&a, worker(0), now);
+    index.insert(&b, worker(1), now);
+    index.insert(&c, worker(2), now);
+    // Old worker 1 is gone; old 2 is the new 0, old 0 the new 1, and a new worker is 2.
+    let like = PrefixIndex::new(3, 1000, Duration::from_secs(60));
+    let rebuilt = index
+        .remapped(&[Some(1), None, Some(0)], &like)
+        .expect("same bounds");
+    let all = [worker(0), worker(1), worker(2)];
+    assert_eq!(rebuilt.longest(&c, &all, now), vec![6, 0, 0]);
+    assert_eq!(rebuilt.longest(&a, &all, now), vec![0, 6, 0]);
+    assert_eq!(
+        rebuilt.longest(&b, &all, now),
+        vec![0, 0, 0],
+        "the gone worker's entries are purged, not given to the new one"
+    );
+    // Other bounds: nothing carried.
+    let other = PrefixIndex::new(3, 10, Duration::from_secs(60));
+    assert!(index.remapped(&[Some(0), Some(1), Some(2)], &other).is_none());
+}

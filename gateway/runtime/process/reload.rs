@@ -203,8 +203,9 @@ impl Reloader {
                 old.retire();
             }
         }
+        // A rollout rebound to pools rebuilt with other workers only carries on as it was.
         for new in new_rollouts.all() {
-            if !old_rollouts.all().iter().any(|r| same(r, new)) {
+            if !old_rollouts.all().iter().any(|r| new.continues(r)) {
                 new.start_from_configured_weights();
             }
         }
