@@ -9,7 +9,7 @@ mod support_redis;
 
 use serde_json::json;
 use support::*;
-use support_redis::tls::{self, TlsFiles, TlsNode};
+use support_redis::tls::{self, TlsCluster, TlsFiles, TlsNode, TlsSentinelSet};
 
 use kvgate::runtime::RunningGateway;
 use kvgate_sim::{SimFault, SimRole};
@@ -225,4 +225,83 @@ async fn a_wrong_ca_is_a_tls_problem_not_an_outage() {
     assert!(tls_problems >= 1.0, "counted as tls");
     gw.shutdown().await;
     drop(node);
+}
+
+/// Two replicas through a Redis Cluster over TLS (`tls-cluster yes`): `rediss://` seeds, the
+/// nodes found through them reached over TLS with the same CA.
+#[tokio::test]
+async fn limits_hold_through_a_tls_cluster() {
+    if !tls::available() {
+        return;
+    }
+    let files = files("cluster");
+    let cluster = tokio::task::spawn_blocking({
+        let files = files.clone();
+        move || TlsCluster::start(&files)
+    })
+    .await
+    .expect("start the TLS cluster");
+    let engine = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
+    let limits = format!(
+        "[limits]\nbackend = \"redis\"\nredis_cluster = {}\nredis_tls = {{ ca_file = {} }}\nkey_prefix = \"kvgate-tls\"\nfailure_policy = \"fail_closed\"\n",
+        cluster.urls_toml(),
+        toml_path(&files.ca)
+    );
+    let text = config(&unified_pool("u", &[worker(&engine, None)]), &limits);
+    let a = gateway(&text).await;
+    let b = gateway(&text).await;
+    let outcomes = burst(&[&a, &b], 3 * RPM as usize).await;
+    let ok = admitted(&outcomes);
+    eprintln!(
+        "TLS cluster: admitted {ok} of {} against {RPM} a minute",
+        outcomes.len()
+    );
+    assert!(
+        (RPM as usize..=RPM as usize + 1).contains(&ok),
+        "admitted {ok} through the TLS cluster: {outcomes:?}"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// Two replicas through TLS sentinels (`rediss://`) and a TLS primary (`primary_tls`).
+#[tokio::test]
+async fn limits_hold_through_tls_sentinels_and_a_tls_primary() {
+    if !tls::available() {
+        return;
+    }
+    let files = files("sentinel");
+    let set = tokio::task::spawn_blocking({
+        let files = files.clone();
+        move || TlsSentinelSet::start(&files)
+    })
+    .await
+    .expect("start the TLS sentinel set");
+    let engine = engine(SimRole::Unified, SimFault::None, 40960, WINDOW as usize).await;
+    let limits = format!(
+        "[limits]\nbackend = \"redis\"\nredis_tls = {{ ca_file = {} }}\nkey_prefix = \"kvgate-tls\"\nfailure_policy = \"fail_closed\"\n[limits.redis_sentinel]\nsentinels = {}\nprimary_name = \"{}\"\nprimary_tls = true\n",
+        toml_path(&files.ca),
+        set.sentinels_toml(),
+        tls::PRIMARY_NAME
+    );
+    let text = config(&unified_pool("u", &[worker(&engine, None)]), &limits);
+    let a = gateway(&text).await;
+    let b = gateway(&text).await;
+    let outcomes = burst(&[&a, &b], 3 * RPM as usize).await;
+    let ok = admitted(&outcomes);
+    eprintln!(
+        "TLS sentinels: admitted {ok} of {} against {RPM} a minute",
+        outcomes.len()
+    );
+    assert!(
+        (RPM as usize..=RPM as usize + 1).contains(&ok),
+        "admitted {ok} through the TLS sentinels: {outcomes:?}"
+    );
+    let keys = set.data[0].cli(&["--scan"]);
+    assert!(
+        keys.iter().any(|k| k == "kvgate-tls:{metered}:req"),
+        "the bucket lives on the TLS primary: {keys:?}"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
 }

@@ -138,11 +138,28 @@ impl TlsNode {
     /// Start a node with `files` (asking for a client certificate with `auth_clients`),
     /// extra `args` after them; wait until it answers PING over TLS.
     pub fn start(files: &TlsFiles, name: &str, auth_clients: bool, args: &[&str]) -> Self {
+        Self::start_with(files, name, auth_clients, None, args)
+    }
+
+    /// [`TlsNode::start`] with a config file of `config` first (a sentinel needs one).
+    pub fn start_with(
+        files: &TlsFiles,
+        name: &str,
+        auth_clients: bool,
+        config: Option<&str>,
+        args: &[&str],
+    ) -> Self {
         let dir = files.dir.join(name);
         std::fs::create_dir_all(&dir).expect("create a node dir");
         for _ in 0..5 {
             let port = free_port();
-            let child = Command::new("redis-server")
+            let mut cmd = Command::new("redis-server");
+            if let Some(config) = config {
+                let file = dir.join("node.conf");
+                std::fs::write(&file, config).expect("write a node config");
+                cmd.arg(&file);
+            }
+            let child = cmd
                 .args(["--port", "0", "--tls-port", &port.to_string()])
                 .args(files.server_args(auth_clients))
                 .args(args)
@@ -222,5 +239,181 @@ impl TlsNode {
 impl Drop for TlsNode {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// Poll `ok` for up to 30 s (a topology forming), failing with `diagnose()`.
+fn until(what: &str, mut ok: impl FnMut() -> bool, diagnose: impl Fn() -> String) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ok() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} not within 30 s\n{}",
+            diagnose()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A 3-primary Redis Cluster over TLS only (`tls-cluster yes`: clients and the cluster
+/// bus), slots spread by `redis-cli --tls --cluster create`.
+pub struct TlsCluster {
+    pub nodes: Vec<TlsNode>,
+}
+
+impl TlsCluster {
+    pub fn start(files: &TlsFiles) -> Self {
+        let nodes: Vec<TlsNode> = (0..3)
+            .map(|i| {
+                TlsNode::start(
+                    files,
+                    &format!("c{i}"),
+                    false,
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-node-timeout",
+                        "2000",
+                        "--tls-cluster",
+                        "yes",
+                    ],
+                )
+            })
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(files.cli_args())
+            .arg("--cluster")
+            .arg("create")
+            .args(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)))
+            .arg("--cluster-yes")
+            .output()
+            .expect("run redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "redis-cli --tls --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = Self { nodes };
+        until(
+            "cluster_state:ok on every TLS node",
+            || {
+                cluster.nodes.iter().all(|n| {
+                    n.cli(&["CLUSTER", "INFO"])
+                        .iter()
+                        .any(|l| l.trim() == "cluster_state:ok")
+                })
+            },
+            || {
+                cluster
+                    .nodes
+                    .iter()
+                    .map(TlsNode::log)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            },
+        );
+        cluster
+    }
+
+    /// TOML for the `rediss://` seed list.
+    pub fn urls_toml(&self) -> String {
+        let urls: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("\"{}\"", n.url()))
+            .collect();
+        format!("[{}]", urls.join(", "))
+    }
+}
+
+/// The name the TLS sentinels monitor the primary under.
+pub const PRIMARY_NAME: &str = "kvgate-tls-primary";
+
+/// A primary, one replica and three sentinels, every one of them TLS only
+/// (`tls-replication yes`: the replica and the sentinels reach the primary over TLS).
+pub struct TlsSentinelSet {
+    pub data: Vec<TlsNode>,
+    pub sentinels: Vec<TlsNode>,
+}
+
+impl TlsSentinelSet {
+    pub fn start(files: &TlsFiles) -> Self {
+        let primary = TlsNode::start(files, "primary", false, &["--tls-replication", "yes"]);
+        let port = primary.port.to_string();
+        let replica = TlsNode::start(
+            files,
+            "replica",
+            false,
+            &[
+                "--replicaof",
+                "127.0.0.1",
+                &port,
+                "--tls-replication",
+                "yes",
+            ],
+        );
+        let monitor = format!(
+            "sentinel monitor {PRIMARY_NAME} 127.0.0.1 {port} 2\n\
+             sentinel down-after-milliseconds {PRIMARY_NAME} 1000\n\
+             sentinel failover-timeout {PRIMARY_NAME} 3000\n"
+        );
+        let sentinels: Vec<TlsNode> = (0..3)
+            .map(|i| {
+                TlsNode::start_with(
+                    files,
+                    &format!("s{i}"),
+                    false,
+                    Some(&monitor),
+                    &["--sentinel", "--tls-replication", "yes"],
+                )
+            })
+            .collect();
+        let set = Self {
+            data: vec![primary, replica],
+            sentinels,
+        };
+        until(
+            "the TLS replica in sync and every TLS sentinel knowing it and the two others",
+            || {
+                let synced = set.data[1]
+                    .cli(&["INFO", "replication"])
+                    .iter()
+                    .any(|l| l.trim() == "master_link_status:up");
+                synced
+                    && set.sentinels.iter().all(|s| {
+                        let info = s.cli(&["SENTINEL", "MASTER", PRIMARY_NAME]);
+                        let field = |name: &str| {
+                            info.iter()
+                                .position(|l| l.trim() == name)
+                                .and_then(|i| info.get(i + 1))
+                                .map(|v| v.trim().to_owned())
+                        };
+                        field("num-slaves").as_deref() == Some("1")
+                            && field("num-other-sentinels").as_deref() == Some("2")
+                    })
+            },
+            || {
+                set.sentinels
+                    .iter()
+                    .chain(&set.data)
+                    .map(TlsNode::log)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            },
+        );
+        set
+    }
+
+    /// TOML for the `rediss://` sentinel list.
+    pub fn sentinels_toml(&self) -> String {
+        let urls: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|n| format!("\"{}\"", n.url()))
+            .collect();
+        format!("[{}]", urls.join(", "))
     }
 }
