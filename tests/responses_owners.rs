@@ -12,7 +12,7 @@ use kvgate::redis_link::RedisLink;
 use kvgate::stack::responses::{OwnersError, ResponseOwner, ResponseOwners};
 
 fn replica(redis: &support_redis::RedisServer) -> ResponseOwners {
-    let target = kvgate::config::RedisTarget::Node(redis.url());
+    let target = kvgate::config::RedisTarget::node(redis.url());
     let link = RedisLink::open(&target, Duration::from_millis(500), "responses").unwrap();
     ResponseOwners::new(16, Duration::from_secs(60), Some(Arc::new(link)))
 }

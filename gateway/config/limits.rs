@@ -7,9 +7,15 @@
 //!   Cluster (the client learns the rest and follows MOVED/ASK);
 //! - `[limits.redis_sentinel]` — `sentinels = [...]` and the `primary_name` they monitor
 //!   (the client asks them for the primary, and again after a failover).
+//!
+//! TLS: `rediss://` addresses (and `primary_tls = true` for the primary a sentinel names);
+//! `redis_tls` adds a private CA and a client certificate to all of them.
+
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::files::resolve;
 use super::invalid::Invalid;
 
 /// `[limits]`: where tenant rate and concurrency counters live.
@@ -25,6 +31,10 @@ pub struct LimitsConfig {
     pub redis_cluster: Option<Vec<String>>,
     /// For `redis`, a Sentinel-managed primary.
     pub redis_sentinel: Option<SentinelConfig>,
+    /// For `redis` over TLS: the CA that signs the servers' certificates (default: the
+    /// system's roots) and kvgate's client certificate (`tls-auth-clients yes`). Read at
+    /// start only (`[limits]` applies at start).
+    pub redis_tls: Option<RedisTlsConfig>,
     /// Key prefix in Redis (several deployments can share one Redis).
     pub key_prefix: String,
     /// When Redis cannot be reached: `fail_open` (serve, unlimited) or `fail_closed` (429).
@@ -49,6 +59,29 @@ pub struct SentinelConfig {
     /// The database number on the primary.
     #[serde(default)]
     pub db: i64,
+    /// Whether the primary (and the replica promoted in its place) speaks TLS: the
+    /// sentinels name an address, not a scheme. TLS to the sentinels themselves is their
+    /// `rediss://` URLs.
+    #[serde(default)]
+    pub primary_tls: bool,
+}
+
+/// `[limits] redis_tls`: the files of TLS to Redis, for every `rediss://` connection
+/// (nodes, cluster nodes, sentinels, the primary with `primary_tls`).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RedisTlsConfig {
+    /// PEM bundle of the CAs that sign the Redis servers' certificates; only these are
+    /// trusted. Without it, the system's roots.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate chain kvgate presents (Redis `tls-auth-clients yes`); needs
+    /// `key_file`.
+    #[serde(default)]
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of `cert_file`.
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for SentinelConfig {
@@ -60,14 +93,34 @@ impl std::fmt::Debug for SentinelConfig {
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "***"))
             .field("db", &self.db)
+            .field("primary_tls", &self.primary_tls)
             .finish()
     }
 }
 
-/// Which Redis the replicas share, as `[limits]` names it (data only: the client is built
-/// from it by `crate::redis_link`).
+/// Which Redis the replicas share, as `[limits]` names it, and the TLS files for it (data
+/// only: the client is built from it by `crate::redis_link`).
 #[derive(Debug, Clone, PartialEq)]
-pub enum RedisTarget {
+pub struct RedisTarget {
+    /// The servers.
+    pub servers: RedisServers,
+    /// `redis_tls`, if set (only with TLS addresses: checked at load).
+    pub tls: Option<RedisTlsConfig>,
+}
+
+impl RedisTarget {
+    /// One node at `url`, without TLS files (`rediss://` still uses the system's roots).
+    pub fn node(url: impl Into<String>) -> Self {
+        Self {
+            servers: RedisServers::Node(url.into()),
+            tls: None,
+        }
+    }
+}
+
+/// The Redis servers of a [`RedisTarget`], one topology.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RedisServers {
     /// One node (`redis_url`).
     Node(String),
     /// A Redis Cluster, by seed nodes (`redis_cluster`).
@@ -83,6 +136,7 @@ impl Default for LimitsConfig {
             redis_url: None,
             redis_cluster: None,
             redis_sentinel: None,
+            redis_tls: None,
             key_prefix: "kvgate".into(),
             failure_policy: LimitsFailurePolicy::FailOpen,
         }
@@ -99,17 +153,32 @@ impl LimitsConfig {
         if self.backend != LimitsBackend::Redis {
             return None;
         }
-        if let Some(url) = &self.redis_url {
-            return Some(RedisTarget::Node(url.clone()));
-        }
-        if let Some(nodes) = &self.redis_cluster {
-            return Some(RedisTarget::Cluster(nodes.clone()));
-        }
-        self.redis_sentinel.clone().map(RedisTarget::Sentinel)
+        let servers = if let Some(url) = &self.redis_url {
+            RedisServers::Node(url.clone())
+        } else if let Some(nodes) = &self.redis_cluster {
+            RedisServers::Cluster(nodes.clone())
+        } else {
+            RedisServers::Sentinel(self.redis_sentinel.clone()?)
+        };
+        Some(RedisTarget {
+            servers,
+            tls: self.redis_tls.clone(),
+        })
     }
 
-    /// The rules of `[limits]`.
-    pub(super) fn check(&self) -> Result<(), Invalid> {
+    /// Whether the Redis `[limits]` names is reached over TLS anywhere.
+    fn uses_tls(&self) -> bool {
+        let tls = |url: &String| is_tls(url);
+        self.redis_url.iter().any(tls)
+            || self.redis_cluster.iter().flatten().any(tls)
+            || self
+                .redis_sentinel
+                .as_ref()
+                .is_some_and(|s| s.primary_tls || s.sentinels.iter().any(tls))
+    }
+
+    /// The rules of `[limits]`; `redis_tls` files are resolved against `base`.
+    pub(super) fn check(&mut self, base: &Path) -> Result<(), Invalid> {
         let given: Vec<&str> = [
             self.redis_url.as_ref().map(|_| "limits.redis_url"),
             self.redis_cluster.as_ref().map(|_| "limits.redis_cluster"),
@@ -160,6 +229,7 @@ impl LimitsConfig {
             for (i, url) in nodes.iter().enumerate() {
                 redis_url(&format!("limits.redis_cluster[{i}]"), url, false)?;
             }
+            same_scheme("limits.redis_cluster", nodes)?;
         }
         if let Some(s) = &self.redis_sentinel {
             if s.sentinels.is_empty() {
@@ -171,6 +241,8 @@ impl LimitsConfig {
             for (i, url) in s.sentinels.iter().enumerate() {
                 redis_url(&format!("limits.redis_sentinel.sentinels[{i}]"), url, false)?;
             }
+            same_scheme("limits.redis_sentinel.sentinels", &s.sentinels)?;
+            same_credentials(&s.sentinels)?;
             if s.primary_name.trim().is_empty() {
                 return Err(Invalid::new(
                     "limits.redis_sentinel.primary_name",
@@ -184,7 +256,42 @@ impl LimitsConfig {
                 ));
             }
         }
-        Ok(())
+        self.check_tls(base)
+    }
+
+    /// `redis_tls`: files that exist, a client certificate with its key, and some address
+    /// that uses TLS (the files would otherwise be ignored without a word).
+    fn check_tls(&mut self, base: &Path) -> Result<(), Invalid> {
+        let uses_tls = self.uses_tls();
+        let Some(tls) = self.redis_tls.as_mut() else {
+            return Ok(());
+        };
+        if !uses_tls {
+            return Err(Invalid::new(
+                "limits.redis_tls",
+                "is only used with TLS to Redis, and no Redis address uses it: write rediss:// in redis_url, redis_cluster or redis_sentinel.sentinels (and primary_tls = true for a primary that speaks TLS), or remove redis_tls",
+            ));
+        }
+        for (key, file) in [
+            ("limits.redis_tls.ca_file", &mut tls.ca_file),
+            ("limits.redis_tls.cert_file", &mut tls.cert_file),
+            ("limits.redis_tls.key_file", &mut tls.key_file),
+        ] {
+            if let Some(f) = file.as_mut() {
+                resolve(base, f, key)?;
+            }
+        }
+        match (&tls.cert_file, &tls.key_file) {
+            (Some(_), None) => Err(Invalid::new(
+                "limits.redis_tls.key_file",
+                "a client certificate (cert_file) needs its private key: key_file = \"...\"",
+            )),
+            (None, Some(_)) => Err(Invalid::new(
+                "limits.redis_tls.cert_file",
+                "a client key (key_file) needs its certificate chain: cert_file = \"...\"",
+            )),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -212,24 +319,19 @@ impl LimitsConfig {
 /// A Redis URL's scheme and host (the rest is checked by the client at start). The URL is
 /// never echoed: it may hold a password.
 fn redis_url(key: &str, url: &str, unix_ok: bool) -> Result<(), Invalid> {
-    if url.starts_with("rediss://") {
-        return Err(Invalid::new(
-            key,
-            "TLS to Redis (rediss://) is not built into kvgate: use redis:// on a private network, or a TLS proxy beside kvgate",
-        ));
-    }
     if unix_ok && url.starts_with("unix://") {
         return Ok(());
     }
     let host = url
         .strip_prefix("redis://")
+        .or_else(|| url.strip_prefix("rediss://"))
         .map(|rest| rest.rsplit('@').next().unwrap_or(rest))
         .unwrap_or("");
     if host.is_empty() || host.starts_with(['/', ':']) {
         let example = if unix_ok {
-            "\"redis://host:6379/0\" or \"unix:///path/redis.sock\""
+            "\"redis://host:6379/0\", \"rediss://host:6379/0\" (TLS) or \"unix:///path/redis.sock\""
         } else {
-            "\"redis://host:6379\" (TCP: these nodes announce TCP addresses to each other)"
+            "\"redis://host:6379\" or \"rediss://host:6379\" (TCP: these nodes announce TCP addresses to each other)"
         };
         return Err(Invalid::new(
             key,
@@ -237,6 +339,43 @@ fn redis_url(key: &str, url: &str, unix_ok: bool) -> Result<(), Invalid> {
         ));
     }
     Ok(())
+}
+
+/// Whether a Redis URL asks for TLS (`rediss://`).
+pub fn is_tls(url: &str) -> bool {
+    url.starts_with("rediss://")
+}
+
+/// Every URL of a list with the scheme of the first: the client speaks TLS to all of a
+/// cluster's nodes (or all sentinels) or to none, and would refuse a mix at start.
+fn same_scheme(key: &str, urls: &[String]) -> Result<(), Invalid> {
+    let tls = |u: &String| is_tls(u);
+    match urls.iter().position(|u| tls(u) != urls.first().is_some_and(tls)) {
+        Some(i) => Err(Invalid::new(
+            format!("{key}[{i}]"),
+            "mixes redis:// and rediss:// in one list: use rediss:// for all of them (TLS) or for none",
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The `user:password@` of a URL (empty without one).
+fn credentials(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    rest.rsplit_once('@').map_or("", |(creds, _)| creds)
+}
+
+/// Every sentinel with the same `user:password@`: the client sends one set of sentinel
+/// credentials to all of them (it takes them from the first URL).
+fn same_credentials(sentinels: &[String]) -> Result<(), Invalid> {
+    let first = sentinels.first().map_or("", |u| credentials(u));
+    match sentinels.iter().position(|u| credentials(u) != first) {
+        Some(i) => Err(Invalid::new(
+            format!("limits.redis_sentinel.sentinels[{i}]"),
+            "carries other credentials than sentinels[0]: kvgate sends one sentinel user and password to every sentinel, so give every URL the same user:password@ (or none)",
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Where limit counters live.

@@ -46,7 +46,10 @@ pub use engine_version::{EngineVersion, VersionError};
 pub use guard::GuardConfig;
 pub use health::{HealthConfig, OutlierConfig};
 pub use isolation::{IsolationConfig, LeakMode};
-pub use limits::{LimitsBackend, LimitsConfig, LimitsFailurePolicy, RedisTarget, SentinelConfig};
+pub use limits::{
+    is_tls, LimitsBackend, LimitsConfig, LimitsFailurePolicy, RedisServers, RedisTarget,
+    RedisTlsConfig, SentinelConfig,
+};
 pub use models::{AnthropicMessages, ModelConfig};
 pub use pools::{ChatRules, EngineKind, PoolConfig, PoolMode};
 pub use prefix_routing::PrefixRoutingConfig;
@@ -202,7 +205,7 @@ impl Config {
         validate::buffers(&self.server, &self.upstream)?;
         self.audit.check()?;
         self.isolation.check()?;
-        self.limits.check()?;
+        self.limits.check(base)?;
         self.admission.check()?;
         self.scheduling.check()?;
         self.prefix_routing.check()?;

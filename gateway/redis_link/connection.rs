@@ -10,17 +10,25 @@
 //! - **Sentinel** (`[limits.redis_sentinel]`): [`SentinelConnection`].
 //!
 //! Every operation is bounded by the caller's timeout on top of these clients' own.
+//!
+//! TLS: a `rediss://` address is TLS with the system's roots (the crate's default);
+//! `[limits] redis_tls` replaces the roots with its CA and adds a client certificate, for
+//! every TLS connection of the topology.
 
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, RedisResult, Value};
+use redis::{
+    AsyncConnectionConfig, ClientTlsConfig, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture,
+    RedisResult, TlsCertificates, Value,
+};
 
 use super::problem::Topology;
 use super::sentinel::SentinelConnection;
-use crate::config::RedisTarget;
+use crate::config::{is_tls, RedisServers, RedisTarget, RedisTlsConfig};
+use crate::tls::{install_default_provider, RedisPem};
 
 /// Builds connections to the Redis `[limits]` names.
 #[derive(Clone)]
@@ -38,10 +46,14 @@ enum Kind {
 
 impl RedisConnector {
     /// A connector for `target`, each connection attempt and reply bounded by `timeout`.
-    /// Fails only for an address that cannot be used at all (a malformed URL).
+    /// Fails only for an address that cannot be used at all (a malformed URL) or TLS files
+    /// that cannot be read.
     pub fn new(target: &RedisTarget, timeout: Duration) -> RedisResult<Self> {
-        let kind = match target {
-            RedisTarget::Node(url) => {
+        // Before any client is built: the crate's TLS takes the process-wide provider.
+        install_default_provider();
+        let certs = target.tls.as_ref().map(certificates).transpose()?;
+        let kind = match &target.servers {
+            RedisServers::Node(url) => {
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(timeout))
                     .set_response_timeout(Some(timeout))
@@ -50,24 +62,35 @@ impl RedisConnector {
                     .set_number_of_retries(1)
                     .set_min_delay(Duration::from_millis(10))
                     .set_max_delay(Duration::from_millis(100));
-                Kind::Node(redis::Client::open(url.as_str())?, config)
+                let client = match &certs {
+                    Some(certs) if is_tls(url) => {
+                        redis::Client::build_with_tls(url.as_str(), certs.clone())?
+                    }
+                    _ => redis::Client::open(url.as_str())?,
+                };
+                Kind::Node(client, config)
             }
-            RedisTarget::Cluster(nodes) => Kind::Cluster(
-                ClusterClient::builder(nodes.iter().map(String::as_str))
+            RedisServers::Cluster(nodes) => {
+                let mut builder = ClusterClient::builder(nodes.iter().map(String::as_str))
                     .connection_timeout(timeout)
                     .response_timeout(timeout)
                     // Redirects and a refreshed slot map take a retry each; the caller's
                     // timeout bounds the whole operation anyway.
                     .retries(3)
                     .min_retry_wait(5)
-                    .max_retry_wait(50)
-                    .build()?,
-            ),
-            RedisTarget::Sentinel(config) => {
+                    .max_retry_wait(50);
+                // The nodes the client discovers are reached with the seeds' TLS (and
+                // these files): a cluster is TLS throughout or not at all.
+                if let Some(certs) = certs.filter(|_| nodes.first().is_some_and(|u| is_tls(u))) {
+                    builder = builder.certs(certs);
+                }
+                Kind::Cluster(builder.build()?)
+            }
+            RedisServers::Sentinel(config) => {
                 let connection = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(timeout))
                     .set_response_timeout(Some(timeout));
-                Kind::Sentinel(SentinelConnection::open(config, connection)?)
+                Kind::Sentinel(SentinelConnection::open(config, certs, connection)?)
             }
         };
         Ok(Self { kind, timeout })
@@ -110,6 +133,25 @@ impl RedisConnector {
             ))),
         }
     }
+}
+
+/// `redis_tls` as the crate takes it: checked PEM (a bad file fails the start, naming it).
+fn certificates(tls: &RedisTlsConfig) -> RedisResult<TlsCertificates> {
+    let client = tls.cert_file.as_deref().zip(tls.key_file.as_deref());
+    let pem = RedisPem::read(tls.ca_file.as_deref(), client).map_err(|e| {
+        RedisError::from((
+            ErrorKind::InvalidClientConfig,
+            "[limits] redis_tls",
+            e.to_string(),
+        ))
+    })?;
+    Ok(TlsCertificates {
+        client_tls: pem.client.map(|(client_cert, client_key)| ClientTlsConfig {
+            client_cert,
+            client_key,
+        }),
+        root_cert: pem.ca,
+    })
 }
 
 impl std::fmt::Debug for RedisConnector {

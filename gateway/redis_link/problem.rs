@@ -9,6 +9,13 @@
 //! `kvgate_redis_problems_total{reason}`. Outages (connection refused or lost, no answer in
 //! time, a cluster or failover in progress) are `unreachable` and the failure policy
 //! applies.
+//!
+//! A TLS handshake that fails on a certificate (a CA kvgate does not trust, a name that does
+//! not match, an expired certificate, a client certificate the server wants and did not
+//! get or did not accept, `rediss://` to a port without TLS) is `tls`: a misconfiguration
+//! like refused auth. Mostly met connecting, before a store has a connection, where the
+//! failure policy decides as for any Redis not answering at start. A server that only
+//! drops the connection cannot be told from an outage and stays `unreachable`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -44,6 +51,8 @@ pub enum RedisProblem {
     CrossSlot,
     /// Authentication refused, or the user lacks a permission.
     Auth,
+    /// The TLS handshake failed on a certificate (or TLS met a server without it).
+    Tls,
     /// Any other error reply (a script error, an unexpected reply).
     Other,
 }
@@ -51,6 +60,9 @@ pub enum RedisProblem {
 impl RedisProblem {
     /// The problem an error shows, given how Redis is configured.
     pub fn of(error: &RedisError, topology: Topology) -> Self {
+        if is_tls_failure(error) {
+            return RedisProblem::Tls;
+        }
         match error.kind() {
             ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask) => {
                 // The cluster client follows redirects itself; one that still surfaces is a
@@ -101,6 +113,7 @@ impl RedisProblem {
             RedisProblem::WrongType => "wrongtype",
             RedisProblem::CrossSlot => "crossslot",
             RedisProblem::Auth => "auth",
+            RedisProblem::Tls => "tls",
             RedisProblem::Other => "other",
         }
     }
@@ -119,6 +132,7 @@ impl RedisProblem {
             RedisProblem::WrongType => "a key under [limits] key_prefix holds another type: another program uses this prefix; set another key_prefix or delete the key",
             RedisProblem::CrossSlot => "one operation's keys fall in different cluster slots: [limits] key_prefix must not contain `{` or `}`",
             RedisProblem::Auth => "Redis refused the credentials or a command: check the user and password in the Redis configuration of [limits]",
+            RedisProblem::Tls => "the TLS handshake with Redis failed: check that [limits] redis_tls.ca_file is the CA that signed the Redis certificates and that they name the address kvgate connects to, give redis_tls cert_file and key_file where Redis has tls-auth-clients yes, and use rediss:// only for TLS ports",
             RedisProblem::Other => "Redis answered with an error kvgate did not expect",
         }
     }
@@ -133,7 +147,7 @@ pub fn record(problem: RedisProblem, user: &'static str, error: &dyn std::fmt::D
     if !problem.is_misconfiguration() {
         return;
     }
-    static LAST_LOGGED: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
+    static LAST_LOGGED: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
     let slot = &LAST_LOGGED[problem as usize];
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -152,4 +166,30 @@ pub fn record(problem: RedisProblem, user: &'static str, error: &dyn std::fmt::D
             "Redis is misconfigured for kvgate"
         );
     }
+}
+
+/// Whether `error` is a failed TLS handshake: a rustls error under the crate's I/O error
+/// (typed), or its text where a client re-wrapped it as a message (the cluster client
+/// reports its initial connections as one string).
+fn is_tls_failure(error: &RedisError) -> bool {
+    use std::error::Error as _;
+    let rustls = error
+        .source()
+        .and_then(|s| s.downcast_ref::<std::sync::Arc<dyn std::error::Error + Send + Sync>>())
+        .and_then(|inner| inner.downcast_ref::<std::io::Error>())
+        .and_then(|io| io.get_ref())
+        .is_some_and(|inner| inner.is::<rustls::Error>());
+    if rustls {
+        return true;
+    }
+    // rustls's own wording (`rustls::Error`'s Display), for errors that reach here as text.
+    let text = error.to_string();
+    [
+        "invalid peer certificate",
+        "received fatal alert",
+        "peer sent no certificates",
+        "received corrupt message",
+    ]
+    .iter()
+    .any(|marker| text.contains(marker))
 }

@@ -14,13 +14,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
-    AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, RedisConnectionInfo, RedisError, RedisFuture,
-    RedisResult, ServerErrorKind, Value,
+    AsyncConnectionConfig, Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisError, RedisFuture,
+    RedisResult, ServerErrorKind, TlsCertificates, TlsMode, Value,
 };
 
-use crate::config::SentinelConfig;
+use crate::config::{is_tls, SentinelConfig};
 
 /// The primary of a Sentinel set, re-resolved after a failover (cheap to clone: shared).
 #[derive(Clone)]
@@ -39,21 +39,55 @@ struct Shared {
 }
 
 impl SentinelConnection {
-    /// A client for the primary `config` names (nothing is connected yet).
-    pub fn open(config: &SentinelConfig, connection: AsyncConnectionConfig) -> RedisResult<Self> {
-        let mut primary = RedisConnectionInfo::default().set_db(config.db);
+    /// A client for the primary `config` names (nothing is connected yet); `certs` (the
+    /// CA and client certificate of `[limits] redis_tls`) serve the TLS connections: to
+    /// `rediss://` sentinels and, with `primary_tls`, to the primary.
+    ///
+    /// Built with the crate's builder, the only way to hand certificates to the primary's
+    /// connection; it sends one set of sentinel credentials to every sentinel, taken from
+    /// the first URL (config load checks that they all carry the same).
+    pub fn open(
+        config: &SentinelConfig,
+        certs: Option<TlsCertificates>,
+        connection: AsyncConnectionConfig,
+    ) -> RedisResult<Self> {
+        let sentinels = config
+            .sentinels
+            .iter()
+            .map(|url| url.as_str().into_connection_info())
+            .collect::<RedisResult<Vec<_>>>()?;
+        let mut builder = SentinelClientBuilder::new(
+            sentinels.iter().map(|s| s.addr().clone()),
+            &config.primary_name,
+            SentinelServerType::Master,
+        )?
+        .set_client_to_redis_db(config.db);
         if let Some(user) = &config.username {
-            primary = primary.set_username(user);
+            builder = builder.set_client_to_redis_username(user);
         }
         if let Some(password) = &config.password {
-            primary = primary.set_password(password);
+            builder = builder.set_client_to_redis_password(password);
         }
-        let client = SentinelClient::build(
-            config.sentinels.clone(),
-            config.primary_name.clone(),
-            Some(SentinelNodeConnectionInfo::default().set_redis_connection_info(primary)),
-            SentinelServerType::Master,
-        )?;
+        if let Some(first) = sentinels.first().map(|s| s.redis_settings()) {
+            if let Some(user) = first.username() {
+                builder = builder.set_client_to_sentinel_username(user);
+            }
+            if let Some(password) = first.password() {
+                builder = builder.set_client_to_sentinel_password(password);
+            }
+        }
+        if config.primary_tls {
+            // Secure: the primary's certificate must chain to the CA and name the address
+            // the sentinels announce.
+            builder = builder.set_client_to_redis_tls_mode(TlsMode::Secure);
+            if let Some(certs) = &certs {
+                builder = builder.set_client_to_redis_certificates(certs.clone());
+            }
+        }
+        if let Some(certs) = certs.filter(|_| config.sentinels.first().is_some_and(|u| is_tls(u))) {
+            builder = builder.set_client_to_sentinel_certificates(certs);
+        }
+        let client = builder.build()?;
         Ok(Self {
             shared: Arc::new(Shared {
                 client: tokio::sync::Mutex::new(client),

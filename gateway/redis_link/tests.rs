@@ -72,3 +72,33 @@ fn wrongtype_crossslot_and_auth_are_misconfigurations_and_outages_are_not() {
     assert!(!RedisProblem::Unreachable.is_misconfiguration());
     assert!(!RedisProblem::Other.is_misconfiguration());
 }
+
+#[test]
+fn a_certificate_the_handshake_refused_is_tls_not_unreachable() {
+    let untrusted = RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
+    ));
+    let no_client_cert = RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        rustls::Error::AlertReceived(rustls::AlertDescription::CertificateRequired),
+    ));
+    // The cluster client reports its first connections as text.
+    let as_text = RedisError::from((
+        ErrorKind::Io,
+        "Failed to create initial connections",
+        "invalid peer certificate: UnknownIssuer".to_owned(),
+    ));
+    for topology in [Topology::Node, Topology::Cluster, Topology::Sentinel] {
+        for e in [&untrusted, &no_client_cert, &as_text] {
+            assert_eq!(RedisProblem::of(e, topology), RedisProblem::Tls, "{e}");
+        }
+    }
+    assert!(RedisProblem::Tls.is_misconfiguration());
+    assert!(RedisProblem::Tls.fix().contains("redis_tls.ca_file"));
+    let reset = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+    assert_eq!(
+        RedisProblem::of(&reset, Topology::Node),
+        RedisProblem::Unreachable
+    );
+}

@@ -7,13 +7,17 @@
 //! ones (and the streams on them) go on untouched. [`CertWatch`] reads the files again when
 //! they change on disk, or at once on SIGHUP and `POST /reload`; files that fail to load
 //! leave the running certificates in place, and the failure is logged and counted.
+//!
+//! TLS to Redis (`[limits] redis_tls`) is read here too ([`RedisPem`]), but once, at start.
 
 mod engines;
 mod files;
+mod redis;
 mod server;
 mod watch;
 
 pub use engines::EngineTls;
+pub use redis::{install_default_provider, RedisPem};
 pub use server::ServerCert;
 pub use watch::{CertWatch, ReadCertificates, Reloaded};
 

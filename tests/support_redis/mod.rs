@@ -3,6 +3,7 @@
 //! killed on drop. Install it with `apt-get install -y redis-server`.
 #![allow(dead_code)]
 
+pub mod tls;
 pub mod topology;
 
 use std::io::{Read, Write};

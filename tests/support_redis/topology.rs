@@ -56,7 +56,7 @@ fn temp_dir(kind: &str) -> PathBuf {
 }
 
 /// A port in 20000..30000 whose +10000 (the cluster bus) is free too.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let seed = SystemTime::now()
         .duration_since(UNIX_EPOCH)

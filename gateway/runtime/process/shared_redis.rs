@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{Config, LimitsConfig, LimitsFailurePolicy, RedisTarget};
+use crate::config::{Config, LimitsConfig, LimitsFailurePolicy, RedisServers, RedisTarget};
 use crate::fleet::PrefixShare;
 use crate::redis_link::RedisLink;
 use crate::rollout::SharedDecisions;
@@ -25,9 +25,9 @@ const RESPONSE_OWNERS_REDIS_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// `target` for a log line: its addresses, passwords redacted.
 pub fn describe(target: &RedisTarget) -> String {
-    match target {
-        RedisTarget::Node(url) => redact_url(url),
-        RedisTarget::Cluster(nodes) => format!(
+    match &target.servers {
+        RedisServers::Node(url) => redact_url(url),
+        RedisServers::Cluster(nodes) => format!(
             "cluster [{}]",
             nodes
                 .iter()
@@ -35,9 +35,10 @@ pub fn describe(target: &RedisTarget) -> String {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-        RedisTarget::Sentinel(s) => format!(
-            "primary `{}` of sentinels [{}]",
+        RedisServers::Sentinel(s) => format!(
+            "primary `{}`{} of sentinels [{}]",
             s.primary_name,
+            if s.primary_tls { " (TLS)" } else { "" },
             s.sentinels
                 .iter()
                 .map(|n| redact_url(n))
@@ -49,10 +50,10 @@ pub fn describe(target: &RedisTarget) -> String {
 
 /// `text` (a client error) with every password `target` holds replaced.
 pub fn redact_target_in(text: &str, target: &RedisTarget) -> String {
-    match target {
-        RedisTarget::Node(url) => redact_in(text, url),
-        RedisTarget::Cluster(nodes) => nodes.iter().fold(text.to_owned(), |t, n| redact_in(&t, n)),
-        RedisTarget::Sentinel(s) => {
+    match &target.servers {
+        RedisServers::Node(url) => redact_in(text, url),
+        RedisServers::Cluster(nodes) => nodes.iter().fold(text.to_owned(), |t, n| redact_in(&t, n)),
+        RedisServers::Sentinel(s) => {
             let mut out = s
                 .sentinels
                 .iter()
@@ -67,10 +68,10 @@ pub fn redact_target_in(text: &str, target: &RedisTarget) -> String {
 
 /// The key a topology is configured under, for errors.
 fn key(target: &RedisTarget) -> &'static str {
-    match target {
-        RedisTarget::Node(_) => "limits.redis_url",
-        RedisTarget::Cluster(_) => "limits.redis_cluster",
-        RedisTarget::Sentinel(_) => "limits.redis_sentinel",
+    match &target.servers {
+        RedisServers::Node(_) => "limits.redis_url",
+        RedisServers::Cluster(_) => "limits.redis_cluster",
+        RedisServers::Sentinel(_) => "limits.redis_sentinel",
     }
 }
 

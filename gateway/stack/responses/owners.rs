@@ -363,7 +363,7 @@ mod tests {
     async fn responses_owners_fail_closed_when_redis_does_not_answer() {
         let dir = std::env::temp_dir().join(format!("kvgate-no-redis-{}", std::process::id()));
         let url = format!("unix://{}/absent.sock", dir.display());
-        let target = crate::config::RedisTarget::Node(url);
+        let target = crate::config::RedisTarget::node(url);
         let link =
             Arc::new(RedisLink::open(&target, Duration::from_millis(200), "responses").unwrap());
         let owners = ResponseOwners::new(8, Duration::from_secs(60), Some(link));

@@ -153,7 +153,7 @@ impl RedisStore {
         key_prefix: &str,
         options: RedisOptions,
     ) -> Result<(Self, Option<StoreError>), StoreError> {
-        Self::start_target(&RedisTarget::Node(url.to_owned()), key_prefix, options).await
+        Self::start_target(&RedisTarget::node(url), key_prefix, options).await
     }
 
     /// [`RedisStore::start_with`] for any topology `[limits]` can name: one node, a Redis
