@@ -95,12 +95,17 @@ async fn limits_hold_through_a_cluster() {
     );
     let a = gateway(&text).await;
     let b = gateway(&text).await;
+    let started = std::time::Instant::now();
     let (ok, limited) = burst(&[&a, &b], 300).await;
-    eprintln!("cluster: admitted {ok} of 300 (limited {limited}) against 120 a minute");
-    // Within 5% of the limit (one atomic script per reservation: it should be exact).
+    // The bucket refills 2 a second while the burst runs (seconds on a loaded machine).
+    let refill = (started.elapsed().as_secs_f64() * 2.0).ceil() as usize;
+    eprintln!(
+        "cluster: admitted {ok} of 300 (limited {limited}) against 120 a minute (+{refill} refilled during the burst)"
+    );
+    // Within 5% of the limit and what refilled (one atomic script per reservation).
     assert!(
-        (114..=126).contains(&ok),
-        "admitted {ok} of 300 (limited {limited}) against a limit of 120 a minute through the cluster"
+        (114..=126 + refill).contains(&ok),
+        "admitted {ok} of 300 (limited {limited}) against a limit of 120 a minute (+{refill} refilled) through the cluster"
     );
     let keys = cluster.keys();
     assert!(

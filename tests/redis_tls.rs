@@ -108,6 +108,7 @@ async fn limits_hold_across_two_replicas_through_a_tls_node() {
     );
     let a = gateway(&text).await;
     let b = gateway(&text).await;
+    let started = std::time::Instant::now();
     let outcomes = burst(&[&a, &b], 3 * RPM as usize).await;
     let ok = admitted(&outcomes);
     eprintln!(
@@ -115,7 +116,7 @@ async fn limits_hold_across_two_replicas_through_a_tls_node() {
         outcomes.len()
     );
     assert!(
-        (RPM as usize..=RPM as usize + 1).contains(&ok),
+        (RPM as usize..=RPM as usize + refilled(started)).contains(&ok),
         "admitted {ok} of {} against {RPM} a minute through the TLS node: {outcomes:?}",
         outcomes.len()
     );
@@ -163,10 +164,11 @@ async fn a_node_that_requires_a_client_certificate() {
         &limits(&node.url(), &with_cert, "fail_open"),
     ))
     .await;
+    let started = std::time::Instant::now();
     let outcomes = burst(&[&a], 3 * RPM as usize).await;
     let ok = admitted(&outcomes);
     assert!(
-        (RPM as usize..=RPM as usize + 1).contains(&ok),
+        (RPM as usize..=RPM as usize + refilled(started)).contains(&ok),
         "with a client certificate: admitted {ok} of {} against {RPM}: {outcomes:?}",
         outcomes.len()
     );
@@ -250,6 +252,7 @@ async fn limits_hold_through_a_tls_cluster() {
     let text = config(&unified_pool("u", &[worker(&engine, None)]), &limits);
     let a = gateway(&text).await;
     let b = gateway(&text).await;
+    let started = std::time::Instant::now();
     let outcomes = burst(&[&a, &b], 3 * RPM as usize).await;
     let ok = admitted(&outcomes);
     eprintln!(
@@ -257,7 +260,7 @@ async fn limits_hold_through_a_tls_cluster() {
         outcomes.len()
     );
     assert!(
-        (RPM as usize..=RPM as usize + 1).contains(&ok),
+        (RPM as usize..=RPM as usize + refilled(started)).contains(&ok),
         "admitted {ok} through the TLS cluster: {outcomes:?}"
     );
     a.shutdown().await;
@@ -287,6 +290,7 @@ async fn limits_hold_through_tls_sentinels_and_a_tls_primary() {
     let text = config(&unified_pool("u", &[worker(&engine, None)]), &limits);
     let a = gateway(&text).await;
     let b = gateway(&text).await;
+    let started = std::time::Instant::now();
     let outcomes = burst(&[&a, &b], 3 * RPM as usize).await;
     let ok = admitted(&outcomes);
     eprintln!(
@@ -294,7 +298,7 @@ async fn limits_hold_through_tls_sentinels_and_a_tls_primary() {
         outcomes.len()
     );
     assert!(
-        (RPM as usize..=RPM as usize + 1).contains(&ok),
+        (RPM as usize..=RPM as usize + refilled(started)).contains(&ok),
         "admitted {ok} through the TLS sentinels: {outcomes:?}"
     );
     let keys = set.data[0].cli(&["--scan"]);
@@ -304,4 +308,10 @@ async fn limits_hold_through_tls_sentinels_and_a_tls_primary() {
     );
     a.shutdown().await;
     b.shutdown().await;
+}
+
+/// What the bucket refilled (RPM a minute) since `started`, and one for the boundary: a
+/// burst takes seconds on a loaded machine.
+fn refilled(started: std::time::Instant) -> usize {
+    (started.elapsed().as_secs_f64() * f64::from(RPM) / 60.0).ceil() as usize + 1
 }
