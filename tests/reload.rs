@@ -126,6 +126,7 @@ async fn a_reload_that_adds_a_pool_and_removes_a_worker_changes_routing_without_
 
     // The stream's worker leaves p1, and p2 arrives with a worker whose capacity is not
     // configured.
+    let old_p1 = gw.fleet().pool("p1").unwrap().clone();
     write_config(
         &path,
         &format!(
@@ -162,6 +163,13 @@ async fn a_reload_that_adds_a_pool_and_removes_a_worker_changes_routing_without_
         sent_to_removed,
         "a removed worker gets no new request"
     );
+    // Nor from the previous generation (requests still queued there): it is drained there,
+    // the kept one is not.
+    let on_port = on.http_addr.port();
+    for w in old_p1.all_workers() {
+        let gone = w.authority.ends_with(&format!(":{on_port}"));
+        assert_eq!(w.is_draining(), gone, "{}", w.authority);
+    }
     assert!(generations(other).len() >= 4);
 
     // The stream that started before the reload finished whole on the removed worker.

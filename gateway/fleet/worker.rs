@@ -360,7 +360,9 @@ impl Worker {
     /// Why this worker may not serve, or `None` when it may.
     pub fn ineligibility(&self) -> Option<String> {
         if self.is_draining() {
-            return Some("draining (admin API): in-flight requests finish, no new ones".into());
+            return Some(
+                "draining (admin API, or gone from its pool's list): in-flight requests finish, no new ones".into(),
+            );
         }
         match self.health.serving() {
             Serving::Yes => {}

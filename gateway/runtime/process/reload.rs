@@ -193,7 +193,9 @@ impl Reloader {
         let models = next.config.models.len();
         let keys = next.keys.len();
         let (old_rollouts, new_rollouts) = (running.rollouts.clone(), next.rollouts.clone());
+        let next_fleet = next.fleet.clone();
         let number = self.live.install(next);
+        drain_workers_gone(&running.fleet, &next_fleet);
         // Rollouts the reload replaced stop deciding (requests in flight still report to
         // them); new ones over kept pools start from the configured weights.
         let same =
@@ -239,5 +241,27 @@ impl Reloader {
             map.extend(more);
         }
         Ok(answer)
+    }
+}
+
+/// Workers a pool no longer has (gone from the file or from its DNS name's answer) get
+/// nothing new from the previous generation either: requests still queued there would
+/// otherwise be dispatched to an engine that may be gone. What runs there finishes.
+/// Pools removed whole are left as they were (their engines were not said to be gone).
+fn drain_workers_gone(previous: &crate::fleet::Fleet, next: &crate::fleet::Fleet) {
+    for pool in previous.pools() {
+        let Some(now) = next.pool(&pool.name) else {
+            continue;
+        };
+        for worker in pool.all_workers() {
+            let kept = now
+                .all_workers()
+                .any(|w| w.role == worker.role && w.authority == worker.authority);
+            if !kept && !worker.is_draining() {
+                tracing::info!(pool = %pool.name, worker = %worker.authority,
+                    "worker gone from the pool: drained (in-flight requests finish, no new ones)");
+                worker.set_draining(true);
+            }
+        }
     }
 }
