@@ -208,7 +208,8 @@ where
             StageName::Route,
             Route::layer(
                 generation.fleet.clone(),
-                Scheduling::from_config(&generation.config.scheduling),
+                Scheduling::from_config(&generation.config.scheduling)
+                    .with_tenants(generation.config.tenants.len()),
                 PrefixRouting::from_config(
                     &generation.config.prefix_routing,
                     Arc::new(shared.isolation.salter.clone()),

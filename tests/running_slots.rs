@@ -322,3 +322,55 @@ async fn a_newcomer_under_an_ongoing_flood_starts_before_the_next_answer_ends() 
     assert!(stats.peak_running <= 10, "{stats:?}");
     assert_eq!(stats.queued, 0, "the engine never queued: {stats:?}");
 }
+
+/// One pool on `engine` with `tenants` (name, key) only (not the support config's `t1`).
+async fn gateway_for(engine: &RunningSim, tenants: &[(&str, &str)]) -> RunningGateway {
+    let pool = unified_pool("p", &[worker(engine, None)]);
+    let tables: Vec<String> = tenants.iter().map(|(n, k)| tenant_table(n, k)).collect();
+    let config = config_with_pools(WINDOW, &pool).replace(&tenant_table("t1", KEY), "");
+    gateway(&format!("{config}\n{}", tables.join("\n"))).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spare_room_for_newcomers_is_kept_only_where_another_tenant_may_come() {
+    // With the flood's tenant alone in the config, no newcomer can come: it gets every slot.
+    // With a second tenant configured (idle), one slot of ten stays spare for it.
+    for (tenants, most) in [
+        (&[("flood", FLOOD_KEY)][..], 10),
+        (&[("flood", FLOOD_KEY), ("light", LIGHT_KEY)][..], 9),
+    ] {
+        let engine = engine_running(Some(10), Duration::from_millis(400)).await;
+        let gw = Arc::new(gateway_for(&engine, tenants).await);
+        let stop = Arc::new(AtomicBool::new(false));
+        let answers = Arc::new(AtomicUsize::new(0));
+        let loops: Vec<_> = (0..20)
+            .map(|_| {
+                let (gw, stop, answers) = (gw.clone(), stop.clone(), answers.clone());
+                tokio::spawn(async move {
+                    let url = format!("http://{}/generate", gw.data_addr());
+                    while !stop.load(Ordering::SeqCst) {
+                        let reply = post(&url, Some(FLOOD_KEY), &body()).await;
+                        assert_eq!(reply.status, 200, "{}", reply.text());
+                        answers.fetch_add(1, Ordering::SeqCst);
+                    }
+                })
+            })
+            .collect();
+        // Past the first wave (the first ten went before any tenant was over its share),
+        // the most running at once for a second.
+        until("the first wave ends", || {
+            answers.load(Ordering::SeqCst) >= 10
+        })
+        .await;
+        let mut seen = 0;
+        for _ in 0..100 {
+            seen = seen.max(outstanding(&gw));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        stop.store(true, Ordering::SeqCst);
+        for l in loops {
+            l.await.expect("flood loop");
+        }
+        assert_eq!(seen, most, "{} tenant(s) configured", tenants.len());
+    }
+}

@@ -35,8 +35,8 @@ pub struct SchedulingConfig {
     /// The part of `fair_share_reserve` kept spare while a tenant is at or above its share,
     /// in whole requests, for any request below its tenant's share: a tenant arriving
     /// while a flood is on (no history, no room of its own yet) is served at once instead
-    /// of after the next wave of answers; 0: none (one tenant alone on a pool loses
-    /// nothing to it). Counted within `fair_share_reserve`: the most kept in all.
+    /// of after the next wave of answers; 0: none. None is kept on a pool only one
+    /// tenant may use (no newcomer can come). Counted within `fair_share_reserve`: the most kept in all.
     pub newcomer_reserve: f64,
 }
 

@@ -41,6 +41,8 @@ pub struct Scheduling {
     pub reserve: f64,
     /// `newcomer_reserve`: the part of it kept spare, for tenants without history.
     pub newcomer_reserve: f64,
+    /// Tenants in the config (None: not said; counted as several).
+    pub tenants: Option<usize>,
 }
 
 impl Scheduling {
@@ -52,6 +54,16 @@ impl Scheduling {
             overcommit: config.kv_overcommit,
             reserve: config.fair_share_reserve,
             newcomer_reserve: config.newcomer_reserve,
+            tenants: None,
+        }
+    }
+
+    /// With the config's number of tenants: a pool only one tenant may use keeps no spare
+    /// room for newcomers (none can come).
+    pub fn with_tenants(self, tenants: usize) -> Self {
+        Self {
+            tenants: Some(tenants),
+            ..self
         }
     }
 }
@@ -268,10 +280,20 @@ fn kept_room_intact(pool: &Pool, sharer: &Sharer, scheduling: Scheduling, capaci
     )
 }
 
-/// The room `pool` keeps now for tenants below their share.
+/// The room `pool` keeps now for tenants below their share: spare room for newcomers
+/// only where another tenant may come (the pool's own tenant list, else the config's).
 fn reserve(pool: &Pool, scheduling: Scheduling, capacity: u64) -> Reserve {
-    pool.shares
-        .reserve(capacity, scheduling.reserve, scheduling.newcomer_reserve)
+    let tenants = pool
+        .tenants
+        .as_ref()
+        .map(|t| t.len())
+        .or(scheduling.tenants);
+    let spare = if tenants.is_none_or(|n| n > 1) {
+        scheduling.newcomer_reserve
+    } else {
+        0.0
+    };
+    pool.shares.reserve(capacity, scheduling.reserve, spare)
 }
 
 /// One worker's room as the pump counts it down.
