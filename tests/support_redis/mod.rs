@@ -3,6 +3,7 @@
 //! killed on drop. Install it with `apt-get install -y redis-server`.
 #![allow(dead_code)]
 
+pub mod server;
 pub mod tls;
 pub mod topology;
 
@@ -10,8 +11,7 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// How long a fresh server may take to answer PING before the test fails.
 const READY_DEADLINE: Duration = Duration::from_secs(10);
@@ -36,16 +36,7 @@ impl RedisServer {
 
     /// Start a server and wait until it answers.
     pub fn start() -> Self {
-        static SEQ: AtomicU64 = AtomicU64::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let dir = std::env::temp_dir().join(format!(
-            "kvgate-redis-{}-{}-{nanos:x}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).expect("create the redis temp dir");
+        let dir = topology::temp_dir("redis");
         let socket = dir.join("redis.sock");
         let mut server = Self {
             child: None,

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 
+use super::server::{create_cluster, until, urls_toml, Server};
 use super::topology::free_port;
 
 /// PEM files in a temp dir.
@@ -236,22 +237,23 @@ impl TlsNode {
     }
 }
 
-impl Drop for TlsNode {
-    fn drop(&mut self) {
-        self.kill();
+impl Server for TlsNode {
+    fn cli(&self, args: &[&str]) -> Vec<String> {
+        TlsNode::cli(self, args)
+    }
+
+    fn log(&self) -> String {
+        TlsNode::log(self)
+    }
+
+    fn url(&self) -> String {
+        TlsNode::url(self)
     }
 }
 
-/// Poll `ok` for up to 30 s (a topology forming), failing with `diagnose()`.
-fn until(what: &str, mut ok: impl FnMut() -> bool, diagnose: impl Fn() -> String) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !ok() {
-        assert!(
-            Instant::now() < deadline,
-            "{what} not within 30 s\n{}",
-            diagnose()
-        );
-        std::thread::sleep(Duration::from_millis(50));
+impl Drop for TlsNode {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 
@@ -282,50 +284,17 @@ impl TlsCluster {
                 )
             })
             .collect();
-        let out = Command::new("redis-cli")
-            .args(files.cli_args())
-            .arg("--cluster")
-            .arg("create")
-            .args(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)))
-            .arg("--cluster-yes")
-            .output()
-            .expect("run redis-cli --cluster create");
-        assert!(
-            out.status.success(),
-            "redis-cli --tls --cluster create failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let cluster = Self { nodes };
-        until(
-            "cluster_state:ok on every TLS node",
-            || {
-                cluster.nodes.iter().all(|n| {
-                    n.cli(&["CLUSTER", "INFO"])
-                        .iter()
-                        .any(|l| l.trim() == "cluster_state:ok")
-                })
-            },
-            || {
-                cluster
-                    .nodes
-                    .iter()
-                    .map(TlsNode::log)
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            },
-        );
-        cluster
+        let addrs = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        create_cluster(&files.cli_args(), addrs, &nodes);
+        Self { nodes }
     }
 
     /// TOML for the `rediss://` seed list.
     pub fn urls_toml(&self) -> String {
-        let urls: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|n| format!("\"{}\"", n.url()))
-            .collect();
-        format!("[{}]", urls.join(", "))
+        urls_toml(&self.nodes)
     }
 }
 
@@ -409,11 +378,6 @@ impl TlsSentinelSet {
 
     /// TOML for the `rediss://` sentinel list.
     pub fn sentinels_toml(&self) -> String {
-        let urls: Vec<String> = self
-            .sentinels
-            .iter()
-            .map(|n| format!("\"{}\"", n.url()))
-            .collect();
-        format!("[{}]", urls.join(", "))
+        urls_toml(&self.sentinels)
     }
 }

@@ -16,8 +16,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use std::io::{Read, Write};
 
+use super::server::{create_cluster, until, urls_toml, Server};
+
 /// How long a topology may take to form before the test fails.
-const FORM_DEADLINE: Duration = Duration::from_secs(30);
 
 /// Whether the binaries these topologies need are installed; when not, says so loudly (the
 /// caller then skips: CI installs them, see `.ci/run`).
@@ -41,7 +42,8 @@ pub fn available() -> bool {
     ok
 }
 
-fn temp_dir(kind: &str) -> PathBuf {
+/// A fresh temp dir for one server or topology.
+pub fn temp_dir(kind: &str) -> PathBuf {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -177,6 +179,20 @@ impl Node {
     }
 }
 
+impl Server for Node {
+    fn cli(&self, args: &[&str]) -> Vec<String> {
+        Node::cli(self, args)
+    }
+
+    fn log(&self) -> String {
+        Node::log(self)
+    }
+
+    fn url(&self) -> String {
+        Node::url(self)
+    }
+}
+
 impl Drop for Node {
     fn drop(&mut self) {
         self.kill();
@@ -201,18 +217,6 @@ fn try_command(port: u16, args: &[&str]) -> std::io::Result<String> {
         line.push(byte[0]);
     }
     Ok(String::from_utf8_lossy(&line).trim_end().to_owned())
-}
-
-fn until(what: &str, mut ok: impl FnMut() -> bool, diagnose: impl Fn() -> String) {
-    let deadline = Instant::now() + FORM_DEADLINE;
-    while !ok() {
-        assert!(
-            Instant::now() < deadline,
-            "{what} not within {FORM_DEADLINE:?}\n{}",
-            diagnose()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// A Redis Cluster of three primaries (no replicas), slots spread by `redis-cli --cluster
@@ -244,49 +248,14 @@ impl RedisCluster {
                 )
             })
             .collect();
-        let out = Command::new("redis-cli")
-            .arg("--cluster")
-            .arg("create")
-            .args(nodes.iter().map(Node::addr))
-            .arg("--cluster-yes")
-            .output()
-            .expect("run redis-cli --cluster create");
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster create failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let cluster = Self { nodes, dir };
-        until(
-            "cluster_state:ok on every node",
-            || {
-                cluster.nodes.iter().all(|n| {
-                    n.cli(&["CLUSTER", "INFO"])
-                        .iter()
-                        .any(|l| l.trim() == "cluster_state:ok")
-                })
-            },
-            || {
-                cluster
-                    .nodes
-                    .iter()
-                    .map(Node::log)
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            },
-        );
-        cluster
+        let addrs = nodes.iter().map(Node::addr).collect();
+        create_cluster(&[], addrs, &nodes);
+        Self { nodes, dir }
     }
 
     /// TOML for the list of seed nodes.
     pub fn urls_toml(&self) -> String {
-        let urls: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|n| format!("\"{}\"", n.url()))
-            .collect();
-        format!("[{}]", urls.join(", "))
+        urls_toml(&self.nodes)
     }
 
     /// Every key on every primary.
@@ -375,12 +344,7 @@ impl SentinelSet {
 
     /// TOML for the sentinel list.
     pub fn sentinels_toml(&self) -> String {
-        let urls: Vec<String> = self
-            .sentinels
-            .iter()
-            .map(|n| format!("\"{}\"", n.url()))
-            .collect();
-        format!("[{}]", urls.join(", "))
+        urls_toml(&self.sentinels)
     }
 
     /// The port the sentinels name as primary now.
