@@ -55,6 +55,32 @@ fn check_accepts_the_shipped_configs_and_rejects_an_invalid_one_naming_the_key()
 }
 
 #[test]
+fn check_reads_the_redis_tls_files_as_a_start_would() {
+    // The shipped fixture's CA is a usable certificate.
+    let (code, out, err) = kvgate(&["check", "--config", "config/fixtures/valid/redis-tls.toml"]);
+    assert_eq!(code, 0, "{out}{err}");
+    // The same config with a CA file that exists but holds no certificate: the load's
+    // checks pass (the file is there), a start would fail, so check fails too.
+    let dir = std::env::temp_dir().join(format!("kvgate-check-redis-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("not-a-ca.pem"), "not a certificate\n").unwrap();
+    let fixtures = repo().join("config/fixtures");
+    let text = std::fs::read_to_string(fixtures.join("valid/redis-tls.toml"))
+        .unwrap()
+        .replace(
+            "../../tokenizers/",
+            &format!("{}/", repo().join("config/tokenizers").display()),
+        )
+        .replace("../redis-ca.pem", "not-a-ca.pem");
+    let config = dir.join("kvgate.toml");
+    std::fs::write(&config, text).unwrap();
+    let (code, _, err) = kvgate(&["check", "--config", config.to_str().unwrap()]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("limits.redis_tls"), "{err}");
+}
+
+#[test]
 fn hash_key_prints_the_sha256_the_config_expects() {
     let (code, out, _) = kvgate(&["hash-key", KEY]);
     assert_eq!(code, 0);

@@ -40,6 +40,15 @@ pub async fn run(path: &Path, discover: bool, strict: bool) -> ExitCode {
     } else {
         config
     };
+    // The Redis TLS files are read at start only: check them here too, so a broken one is
+    // found before a rollout, not by the first replica that starts with it.
+    if let Some(tls) = &config.limits.redis_tls {
+        let client = tls.cert_file.as_deref().zip(tls.key_file.as_deref());
+        if let Err(e) = crate::tls::RedisPem::read(tls.ca_file.as_deref(), client) {
+            eprintln!("error: {}: limits.redis_tls: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    }
     let fleet = Fleet::from_config(&config);
     if discover {
         let tls = match crate::tls::EngineTls::from_config(&config) {
