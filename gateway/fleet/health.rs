@@ -151,7 +151,7 @@ pub struct Ejection {
 const EJECTED: u8 = 1;
 const DOWN: u8 = 2;
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct State {
     /// Set while ejected; once passed, the worker is on trial.
     ejected_until: Option<Instant>,
@@ -491,6 +491,8 @@ impl WorkerHealth {
         }
     }
 }
+
+mod carry;
 
 #[cfg(test)]
 mod tests;

@@ -172,10 +172,11 @@ impl Worker {
     ///
     /// It also keeps what is known of the engine — its last discovery answer, so a worker
     /// that survives a DNS change serves on without a new probe — and an admin drain, which
-    /// a rebuild must not undo. Health starts afresh: its ejection group is the new pool's.
+    /// a rebuild must not undo, and its health verdicts (counted in the new pool's groups).
     pub fn carrying(mut self, previous: &Worker) -> Self {
         self.discovery = RwLock::new(previous.discovery());
         self.draining = AtomicBool::new(previous.is_draining());
+        self.health.carry_from(&previous.health);
         // Both pools are notified while both live: requests may still wait in the old
         // generation's queue (a reload that fails after building this one keeps it).
         previous.kv.also_notify(&self.kv);

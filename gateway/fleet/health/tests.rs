@@ -179,3 +179,37 @@ fn passive_ejection_off_never_ejects() {
         assert_eq!(h.failure(Instant::now(), "x"), None);
     }
 }
+
+#[test]
+fn a_worker_carried_into_a_rebuilt_pool_keeps_its_ejection_in_the_new_group() {
+    let old_group = Arc::new(EjectionGroup::new(2, 0.5));
+    let old = health(&old_group);
+    let t = Instant::now();
+    for _ in 0..3 {
+        old.failure(t, "status_5xx");
+    }
+    assert_eq!(old_group.ejected(), 1);
+    // The pool is rebuilt with three workers: the engine stays out, counted in the new group.
+    let new_group = Arc::new(EjectionGroup::new(3, 0.5));
+    let new = health(&new_group);
+    new.carry_from(&old);
+    assert_eq!(new_group.ejected(), 1);
+    assert_eq!(
+        new.serving_at(t + Duration::from_secs(4)),
+        Serving::Ejected {
+            remaining: Duration::from_secs(6),
+            cause: "status_5xx"
+        }
+    );
+    // Its ejection ends in the new group.
+    let later = t + Duration::from_secs(10);
+    assert_eq!(new.serving_at(later), Serving::Trial);
+    assert!(new.success_at(later));
+    assert_eq!(new_group.ejected(), 0);
+    // A healthy worker carries nothing out.
+    let fresh_group = Arc::new(EjectionGroup::new(3, 0.5));
+    let carried = health(&fresh_group);
+    carried.carry_from(&health(&old_group));
+    assert_eq!(fresh_group.ejected(), 0);
+    assert_eq!(carried.serving_at(t), Serving::Yes);
+}
