@@ -11,6 +11,7 @@
 mod adapter_name;
 mod admission;
 mod audit;
+mod cache_tiers;
 mod discovery;
 mod engine_version;
 mod files;
@@ -41,6 +42,7 @@ use invalid::Invalid;
 pub use adapter_name::{AdapterName, AdapterNameError};
 pub use admission::AdmissionConfig;
 pub use audit::{AuditConfig, AuditSink};
+pub use cache_tiers::{CacheTierConfig, TierKind};
 pub use discovery::DiscoveryConfig;
 pub use engine_version::{EngineVersion, VersionError};
 pub use guard::GuardConfig;

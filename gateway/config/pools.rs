@@ -4,6 +4,7 @@
 use serde::Deserialize;
 use std::collections::HashSet;
 
+use super::cache_tiers::{self, CacheTierConfig};
 use super::guard::GuardConfig;
 use super::invalid::Invalid;
 use super::isolation::LeakMode;
@@ -81,6 +82,16 @@ pub struct PoolConfig {
     /// different salts apart). Client-sent cache keys are stripped either way.
     #[serde(default = "default_true")]
     pub cache_salt: bool,
+    /// The cache tiers its engines keep below the GPU prefix cache, for engines that do not
+    /// report them (`[]`: none; unset: what the engines report, else the engine's default —
+    /// llama.cpp keeps its host-RAM prompt cache unless started with `--cache-ram 0`).
+    #[serde(default)]
+    pub cache_tiers: Option<Vec<CacheTierConfig>>,
+    /// Serve salted tenants even on engines with a tier that ignores the salt, accepting
+    /// that tenants may then find each other's prompts there (by its timing, or in a
+    /// restored answer). Off: such workers serve nothing (issue 40).
+    #[serde(default)]
+    pub allow_shared_cache_tiers: bool,
     /// Scan answers for fragments of other tenants' recent prompts: off | detect | block
     /// (default) | strict.
     #[serde(default)]
@@ -146,6 +157,7 @@ impl PoolConfig {
             ));
         }
         self.guard.check().map_err(|e| e.under("guard"))?;
+        cache_tiers::check(self.cache_tiers.as_deref())?;
         for (list, workers) in [
             ("workers", &self.workers),
             ("prefill", &self.prefill),

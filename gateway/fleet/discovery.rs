@@ -1,15 +1,18 @@
-//! Capacity and version discovery: ask each engine for its KV pool and version
-//! (`/get_server_info`, newer SGLang `/server_info`; `/version` where that is all there is,
-//! as on vLLM) at start-up and on an interval.
+//! Capacity, version and cache-tier discovery: ask each engine for its KV pool, version and
+//! the cache tiers below its GPU prefix cache (`/get_server_info`, newer SGLang
+//! `/server_info`; `/version` where that is all there is, as on vLLM; llama.cpp's `/props`,
+//! which answers none of those) at start-up and on an interval.
 
 use http::StatusCode;
 use serde_json::Value;
 use std::sync::Arc;
 
-use super::{Discovery, Fleet, ServerInfo, Worker};
+use super::{parse_reported, Discovery, Fleet, ServerInfo, Worker};
 use crate::upstream::{read_body, Upstream};
 
-const INFO_PATHS: [&str; 3] = ["/get_server_info", "/server_info", "/version"];
+// `/props` last: llama.cpp answers 404 to the others, and its `/props` is what it says of
+// itself (its `n_ctx` is not read as capacity: `kv_tokens` stays configured there).
+const INFO_PATHS: [&str; 4] = ["/get_server_info", "/server_info", "/version", "/props"];
 const MAX_INFO_BYTES: usize = 4 * 1024 * 1024;
 
 /// Probe every worker once, concurrently.
@@ -44,6 +47,9 @@ pub async fn discover_worker(worker: Arc<Worker>, upstream: Upstream) {
         }
     }
     worker.set_discovery(result);
+    if changed {
+        report_cache_tiers(&worker);
+    }
     if let Some((configured, discovered)) = worker.capacity_mismatch() {
         if changed {
             tracing::warn!(
@@ -52,6 +58,24 @@ pub async fn discover_worker(worker: Arc<Worker>, upstream: Upstream) {
                 "configured kv_tokens disagrees with the engine; enforcing the smaller"
             );
         }
+    }
+}
+
+/// Say what the worker's cache tiers are when they keep it from serving, or when the pool's
+/// `cache_tiers` and the engine's report disagree (issue 40).
+fn report_cache_tiers(worker: &Worker) {
+    let (_, disagreement) = worker.cache_tiers();
+    if let Some(d) = disagreement {
+        tracing::warn!(
+            pool = %worker.pool, role = worker.role.as_str(), worker = %worker.authority,
+            "{d}"
+        );
+    }
+    if let Some(why) = worker.cache_tier_refusal() {
+        tracing::warn!(
+            pool = %worker.pool, role = worker.role.as_str(), worker = %worker.authority,
+            "worker refused: {why}"
+        );
     }
 }
 
@@ -115,6 +139,7 @@ pub fn parse_server_info(v: &Value) -> ServerInfo {
             .and_then(Value::as_str)
             .map(str::to_owned),
         version: v.get("version").and_then(Value::as_str).map(str::to_owned),
+        cache_tiers: parse_reported(v),
     }
 }
 

@@ -13,6 +13,8 @@
 //! - `load`, `load_poll`: live load per worker — the KV kvgate holds there, the engine's
 //!   own report (polled on the health interval) and the room they leave.
 //! - `discovery`: what each engine reports about itself (capacity, limits, version).
+//! - `cache_tiers`: each worker's cache tiers below the GPU prefix cache; a tier that
+//!   ignores the salt keeps a worker from serving a pool that separates tenants (issue 40).
 //! - `health`, `health_check`: active probes and outlier ejection, per worker.
 //! - `names`: the DNS names that list a pool's workers, their last good answers and how
 //!   their latest resolution went (`discover`; issue 39).
@@ -23,6 +25,7 @@
 //!   (`[prefix_routing]`; issue 31); `prefix_outbox` and `prefix_share`: the indexes
 //!   shared between replicas through Redis, approximately, off the request path.
 
+mod cache_tiers;
 mod discovery;
 mod health;
 mod health_check;
@@ -39,6 +42,7 @@ mod share;
 mod window;
 mod worker;
 
+pub use cache_tiers::{parse_reported, CachePolicy, ReportedTiers, Tier, TierSource};
 pub use discovery::{discover_all, discover_worker, parse_server_info};
 pub use health::{
     Ejection, EjectionGroup, HealthPolicy, HealthSnapshot, ProbeSnapshot, ProbeVerdict, Serving,
@@ -140,6 +144,7 @@ impl Fleet {
                 let kept = previous.and_then(|(old, fleet)| {
                     let unchanged = old.health == config.health
                         && old.pools.iter().any(|o| o == p)
+                        && old.separates_tenants(p) == config.separates_tenants(p)
                         && window_of(old, &p.name) == window
                         && min_of(old, &p.model) == min_of(config, &p.model);
                     unchanged.then(|| fleet.pool(&p.name).cloned()).flatten()
@@ -157,6 +162,7 @@ impl Fleet {
                         &config.prefix_routing,
                         before.map(|p| &**p),
                         draining.clone(),
+                        Arc::new(CachePolicy::of(config, p)),
                     );
                     // Only its workers changed (a DNS answer, a worker added to or removed
                     // from the file): the same pool with other engines, not a new one.
@@ -165,6 +171,7 @@ impl Fleet {
                             && window_of(old, &p.name) == window
                             && min_of(old, &p.model) == min_of(config, &p.model)
                             && old.prefix_routing == config.prefix_routing
+                            && old.separates_tenants(p) == config.separates_tenants(p)
                             && old
                                 .pools
                                 .iter()

@@ -79,6 +79,9 @@ pub struct Pool {
     /// Whether its engines get each tenant's `cache_salt` (their prefix caches are then
     /// partitioned by tenant; otherwise shared by all).
     pub cache_salt: bool,
+    /// It salts and more than one tenant may use it: its workers' cache tiers must honour
+    /// the salt (`fleet/cache_tiers.rs`), and preflight checks that they do.
+    pub separates_tenants: bool,
     /// Which prompt blocks were recently sent to which of its prefix workers (unified, or
     /// PD prefill); None when it has only one, so there is nothing to choose.
     pub prefix: Option<PrefixIndex>,
@@ -101,6 +104,7 @@ impl Pool {
         prefix: &PrefixRoutingConfig,
         previous: Option<&Pool>,
         draining: Arc<std::sync::atomic::AtomicBool>,
+        cache_policy: Arc<super::CachePolicy>,
     ) -> Self {
         let name: Arc<str> = Arc::from(config.name.as_str());
         let health_path = config
@@ -124,7 +128,8 @@ impl Pool {
                         .with_slot(slot)
                         .with_versions(config.version.as_deref(), min_version.cloned())
                         .with_health(health.clone(), group.clone(), &health_path)
-                        .with_room_freed(room_freed.clone());
+                        .with_room_freed(room_freed.clone())
+                        .with_cache_policy(cache_policy.clone());
                     let predecessor = previous.and_then(|p| {
                         p.all_workers()
                             .find(|o| o.role == role && o.authority == worker.authority)
@@ -174,6 +179,7 @@ impl Pool {
             promised: Promised::default(),
             shares: Arc::default(),
             cache_salt: config.cache_salt,
+            separates_tenants: cache_policy.separates_tenants,
             prefix,
         }
     }

@@ -2,7 +2,8 @@
 //!
 //! Capacity is the smaller of the configured `kv_tokens` and what the engine reports
 //! (`/get_server_info` → `scheduler_info.max_total_num_tokens`); a worker whose capacity is
-//! neither configured nor discovered is not eligible to serve (I3).
+//! neither configured nor discovered is not eligible to serve (I3), nor is one whose cache
+//! tiers ignore the salt on a pool that keeps tenants apart (I5; `worker/tiers.rs`).
 //!
 //! Its live load (`claim`: outstanding requests and the KV they hold, the engine's own
 //! report, the room left) is in `worker/claim.rs`, over [`super::load`]; its running slots
@@ -17,6 +18,7 @@ use super::health::{EjectionGroup, HealthPolicy, Serving, WorkerHealth};
 use super::load::KvAccount;
 use crate::config::{EngineVersion, WorkerConfig};
 use crate::metrics;
+pub use info::{Discovery, ServerInfo};
 
 /// What a worker does for a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -38,37 +40,6 @@ impl Role {
             Role::Decode => "decode",
         }
     }
-}
-
-/// What an engine reported about itself (`/get_server_info` or `/server_info`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ServerInfo {
-    /// `scheduler_info.max_total_num_tokens`: the KV pool in tokens.
-    pub max_total_num_tokens: Option<u64>,
-    /// `scheduler_info.max_req_input_len` (or top-level `max_req_input_len`).
-    pub max_req_input_len: Option<u64>,
-    /// `context_length`.
-    pub context_length: Option<u64>,
-    /// `disaggregation_bootstrap_port`.
-    pub bootstrap_port: Option<u16>,
-    /// `disaggregation_mode`: "null", "prefill", "decode".
-    pub disaggregation_mode: Option<String>,
-    /// `max_running_requests`: the most requests the engine runs at once.
-    pub max_running_requests: Option<u64>,
-    /// `version`.
-    pub version: Option<String>,
-}
-
-/// The result of the last discovery probe.
-#[derive(Debug, Clone, Default)]
-pub enum Discovery {
-    /// Not probed yet.
-    #[default]
-    Pending,
-    /// The engine answered.
-    Found(ServerInfo),
-    /// The probe failed; the reason is shown by /ready and `kvgate check`.
-    Failed(String),
 }
 
 /// A worker of a pool.
@@ -114,6 +85,8 @@ pub struct Worker {
     /// Moves on whenever it leaves service (drained, ejected, down): what the pool's prefix
     /// index remembers of it from before no longer counts (see `worker/cache.rs`).
     cache_epoch: AtomicU64,
+    /// What its pool asks of its cache tiers (`worker/tiers.rs`).
+    cache_policy: Arc<super::CachePolicy>,
 }
 
 impl Worker {
@@ -150,6 +123,7 @@ impl Worker {
             kv: Arc::new(KvAccount::new(Arc::new(Notify::new()))),
             slot: 0,
             cache_epoch: AtomicU64::new(0),
+            cache_policy: Arc::default(),
         }
     }
 
@@ -415,7 +389,7 @@ impl Worker {
         if self.role == Role::Prefill && self.bootstrap_port().is_none() {
             return Some("KV bootstrap port unknown (configure bootstrap_port)".to_owned());
         }
-        None
+        self.cache_tier_refusal()
     }
 
     /// Whether the worker may serve (I3).
@@ -493,6 +467,8 @@ impl crate::upstream::Peer for Worker {
 
 mod cache;
 pub(super) mod claim;
+mod info;
 mod slots;
 #[cfg(test)]
 mod tests;
+mod tiers;

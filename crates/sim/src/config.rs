@@ -235,4 +235,25 @@ pub enum SimFault {
     /// prompt of `min(context_length, kv_tokens)` tokens or more is refused, a shorter one
     /// generates until that capacity at most.
     LlamaCppLimits,
+    /// A second cache level below the prefix cache whose keys are the tokens alone, as
+    /// SGLang's HiCache storage backends and LMCache are (issue 40): a prompt another cache
+    /// salt computed is found there, reported in `cached_tokens` and not computed again (so
+    /// its time to first token shows it too). `/get_server_info` reports it as SGLang's
+    /// server arguments would (`enable_hierarchical_cache`, `hicache_storage_backend =
+    /// "file"`).
+    SharedLowerTier,
+    /// The same shared level, restored silently as llama.cpp's host-RAM prompt cache has
+    /// been seen to: the found tokens are not computed again but reported as 0 cached, and
+    /// `/get_server_info` says nothing of the tier. Only the time to first token shows it.
+    SharedLowerTierSilent,
+}
+
+impl SimFault {
+    /// Whether it keeps a shared, token-keyed cache level below the prefix cache.
+    pub fn shared_lower_tier(self) -> bool {
+        matches!(
+            self,
+            SimFault::SharedLowerTier | SimFault::SharedLowerTierSilent
+        )
+    }
 }

@@ -25,6 +25,9 @@ pub struct SimEngine {
     pub(crate) scheduler: Arc<Scheduler>,
     /// The prefix cache; `None` with `disable_radix_cache`.
     pub(crate) prefix_cache: Option<Arc<PrefixCache>>,
+    /// The shared lower level of `SimFault::SharedLowerTier` (keyed by tokens only: every
+    /// entry is in the default partition); `None` otherwise.
+    pub(crate) lower_tier: Option<Arc<PrefixCache>>,
     pub(crate) rooms: Arc<Rooms>,
     pub(crate) stats: Arc<SimStats>,
     pub(crate) client: BootstrapClient,

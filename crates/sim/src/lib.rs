@@ -27,7 +27,10 @@
 //! Prompts share KV through a prefix cache, as SGLang's radix cache does: full pages of
 //! earlier prompts, kept per cache partition (`cache_salt`, `extra_key`) within the pool's
 //! size and evicted least recently used first, are found again by later prompts that start
-//! the same way, reported as `cached_tokens` and not computed again.
+//! the same way, reported as `cached_tokens` and not computed again. `--fault
+//! shared-lower-tier` adds a second level below it keyed by the tokens alone (as SGLang's
+//! HiCache storage and LMCache are), so prompts are found there across cache salts; its
+//! `-silent` form reuses them without reporting them, as llama.cpp's RAM cache has.
 //!
 //! Beyond generation it serves SGLang's `/v1/embeddings`, `/v1/rerank` and `/v1/score`
 //! (prompts that only prefill, through the same scheduler and pool, with made-up but
@@ -175,6 +178,11 @@ pub async fn spawn(
     let prefix_cache = config
         .prefix_cache_capacity()
         .map(|tokens| Arc::new(PrefixCache::new(config.page_size, tokens)));
+    // Issue 40's fault: a second, token-keyed level beside the prefix cache, as large.
+    let lower_tier = config
+        .prefix_cache_capacity()
+        .filter(|_| config.fault.shared_lower_tier())
+        .map(|tokens| Arc::new(PrefixCache::new(config.page_size, tokens)));
     let thinking = reasoning::ThinkingTemplate::of(&tokenizer);
     let engine = Arc::new(SimEngine {
         config,
@@ -182,6 +190,7 @@ pub async fn spawn(
         tokenizer,
         scheduler,
         prefix_cache,
+        lower_tier,
         rooms: Arc::new(Rooms::default()),
         stats,
         client: bootstrap::client(),

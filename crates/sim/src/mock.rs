@@ -313,6 +313,7 @@ impl Mock {
                 prompt_tokens: s.input_ids.len(),
                 // No pool, no prefix cache: nothing is ever cached.
                 cached_tokens: 0,
+                silent_cached_tokens: 0,
                 output_ids: ids.get(..n).unwrap_or_default().to_vec(),
                 finish: Finish::Length { length: n },
                 cache_insert: None,

@@ -12,27 +12,40 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::config::SimFault;
 use super::engine::SimEngine;
 use super::prefix_cache::{Partition, PrefixCache};
 use super::request::Sample;
 use super::stats::add;
 
 /// Looks up `sample`'s prompt in the cache when it enters the running batch (where SGLang
-/// matches it), counting its prompt and cached tokens; returns the cached tokens.
+/// matches it), counting its prompt and cached tokens; returns the cached tokens it
+/// reports, and those it reuses without reporting them (`SimFault::SharedLowerTierSilent`).
 ///
 /// At most `len - 1` tokens can match, as in SGLang (`max_prefix_len = input_len - 1`) and
 /// vLLM: the last prompt token is always computed, its logits give the first output token.
 /// So a repeated prompt of exactly `k` pages finds `k - 1` of them.
-pub(crate) fn lookup(engine: &SimEngine, sample: &Sample) -> usize {
+///
+/// With a shared lower level (`SimFault::SharedLowerTier`), a longer match there wins: its
+/// keys are the tokens alone, so it finds what any cache salt computed — the fault.
+pub(crate) fn lookup(engine: &SimEngine, sample: &Sample) -> (usize, usize) {
     let ids = &sample.input_ids;
     let matchable = ids.get(..ids.len().saturating_sub(1)).unwrap_or_default();
-    let cached = engine
+    let own = engine
         .prefix_cache
         .as_ref()
         .map_or(0, |cache| cache.lookup(&sample.partition, matchable));
+    let shared = engine
+        .lower_tier
+        .as_ref()
+        .map_or(0, |tier| tier.lookup(&Partition::default(), matchable));
+    let cached = own.max(shared);
     add(&engine.stats.prompt_tokens, ids.len());
     add(&engine.stats.cached_tokens, cached);
-    cached
+    if engine.config.fault == SimFault::SharedLowerTierSilent && shared > own {
+        return (own, shared - own);
+    }
+    (cached, 0)
 }
 
 /// The prefill time of `uncached` prompt tokens (`prefill_token_latency` each), counted in
@@ -48,6 +61,8 @@ pub(crate) fn charge(engine: &SimEngine, uncached: usize) -> Duration {
 #[derive(Clone, Debug)]
 pub(crate) struct CacheInsert {
     cache: Arc<PrefixCache>,
+    /// The shared lower level, which keeps the prompt under its tokens alone.
+    lower_tier: Option<Arc<PrefixCache>>,
     partition: Partition,
     tokens: Arc<[u32]>,
 }
@@ -58,6 +73,7 @@ impl CacheInsert {
         let cache = engine.prefix_cache.as_ref()?;
         Some(Self {
             cache: Arc::clone(cache),
+            lower_tier: engine.lower_tier.clone(),
             partition: sample.partition.clone(),
             tokens: sample.input_ids.as_slice().into(),
         })
@@ -66,5 +82,8 @@ impl CacheInsert {
     /// The prefill is over: its prompt's full blocks are cached.
     pub(crate) fn commit(self) {
         self.cache.insert(&self.partition, &self.tokens);
+        if let Some(tier) = &self.lower_tier {
+            tier.insert(&Partition::default(), &self.tokens);
+        }
     }
 }

@@ -65,6 +65,9 @@ pub(crate) struct SampleResult {
     pub(crate) prompt_tokens: usize,
     /// Prompt tokens found in the prefix cache (a decode: those its prefill found).
     pub(crate) cached_tokens: usize,
+    /// Prompt tokens reused from a shared lower level without being reported
+    /// (`SimFault::SharedLowerTierSilent`): not computed, yet not in `cached_tokens`.
+    pub(crate) silent_cached_tokens: usize,
     pub(crate) output_ids: Vec<u32>,
     pub(crate) finish: Finish,
     /// A unified engine's prompt to cache once its prefill is over (taken by `server.rs`).
@@ -74,7 +77,8 @@ pub(crate) struct SampleResult {
 impl SampleResult {
     /// Prompt tokens the prefill computes: those not found in the cache.
     pub(crate) fn uncached_tokens(&self) -> usize {
-        self.prompt_tokens.saturating_sub(self.cached_tokens)
+        self.prompt_tokens
+            .saturating_sub(self.cached_tokens + self.silent_cached_tokens)
     }
 }
 
@@ -104,6 +108,7 @@ pub(crate) async fn run_sample(
         rid: sample.rid.clone(),
         prompt_tokens: sample.input_ids.len(),
         cached_tokens: 0,
+        silent_cached_tokens: 0,
         output_ids: Vec::new(),
         finish: Finish::Length { length: 0 },
         cache_insert: None,
@@ -276,7 +281,7 @@ async fn unified(
     if engine.config.fault != SimFault::SilentLeak || pages.content().is_empty() {
         pages.write(&sample.input_ids);
     }
-    result.cached_tokens = prefill::lookup(engine, sample);
+    (result.cached_tokens, result.silent_cached_tokens) = prefill::lookup(engine, sample);
     result.cache_insert = CacheInsert::of(engine, sample);
     generate(engine, &pages, input, max_new, result);
     Some(pages)
@@ -332,7 +337,8 @@ async fn prefill(engine: &SimEngine, sample: &Sample, result: &mut SampleResult)
         match engine.scheduler.admit(demand(sample, input, input)).await {
             Ok(pages) => {
                 pages.write(&sample.input_ids);
-                result.cached_tokens = prefill::lookup(engine, sample);
+                (result.cached_tokens, result.silent_cached_tokens) =
+                    prefill::lookup(engine, sample);
                 result.cache_insert = CacheInsert::of(engine, sample);
                 Ok(pages)
             }
@@ -471,6 +477,8 @@ fn output_fault(fault: SimFault, result: &mut SampleResult) {
         | SimFault::SilentLeak
         | SimFault::GarbageEvent
         | SimFault::StaleKv
-        | SimFault::LlamaCppLimits => {}
+        | SimFault::LlamaCppLimits
+        | SimFault::SharedLowerTier
+        | SimFault::SharedLowerTierSilent => {}
     }
 }

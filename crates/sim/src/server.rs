@@ -10,7 +10,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 
 use super::answer::Style;
-use super::config::{SimRole, DEFAULT_BOOTSTRAP_PORT};
+use super::config::{SimFault, SimRole, DEFAULT_BOOTSTRAP_PORT};
 use super::engine::SimEngine;
 use super::errors;
 use super::fields::RouteBody;
@@ -249,6 +249,12 @@ fn server_info(engine: &SimEngine) -> Value {
         "disaggregation_transfer_backend": "sim",
         "allow_auto_truncate": false,
         "disable_radix_cache": c.disable_radix_cache,
+        // SGLang's HiCache and LMCache switches (`ServerArgs`): the shared lower level of
+        // `SimFault::SharedLowerTier` shows as a storage backend; the silent variant, like
+        // llama.cpp, says nothing of it.
+        "enable_hierarchical_cache": c.fault == SimFault::SharedLowerTier,
+        "hicache_storage_backend": (c.fault == SimFault::SharedLowerTier).then_some("file"),
+        "enable_lmcache": false,
         "enable_cache_report": c.enable_cache_report,
         "reasoning_parser": c.reasoning_parser.map(|p| p.name()),
         "sim_fault": format!("{:?}", c.fault),

@@ -427,3 +427,50 @@ async fn metrics_count_prompt_and_cached_tokens_and_their_ratio() {
     assert_eq!(stats.prefill_tokens_charged, prompt_tokens - cached_tokens);
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_shared_lower_tier_finds_another_salts_prompt_and_says_so() {
+    // Issue 40's fault: the second level keys pages by their tokens alone.
+    let sim = start(SimConfig {
+        fault: SimFault::SharedLowerTier,
+        ..config(SimRole::Unified)
+    })
+    .await;
+    let prompt = ids(300, 40);
+    let salted = |salt: &str| generate(&prompt, json!({"cache_salt": salt}));
+    assert_eq!(cached(&sim, &salted("tenant-a")).await, 0);
+    assert_eq!(
+        cached(&sim, &salted("tenant-b")).await,
+        32,
+        "found across salts"
+    );
+    assert_eq!(sim.engine.stats().prefill_tokens_charged, 40 + 8);
+    let (_, info) = get(sim.http_addr, "/get_server_info").await;
+    assert_eq!(info["enable_hierarchical_cache"], true);
+    assert_eq!(info["hicache_storage_backend"], "file");
+    sim.shutdown().await;
+
+    // The silent form reuses them too, but reports nothing cached and no tier.
+    let sim = start(SimConfig {
+        fault: SimFault::SharedLowerTierSilent,
+        ..config(SimRole::Unified)
+    })
+    .await;
+    assert_eq!(cached(&sim, &salted("tenant-a")).await, 0);
+    assert_eq!(cached(&sim, &salted("tenant-b")).await, 0, "not reported");
+    assert_eq!(
+        sim.engine.stats().prefill_tokens_charged,
+        40 + 8,
+        "yet not computed again"
+    );
+    let (_, info) = get(sim.http_addr, "/get_server_info").await;
+    assert_eq!(info["enable_hierarchical_cache"], false);
+    assert!(info["hicache_storage_backend"].is_null());
+    sim.shutdown().await;
+
+    // The healthy engine: nothing across salts, and no tier reported.
+    let sim = start(config(SimRole::Unified)).await;
+    assert_eq!(cached(&sim, &salted("tenant-a")).await, 0);
+    assert_eq!(cached(&sim, &salted("tenant-b")).await, 0);
+    sim.shutdown().await;
+}

@@ -27,6 +27,10 @@ pub struct Observed {
     pub finish_reason: Option<String>,
     /// The engine's `prompt_tokens`.
     pub prompt_tokens: Option<u64>,
+    /// The prompt tokens the engine says it found in its cache (native
+    /// `meta_info.cached_tokens`, OpenAI `usage.prompt_tokens_details.cached_tokens`) in a
+    /// whole answer; None when it does not say.
+    pub cached_tokens: Option<u64>,
     /// Why the engine refused (error status, error object, abort), when it did.
     pub refusal: Option<String>,
     /// Whether it looks like a success: 2xx, no refusal, a final finish reason and, for a
@@ -47,6 +51,7 @@ impl Observed {
             first_bytes: String::new(),
             finish_reason: None,
             prompt_tokens: None,
+            cached_tokens: None,
             refusal: Some(detail),
             success_like: false,
             text: String::new(),
@@ -90,6 +95,7 @@ impl Observed {
             first_bytes: first_bytes(body),
             finish_reason: seen.finish_reason,
             prompt_tokens: seen.prompt_tokens,
+            cached_tokens: (!stream).then(|| cached_tokens(body)).flatten(),
             refusal: seen.refusal,
             success_like,
             text: seen.text,
@@ -100,6 +106,15 @@ impl Observed {
             },
         }
     }
+}
+
+/// The cached prompt tokens a whole answer reports, in either shape.
+fn cached_tokens(body: &[u8]) -> Option<u64> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    let one = v.as_array().and_then(|a| a.first()).unwrap_or(&v);
+    one.pointer("/meta_info/cached_tokens")
+        .or_else(|| one.pointer("/usage/prompt_tokens_details/cached_tokens"))
+        .and_then(Value::as_u64)
 }
 
 /// What the readers gather.

@@ -11,12 +11,18 @@
 //!   the limit + 1 and the model's window (must get a clear error), streaming and not,
 //!   `/generate` and chat where the engine speaks them;
 //! - cross-probe: every prompt carries a nonce of its own, and an answer holding another
-//!   probe's nonce or prompt text (the leak detector's n-gram test) is a FAIL naming both.
+//!   probe's nonce or prompt text (the leak detector's n-gram test) is a FAIL naming both;
+//! - shared cache (pools that keep tenants apart): two probe tenants of different salts send
+//!   the same long prompt; the second must get no cache hit, by the engine's cached tokens
+//!   and by its time to first token against a cold prefill (issue 40).
+//!
+//! A worker that does not answer at all is reported once as unreachable and not probed.
 //!
 //! Files: `capacity` (targets, budget, capacity findings), `prompt` (exact-count prompts
 //! with nonces), `answer` (reading an answer), `probes` (what is sent), `isolation` (the
 //! isolation probes), `verdict` (how one answer is judged), `cross` (answers against other
-//! probes' prompts), `report` (verdicts, text, JSON, exit code).
+//! probes' prompts), `shared_cache` (the shared-cache check), `reach` (whether a worker
+//! answers at all), `report` (verdicts, text, JSON, exit code).
 
 mod answer;
 mod capacity;
@@ -24,7 +30,9 @@ mod cross;
 mod isolation;
 mod probes;
 mod prompt;
+mod reach;
 mod report;
+mod shared_cache;
 mod verdict;
 
 pub use answer::Observed;
@@ -123,12 +131,31 @@ async fn probe_pool(
     let salts = pool_config.is_some_and(|p| p.cache_salt).then(probe_salts);
     let mut reports = Vec::new();
     for target in targets(pool) {
-        let (workers, findings, limit) = capacity(&target, pool.engine, model.context_window);
+        let unreachable =
+            reach::unreachable(&target, upstream, config.preflight.probe_timeout).await;
+        let (workers, mut findings, limit) = capacity(&target, pool.engine, model.context_window);
         let mode = match target {
             Target::Unified(_) => "unified",
             Target::Pair { .. } => "disaggregated",
         };
         let described = target.describe();
+        if !unreachable.is_empty() {
+            // Nothing was sent: what discovery could not read says nothing new.
+            findings.clear();
+            reports.push(TargetReport {
+                pool: pool.name.to_string(),
+                model: model.name.clone(),
+                mode,
+                target: described,
+                model_context_window: model.context_window,
+                input_limit: limit,
+                workers,
+                capacity: findings,
+                probes: Vec::new(),
+                unreachable,
+            });
+            continue;
+        }
         let prober = Prober {
             upstream,
             pool,
@@ -156,6 +183,7 @@ async fn probe_pool(
             workers,
             capacity: findings,
             probes,
+            unreachable: Vec::new(),
         });
     }
     Ok(reports)

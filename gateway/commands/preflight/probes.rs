@@ -82,8 +82,8 @@ impl Prober<'_> {
         .map_err(|e| e.to_string())
     }
 
-    /// Every probe of the target, in order: isolation, then the boundaries; then the
-    /// cross-probe check over all their answers.
+    /// Every probe of the target, in order: isolation, then the boundaries, then the
+    /// shared-cache check (`shared_cache`); then the cross-probe check over all answers.
     pub async fn run(&self, limit: u64, budget: &mut TokenBudget) -> Vec<ProbeResult> {
         let mut results = Vec::new();
         let endpoints = self.endpoints();
@@ -128,6 +128,10 @@ impl Prober<'_> {
                     results.push(r);
                 }
             }
+        }
+        // Last, so its prompts (which B rightly gets echoed from A's) disturb no other probe.
+        if let Some(&endpoint) = endpoints.first() {
+            results.extend(self.shared_cache(endpoint, limit, budget).await);
         }
         let sent = std::mem::take(&mut *self.sent.lock().unwrap_or_else(PoisonError::into_inner));
         cross::check(&mut results, &sent, self.leak);
@@ -196,7 +200,7 @@ impl Prober<'_> {
         result
     }
 
-    async fn exchange(
+    pub(super) async fn exchange(
         &self,
         endpoint: Endpoint,
         stream: bool,

@@ -92,6 +92,9 @@ pub struct TargetReport {
     pub workers: Vec<WorkerCapacity>,
     pub capacity: Vec<Finding>,
     pub probes: Vec<ProbeResult>,
+    /// Its workers that did not answer at all (`role host:port: why`): then nothing was
+    /// probed, and each counts as one failure.
+    pub unreachable: Vec<String>,
 }
 
 impl TargetReport {
@@ -100,6 +103,7 @@ impl TargetReport {
             .iter()
             .map(|f| f.verdict)
             .chain(self.probes.iter().map(|p| p.verdict))
+            .chain(self.unreachable.iter().map(|_| Verdict::Fail))
     }
 }
 
@@ -179,6 +183,12 @@ impl fmt::Display for PreflightReport {
                 "pool `{}` (model `{}`, {}): {}",
                 t.pool, t.model, t.mode, t.target
             )?;
+            for u in &t.unreachable {
+                writeln!(f, "  {:<7} unreachable, not probed: {u}", "FAIL")?;
+            }
+            if !t.unreachable.is_empty() {
+                continue;
+            }
             for w in &t.workers {
                 let n = |v: Option<u64>| v.map_or_else(|| "?".to_owned(), |v| v.to_string());
                 writeln!(
@@ -219,11 +229,15 @@ impl fmt::Display for PreflightReport {
         }
         writeln!(
             f,
-            "{}: {} passed, {} failed, {} skipped; {} of {} budget tokens sent",
+            "{}: {} passed, {} failed, {} skipped, {} unreachable; {} of {} budget tokens sent",
             self.result.as_str(),
             self.count(Verdict::Pass),
             self.count(Verdict::Fail),
             self.count(Verdict::Skipped),
+            self.targets
+                .iter()
+                .map(|t| t.unreachable.len())
+                .sum::<usize>(),
             self.tokens_sent,
             self.token_budget
         )
@@ -262,6 +276,7 @@ mod tests {
                     prefill_evidence: None,
                 })
                 .collect(),
+            unreachable: Vec::new(),
         }
     }
 

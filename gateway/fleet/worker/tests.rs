@@ -176,3 +176,32 @@ fn requests_only_the_engine_sees_take_their_slots_from_the_room() {
     assert_eq!(worker.foreign_load(1.0), Some(750));
     assert_eq!(worker.room(1.0), Some(250));
 }
+
+#[test]
+fn a_shared_cache_tier_makes_a_worker_of_a_salted_pool_ineligible() {
+    let policy = Arc::new(crate::fleet::CachePolicy {
+        separates_tenants: true,
+        ..Default::default()
+    });
+    let w = worker(Some(1000), Role::Unified).with_cache_policy(policy);
+    assert!(
+        w.is_eligible(),
+        "nothing known of its tiers: none, SGLang's default"
+    );
+    w.set_discovery(Discovery::Found(ServerInfo {
+        cache_tiers: crate::fleet::parse_reported(&serde_json::json!({
+            "enable_hierarchical_cache": true,
+            "hicache_storage_backend": "file",
+        })),
+        ..Default::default()
+    }));
+    let why = w.ineligibility().expect("refused");
+    assert!(
+        why.starts_with("shared cache tier `storage` (reported"),
+        "{why}"
+    );
+    // A worker of a pool that does not keep tenants apart serves either way.
+    let open = worker(Some(1000), Role::Unified);
+    open.set_discovery(w.discovery());
+    assert!(open.is_eligible());
+}

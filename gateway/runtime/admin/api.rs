@@ -183,6 +183,9 @@ pub fn worker_json(w: &Worker, overcommit: f64) -> Value {
         "kv_tokens": w.kv_tokens(),
         "eligible": w.is_eligible(),
         "reason": w.ineligibility(),
+        // Its cache tiers below the GPU prefix cache, each salted or not, and where that is
+        // known from (issue 40): a tier that ignores the salt is the `reason` above.
+        "cache_tiers": w.cache_tiers_json(),
         "draining": w.is_draining(),
         "outstanding": w.outstanding(),
         // The most requests its engine runs at once, and the KV share each then holds at
@@ -244,6 +247,9 @@ pub fn pool_json(pool: &Pool, now: Instant, overcommit: f64) -> Value {
         "configured_weight": pool.configured_weight,
         "eligible": pool.ineligibility().is_none(),
         "reason": pool.ineligibility(),
+        // It salts and more than one tenant may use it: its workers' cache tiers must honour
+        // the salt (issue 40).
+        "separates_tenants": pool.separates_tenants,
         "window_seconds": pool.signals.length().as_secs_f64(),
         "rates": rates_json(&pool.signals.rates(now)),
         "queue": queue_json(&pool.queue),

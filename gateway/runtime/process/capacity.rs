@@ -64,6 +64,14 @@ impl CapacityReport {
                     warnings.push(format!("pool `{}`: {reason}", pool.name));
                 }
                 for w in pool.all_workers() {
+                    if let (_, Some(d)) = w.cache_tiers() {
+                        warnings.push(format!(
+                            "pool `{}`: {} {}: {d}",
+                            pool.name,
+                            w.role.as_str(),
+                            w.authority
+                        ));
+                    }
                     if let Some((configured, reported)) = w.version_mismatch() {
                         warnings.push(format!(
                             "pool `{}`: {} {} reports engine version {reported} but the pool's `version` says {configured}; kvgate uses what the engine reports",
@@ -178,6 +186,17 @@ fn describe_worker(w: &Worker, engine: EngineKind, window: u64) -> String {
         "; version {}",
         w.version().as_deref().unwrap_or("unknown")
     );
+    let (tiers, _) = w.cache_tiers();
+    if !tiers.is_empty() {
+        let names: Vec<String> = tiers
+            .iter()
+            .map(|t| {
+                let salted = if t.salted { "salted" } else { "NOT salted" };
+                format!("{} ({salted}, {})", t.kind.as_str(), t.source.as_str())
+            })
+            .collect();
+        let _ = write!(line, "; cache tiers {}", names.join(", "));
+    }
     if let Some(reason) = w.ineligibility() {
         let _ = write!(line, "; NOT ELIGIBLE: {reason}");
     }
