@@ -155,5 +155,7 @@ fn a_rebuilt_pool_keeps_the_entries_of_the_workers_it_keeps_at_their_new_slots()
     );
     // Other bounds: nothing carried.
     let other = PrefixIndex::new(3, 10, Duration::from_secs(60));
-    assert!(index.remapped(&[Some(0), Some(1), Some(2)], &other).is_none());
+    assert!(index
+        .remapped(&[Some(0), Some(1), Some(2)], &other)
+        .is_none());
 }
