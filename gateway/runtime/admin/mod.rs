@@ -72,12 +72,20 @@ impl Admin {
         self
     }
 
-    /// Whether `request` may mutate: 401/403 response when not.
+    /// Whether `request` may use a route behind the admin token (the reads `GET /pools` and
+    /// `GET /rollouts`, every mutation): 401/403 response when not.
     fn authorize<B>(&self, request: &Request<B>) -> Result<(), Box<Response<BoxBody>>> {
         let Some(expected) = &self.token_sha256 else {
+            // Read routes behind the token (`GET /pools`, `GET /rollouts`) are off too: say
+            // what was refused, not that something would have been changed.
+            let message = if request.method() == http::Method::GET {
+                "no admin token is configured (server.admin_token_env or admin_token_file), so the admin routes behind it are off, reads included"
+            } else {
+                "no admin token is configured (server.admin_token_env or admin_token_file), so mutating admin routes are off"
+            };
             return Err(Box::new(admin_error(
                 StatusCode::FORBIDDEN,
-                "no admin token is configured (server.admin_token_env), so mutating admin routes are off",
+                message,
                 "admin_token_not_configured",
             )));
         };
