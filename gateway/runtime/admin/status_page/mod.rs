@@ -127,11 +127,25 @@ fn activity_section(out: &mut String, recent: &Recent) {
             bars(&series, 260, 44, tone),
         );
     }
+    // The charts always span the whole window (their ticks say −10 min); right after a
+    // start only part of it holds counts, which the caption says instead of naming the
+    // shorter span as if it were the charts' (issue 40).
+    let window = BUCKET * crate::activity::BUCKETS as u32;
+    let counted = if recent.covers + BUCKET < window {
+        format!(
+            " (counted since the gateway started, {} ago)",
+            human(covers)
+        )
+    } else {
+        String::new()
+    };
     let _ = write!(
         out,
-        "</div><p class=\"note\">Counts over the last {} in {}-second buckets (rightmost: the open one). \
+        "</div><p class=\"note\" id=\"activity-window\" data-seconds=\"{}\">Charts and counts over the last {}{counted}, \
+         in {}-second buckets (rightmost: the open one). \
          A request counts once, by its outcome; a guard trip also counts as its error code.</p>",
-        human(covers),
+        window.as_secs(),
+        human(window),
         BUCKET.as_secs()
     );
     out.push_str(
