@@ -193,6 +193,8 @@ impl Reloader {
         let models = next.config.models.len();
         let keys = next.keys.len();
         let (old_rollouts, new_rollouts) = (running.rollouts.clone(), next.rollouts.clone());
+        // The next config's tenant series exist (at zero) before its first request.
+        self.shared.accounting.configure(&next.config);
         let number = self.live.install(next);
         // Rollouts the reload replaced stop deciding (requests in flight still report to
         // them); new ones over kept pools start from the configured weights.
