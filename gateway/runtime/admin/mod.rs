@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower::Service;
 
+use crate::accounting::Accounting;
 use crate::activity::Activity;
 use crate::body::{self, BoxBody, BoxError};
 use crate::fleet::Fleet;
@@ -43,6 +44,8 @@ pub struct Admin {
     reloader: Option<Reloader>,
     /// Recent outcomes for `/status`.
     activity: Arc<Activity>,
+    /// Per-tenant accounting for `/status`.
+    accounting: Option<Arc<Accounting>>,
     /// SHA-256 of the admin token (compared digest to digest, in constant time).
     token_sha256: Option<[u8; 32]>,
 }
@@ -56,6 +59,7 @@ impl Admin {
             shutdown,
             reloader,
             activity: Arc::new(Activity::default()),
+            accounting: None,
             token_sha256: None,
         }
     }
@@ -63,6 +67,12 @@ impl Admin {
     /// Show `activity` on `/status`.
     pub fn with_status(mut self, activity: Arc<Activity>) -> Self {
         self.activity = activity;
+        self
+    }
+
+    /// Show each tenant's last hour from `accounting` on `/status`.
+    pub fn with_accounting(mut self, accounting: Arc<Accounting>) -> Self {
+        self.accounting = Some(accounting);
         self
     }
 
@@ -252,12 +262,14 @@ impl Admin {
             },
             (&Method::GET, "/status") => {
                 let live = self.live.current();
+                let book = self.accounting.as_ref().map(|a| a.book());
                 let page = status_page::render(
                     &StatusSources {
                         fleet: &live.fleet,
                         rollouts: &live.rollouts,
                         admission: Some(&live.admission),
                         activity: &self.activity,
+                        accounting: book.as_deref(),
                         last_reload: self.reloader.as_ref().and_then(Reloader::last),
                         draining: self.shutdown.is_triggered(),
                     },

@@ -305,6 +305,7 @@ impl Gateway {
         let admin_token = crate::runtime::admin::admin_token(&self.config.server)?;
         let admin_service = Admin::new(self.live.clone(), shutdown.clone(), Some(reloader.clone()))
             .with_status(self.shared.activity.clone())
+            .with_accounting(self.shared.accounting.clone())
             .with_token(admin_token);
         tasks.push(tokio::spawn(server::serve(
             admin,
