@@ -59,6 +59,7 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod accounting;
 pub mod activity;
 pub mod anthropic;
 pub mod audit;
@@ -154,7 +155,11 @@ where
         // A bug below answers 500 instead of dropping the connection without a status (I6).
         .layer(CatchPanicLayer::custom(panic_response))
         // Errors become OpenAI-style JSON here and only here; every outcome is counted once.
-        .layer(Rescue::layer(shared.audit.clone(), shared.activity.clone()))
+        .layer(Rescue::layer(
+            shared.audit.clone(),
+            shared.activity.clone(),
+            shared.accounting.clone(),
+        ))
         // Over the global in-flight ceiling: 503 at once, before any work.
         .layer(LoadShed::layer(shared.in_flight.clone()))
         // 431 for a header value or block over its limit.

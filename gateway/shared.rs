@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 
+use crate::accounting::Accounting;
 use crate::activity::Activity;
 use crate::audit::AuditLog;
 use crate::load::InFlightLimit;
@@ -29,6 +30,9 @@ pub struct Shared {
     pub audit: AuditLog,
     /// Recent outcomes, trips and leak suspicions for the status page.
     pub activity: Arc<Activity>,
+    /// Per-tenant accounting: the tenant series of the config in force (a reload installs
+    /// the next book; the counts carry over).
+    pub accounting: Arc<Accounting>,
     /// The engine client; each data thread has its own (pooled connections stay on their
     /// thread), the rest of `Shared` is the same for all.
     pub upstream: Upstream,

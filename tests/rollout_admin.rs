@@ -86,6 +86,16 @@ async fn the_admin_api_needs_the_admin_token() {
     let reply = admin(&open, Method::GET, "/pools", Some(TOKEN)).await;
     assert_eq!(reply.status, StatusCode::FORBIDDEN);
     assert_eq!(error_code(&reply), "admin_token_not_configured");
+    // A read is refused as a read: it would have mutated nothing (issue 40 item 5).
+    let message = error_message(&reply);
+    assert!(!message.contains("mutating"), "{message}");
+    assert!(message.contains("reads included"), "{message}");
+    let reply = admin(&open, Method::GET, "/pools", None).await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN);
+    assert!(!error_message(&reply).contains("mutating"));
+    let reply = admin(&open, Method::POST, "/pools/p/weight", Some(TOKEN)).await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN);
+    assert!(error_message(&reply).contains("mutating admin routes are off"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

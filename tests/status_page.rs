@@ -140,9 +140,15 @@ async fn the_status_page_shows_the_gateways_state_in_a_real_browser() {
     let url = format!("http://{}/v1/chat/completions", gw.data_addr());
 
     // Three admitted, three refused: over-long, bad key, and a guard trip on the canary.
+    let (mut prompt, mut completion) = (0, 0);
     for i in 0..3 {
         let reply = post(&url, Some(KEY), &chat(&format!("hello number {i}"))).await;
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+        let usage = &reply.json()["usage"];
+        prompt += usage["prompt_tokens"].as_u64().expect("prompt_tokens");
+        completion += usage["completion_tokens"]
+            .as_u64()
+            .expect("completion_tokens");
     }
     let reply = post(&url, Some(KEY), &chat(&"hello ".repeat(6000))).await;
     assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.text());
@@ -287,6 +293,27 @@ async fn the_status_page_shows_the_gateways_state_in_a_real_browser() {
     assert_eq!(breakdown(&dom, "guard_trip", "prompt_tokens_mismatch"), 1);
     assert_eq!(count_of(&dom, "leaks-total"), 0);
     assert!(dom.contains("<svg class=\"chart"), "charts are drawn");
+    // The caption names the charts' window, not the time since the start (issue 40).
+    assert_eq!(attr_of(&dom, "activity-window", "data-seconds"), "600");
+    let caption = Regex::new(r#"id="activity-window"[^>]*>([^<]*)<"#)
+        .expect("regex")
+        .captures(&dom)
+        .map(|c| c[1].to_owned())
+        .unwrap_or_default();
+    assert!(caption.contains("over the last 10 min"), "{caption}");
+
+    // Tenants, last hour: the bad key is nobody's; the other five are t1's (two errors), with
+    // the tokens the engine reported for its three answers.
+    let tenant = row(&dom, "data-tenant", "t1");
+    assert_eq!(field(tenant, "requests"), "5", "{tenant}");
+    assert_eq!(field(tenant, "errors"), "2", "{tenant}");
+    assert_eq!(field(tenant, "prompt"), prompt.to_string(), "{tenant}");
+    assert_eq!(
+        field(tenant, "completion"),
+        completion.to_string(),
+        "{tenant}"
+    );
+    assert_eq!(attr_of(&dom, "tenants-window", "data-minutes"), "60");
 
     // The last reload: ok, at the time the gateway recorded.
     assert_eq!(attr_of(&dom, "reload-state", "data-state"), "ok");

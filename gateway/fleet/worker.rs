@@ -417,6 +417,8 @@ impl Worker {
 
     /// Publish eligibility and capacity gauges.
     pub fn publish_gauges(&self) {
+        // Exported from the first publication, not only after the first request (issue 40).
+        self.outstanding_gauge().increment(0.0);
         let labels = self.labels();
         ::metrics::gauge!(metrics::WORKER_ELIGIBLE, &labels).set(if self.is_eligible() {
             1.0

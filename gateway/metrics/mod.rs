@@ -5,6 +5,7 @@
 //! the request.
 
 pub mod per_request;
+pub mod zero;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::sync::OnceLock;
@@ -112,6 +113,39 @@ pub const POOL_WEIGHT: &str = "kvgate_pool_weight";
 /// 1 while this replica can read and publish shared rollout decisions in Redis.
 pub const ROLLOUT_SHARED_OK: &str = "kvgate_rollout_shared_ok";
 
+// === tenant accounting (issue 40) ===
+
+/// Requests of a configured tenant by model and outcome (`accounting::Outcome`: ok,
+/// refused, engine_error, guard_trip, client_gone, internal_error); every series exists at
+/// zero from start-up.
+pub const TENANT_REQUESTS_TOTAL: &str = "kvgate_tenant_requests_total";
+/// Prompt tokens the engines reported for a tenant's requests, by tenant and model.
+pub const TENANT_PROMPT_TOKENS_TOTAL: &str = "kvgate_tenant_prompt_tokens_total";
+/// Completion tokens the engines reported, by tenant and model.
+pub const TENANT_COMPLETION_TOKENS_TOTAL: &str = "kvgate_tenant_completion_tokens_total";
+/// Prompt tokens the engines found in their prefix cache (part of the prompt tokens), by
+/// tenant and model.
+pub const TENANT_CACHED_TOKENS_TOTAL: &str = "kvgate_tenant_cached_tokens_total";
+/// Served requests whose engine reported no usage (their tokens are not in the token
+/// counters), by tenant and model.
+pub const TENANT_UNREPORTED_USAGE_TOTAL: &str = "kvgate_tenant_unreported_usage_total";
+/// Time from a streamed request's arrival to its first event at the client, by pool and
+/// class (histogram).
+pub const TIME_TO_FIRST_TOKEN_SECONDS: &str = "kvgate_time_to_first_token_seconds";
+/// A stream's mean time between tokens after the first, one observation per stream, by pool
+/// and class (histogram).
+pub const INTER_TOKEN_SECONDS: &str = "kvgate_inter_token_seconds";
+
+/// Time to first token: from a few ms (a cached prefix) to tens of seconds (a long prompt
+/// behind a queue).
+const TTFT_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0,
+];
+/// Inter-token latency: a decode step is ms to a few hundred ms.
+const ITL_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5,
+];
+
 const DURATION_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     60.0, 300.0,
@@ -122,11 +156,20 @@ const DURATION_BUCKETS: &[f64] = &[
 pub fn handle() -> &'static PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(|| {
+        use metrics_exporter_prometheus::Matcher;
+        // Full names sort before suffixes in the exporter: the token latencies get their
+        // own buckets, every other `_seconds` histogram the general ones.
         let builder = PrometheusBuilder::new()
-            .set_buckets_for_metric(
-                metrics_exporter_prometheus::Matcher::Suffix("_seconds".into()),
-                DURATION_BUCKETS,
-            )
+            .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), DURATION_BUCKETS)
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    Matcher::Full(TIME_TO_FIRST_TOKEN_SECONDS.into()),
+                    TTFT_BUCKETS,
+                )
+            })
+            .and_then(|b| {
+                b.set_buckets_for_metric(Matcher::Full(INTER_TOKEN_SECONDS.into()), ITL_BUCKETS)
+            })
             .unwrap_or_else(|_| PrometheusBuilder::new());
         let recorder = builder.build_recorder();
         let handle = recorder.handle();
@@ -255,6 +298,39 @@ fn describe_all() {
     describe_gauge!(
         ROLLOUT_SHARED_OK,
         "1 while shared rollout decisions in Redis are reachable"
+    );
+    describe_counter!(
+        TENANT_REQUESTS_TOTAL,
+        "Requests of a configured tenant, by model and outcome"
+    );
+    describe_counter!(
+        TENANT_PROMPT_TOKENS_TOTAL,
+        Unit::Count,
+        "Prompt tokens the engines reported, by tenant and model"
+    );
+    describe_counter!(
+        TENANT_COMPLETION_TOKENS_TOTAL,
+        Unit::Count,
+        "Completion tokens the engines reported, by tenant and model"
+    );
+    describe_counter!(
+        TENANT_CACHED_TOKENS_TOTAL,
+        Unit::Count,
+        "Prompt tokens served from the engines' prefix cache, by tenant and model"
+    );
+    describe_counter!(
+        TENANT_UNREPORTED_USAGE_TOTAL,
+        "Served requests whose engine reported no usage (tokens not counted)"
+    );
+    describe_histogram!(
+        TIME_TO_FIRST_TOKEN_SECONDS,
+        Unit::Seconds,
+        "Time from a streamed request's arrival to its first event, by pool and class"
+    );
+    describe_histogram!(
+        INTER_TOKEN_SECONDS,
+        Unit::Seconds,
+        "A stream's mean time between tokens after the first, by pool and class"
     );
     describe_counter!(STORE_ERRORS_TOTAL, "Limit store failures by backend");
     describe_gauge!(STORE_HEALTHY, "1 if the limit store answers");

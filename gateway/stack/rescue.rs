@@ -2,12 +2,16 @@
 //! response (through [`GatewayError::into_response`], the one place that builds error
 //! bodies) and counts each request's single outcome (I6), in the metrics and in the
 //! status page's recent [`Activity`]. The stack above it is infallible.
+//!
+//! Writes: the request's [`Ledger`] (per-tenant accounting), settled here for a whole
+//! answer and at the end of a stream.
 
 use http::Request;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::accounting::{Accounting, Ledger, Outcome};
 use crate::activity::Activity;
 use crate::audit::AuditLog;
 use crate::error::{ErrorDialect, GatewayError};
@@ -31,13 +35,23 @@ pub struct Rescue {
 struct Sinks {
     audit: AuditLog,
     activity: Arc<Activity>,
+    accounting: Arc<Accounting>,
 }
 
 impl Rescue {
-    /// Rescue, writing request outcomes to `audit` and counting them in `activity`.
-    pub fn layer(audit: AuditLog, activity: Arc<Activity>) -> ShellLayer<Self> {
+    /// Rescue, writing request outcomes to `audit`, counting them in `activity` and in
+    /// the tenants' series of `accounting`.
+    pub fn layer(
+        audit: AuditLog,
+        activity: Arc<Activity>,
+        accounting: Arc<Accounting>,
+    ) -> ShellLayer<Self> {
         ShellLayer::new(Self {
-            sinks: Arc::new(Sinks { audit, activity }),
+            sinks: Arc::new(Sinks {
+                audit,
+                activity,
+                accounting,
+            }),
         })
     }
 }
@@ -50,7 +64,7 @@ impl BoxedWrap for Rescue {
     fn call<S: Inner<B>, B: Send + 'static>(
         &self,
         inner: &S,
-        request: Request<B>,
+        mut request: Request<B>,
     ) -> ShellFuture<Infallible> {
         let inner = inner.clone();
         let classified = Endpoint::classify(request.method(), request.uri().path()).ok();
@@ -72,6 +86,10 @@ impl BoxedWrap for Rescue {
         // Traced requests only (stack::trace_context): their logs and audit lines name the
         // trace, and their server span gets the error code.
         let trace = request.extensions().get::<Arc<RequestTrace>>().cloned();
+        // One account per request (an allocation and a read lock): the stages below name
+        // it, the guard fills it in, and it is settled once.
+        let ledger = Ledger::new(sinks.accounting.book());
+        request.extensions_mut().insert(ledger.clone());
         Box::pin(async move {
             use tower::ServiceExt;
             let mut code = None;
@@ -106,6 +124,17 @@ impl BoxedWrap for Rescue {
             // Exactly one outcome per request (I6): streams count theirs when they end.
             if response.extensions().get::<OutcomeAtStreamEnd>().is_none() {
                 let outcome = if code.is_some() { "error" } else { "success" };
+                ledger.outcome_unless_set(code.map_or(Outcome::Ok, Outcome::of_error_code));
+                let streamed = response
+                    .headers()
+                    .get(http::header::CONTENT_TYPE)
+                    .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+                // A stream the guard does not follow to its end (Responses and Anthropic
+                // events) settles when its body lets the account go, with the usage its end
+                // reported; every other answer is complete now.
+                if !streamed {
+                    ledger.settle();
+                }
                 match code {
                     Some(code) => sinks.activity.refuse(code),
                     None => sinks.activity.admit(),
@@ -134,6 +163,7 @@ impl BoxedWrap for Rescue {
                 {
                     fields.push(("pool", pool.into()));
                 }
+                ledger.snapshot().audit_fields(&mut fields);
                 sinks
                     .audit
                     .record_with("request", &serde_json::Map::new(), &fields);

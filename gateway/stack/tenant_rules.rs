@@ -8,13 +8,15 @@
 //! follow admission (they reserve its count).
 //!
 //! Reads: `AuthContext`, `InferenceRequest`, the `x-kvgate-pool` and `x-kvgate-priority`
-//! headers. Writes: `PoolChoice`, `RequestPriority` (always).
+//! headers. Writes: `PoolChoice`, `RequestPriority` (always); names the request's
+//! [`Ledger`] for its tenant and model.
 
 use bytes::Bytes;
 use http::Request;
 use serde_json::Value;
 use tower::filter::{FilterLayer, Predicate};
 
+use crate::accounting::Ledger;
 use crate::body::BoxError;
 use crate::error::GatewayError;
 use crate::stack::api::{fields, InferenceRequest};
@@ -49,6 +51,13 @@ impl Predicate<Request<Bytes>> for TenantRules {
             )
             .into());
         };
+        // The request's account is this tenant's from here, refusals below included. Both
+        // names are looked up in the config's book: a model the config does not name is not
+        // counted per tenant, so no label value ever comes from the client. The class label
+        // is the tenant's configured class (bounded, and stable per tenant).
+        if let Some(ledger) = request.extensions().get::<Ledger>() {
+            ledger.identify(&auth.tenant, &parsed.model, auth.policy.priority);
+        }
         // A stored response's GET and cancel name no model: the owner check (which ties the
         // id to this tenant) stands in for it.
         if !parsed.endpoint.is_stored_response() && !auth.policy.allows_model(&parsed.model) {

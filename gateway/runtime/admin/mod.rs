@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower::Service;
 
+use crate::accounting::Accounting;
 use crate::activity::Activity;
 use crate::body::{self, BoxBody, BoxError};
 use crate::fleet::Fleet;
@@ -43,6 +44,8 @@ pub struct Admin {
     reloader: Option<Reloader>,
     /// Recent outcomes for `/status`.
     activity: Arc<Activity>,
+    /// Per-tenant accounting for `/status`.
+    accounting: Option<Arc<Accounting>>,
     /// SHA-256 of the admin token (compared digest to digest, in constant time).
     token_sha256: Option<[u8; 32]>,
 }
@@ -56,6 +59,7 @@ impl Admin {
             shutdown,
             reloader,
             activity: Arc::new(Activity::default()),
+            accounting: None,
             token_sha256: None,
         }
     }
@@ -66,18 +70,32 @@ impl Admin {
         self
     }
 
+    /// Show each tenant's last hour from `accounting` on `/status`.
+    pub fn with_accounting(mut self, accounting: Arc<Accounting>) -> Self {
+        self.accounting = Some(accounting);
+        self
+    }
+
     /// Require `token` for mutating routes (None: they are refused).
     pub fn with_token(mut self, token: Option<String>) -> Self {
         self.token_sha256 = token.map(|t| digest(&t));
         self
     }
 
-    /// Whether `request` may mutate: 401/403 response when not.
+    /// Whether `request` may use a route behind the admin token (the reads `GET /pools` and
+    /// `GET /rollouts`, every mutation): 401/403 response when not.
     fn authorize<B>(&self, request: &Request<B>) -> Result<(), Box<Response<BoxBody>>> {
         let Some(expected) = &self.token_sha256 else {
+            // Read routes behind the token (`GET /pools`, `GET /rollouts`) are off too: say
+            // what was refused, not that something would have been changed.
+            let message = if request.method() == http::Method::GET {
+                "no admin token is configured (server.admin_token_env or admin_token_file), so the admin routes behind it are off, reads included"
+            } else {
+                "no admin token is configured (server.admin_token_env or admin_token_file), so mutating admin routes are off"
+            };
             return Err(Box::new(admin_error(
                 StatusCode::FORBIDDEN,
-                "no admin token is configured (server.admin_token_env), so mutating admin routes are off",
+                message,
                 "admin_token_not_configured",
             )));
         };
@@ -244,12 +262,14 @@ impl Admin {
             },
             (&Method::GET, "/status") => {
                 let live = self.live.current();
+                let book = self.accounting.as_ref().map(|a| a.book());
                 let page = status_page::render(
                     &StatusSources {
                         fleet: &live.fleet,
                         rollouts: &live.rollouts,
                         admission: Some(&live.admission),
                         activity: &self.activity,
+                        accounting: book.as_deref(),
                         last_reload: self.reloader.as_ref().and_then(Reloader::last),
                         draining: self.shutdown.is_triggered(),
                     },

@@ -8,6 +8,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use super::build;
+use crate::accounting::Accounting;
 use crate::activity::Activity;
 use crate::audit::AuditLog;
 use crate::build_stack;
@@ -75,6 +76,7 @@ impl Gateway {
             limiter: Limiter::new(MemoryStore::new()),
             audit: AuditLog::open(&config.audit).map_err(StartError::Audit)?,
             activity: Arc::new(Activity::default()),
+            accounting: Arc::new(Accounting::new(&config)),
             upstream: Upstream::new(&config.upstream, &engine_tls),
             body: BodyLimits {
                 max_bytes: bytes_usize(server.max_body_bytes),
@@ -303,6 +305,7 @@ impl Gateway {
         let admin_token = crate::runtime::admin::admin_token(&self.config.server)?;
         let admin_service = Admin::new(self.live.clone(), shutdown.clone(), Some(reloader.clone()))
             .with_status(self.shared.activity.clone())
+            .with_accounting(self.shared.accounting.clone())
             .with_token(admin_token);
         tasks.push(tokio::spawn(server::serve(
             admin,

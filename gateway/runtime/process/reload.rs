@@ -194,6 +194,8 @@ impl Reloader {
         let keys = next.keys.len();
         let (old_rollouts, new_rollouts) = (running.rollouts.clone(), next.rollouts.clone());
         let next_fleet = next.fleet.clone();
+        // The next config's tenant series exist (at zero) before its first request.
+        self.shared.accounting.configure(&next.config);
         let number = self.live.install(next);
         drain_workers_gone(&running.fleet, &next_fleet);
         // Rollouts the reload replaced stop deciding (requests in flight still report to

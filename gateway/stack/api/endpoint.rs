@@ -251,6 +251,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_label_is_exported_from_start_up() {
+        use Endpoint::*;
+        let all = [
+            ChatCompletions,
+            Completions,
+            Generate,
+            ListModels,
+            RetrieveModel,
+            Embeddings,
+            Rerank,
+            Score,
+            Tokenize,
+            Detokenize,
+            Messages,
+            EngineMessages,
+            CountTokens,
+            CreateResponse,
+            RetrieveResponse,
+            CancelResponse,
+        ];
+        for endpoint in all {
+            assert!(
+                crate::metrics::zero::ENDPOINT_LABELS.contains(&endpoint.label()),
+                "{endpoint:?}"
+            );
+        }
+    }
+
+    #[test]
     fn classifies_known_routes_and_rejects_others() {
         assert_eq!(
             Endpoint::classify(&Method::POST, "/generate").unwrap(),

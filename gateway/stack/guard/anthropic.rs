@@ -31,6 +31,7 @@ use super::inspect::{Expectation, Trip};
 use super::leak::LeakScan;
 use super::report::TripReport;
 use super::sse::{rewrite_stream, Rewrite, SseEvent, StreamFailure};
+use crate::accounting::TokenUsage;
 use crate::anthropic::error_type;
 use crate::body::BoxBody;
 use crate::stack::rate_limit::UsageCell;
@@ -129,6 +130,8 @@ struct Guarded {
     usage: Option<UsageCell>,
     /// The prompt `message_start` reported; the stop reason and output of `message_delta`.
     prompt: Option<u64>,
+    /// Of the prompt, what `message_start` said was read from the cache.
+    cached: u64,
     stop_reason: Option<String>,
     output: Option<u64>,
     /// Events held back while the leak scan is inside a foreign run.
@@ -152,6 +155,7 @@ pub(super) fn guard_messages_stream(
         report,
         usage,
         prompt: None,
+        cached: 0,
         stop_reason: None,
         output: None,
         held: HeldEvents::default(),
@@ -233,6 +237,10 @@ impl Guarded {
                     .and_then(|m| m.get("usage"))
                     .unwrap_or(&Value::Null);
                 self.prompt = prompt_tokens(usage);
+                self.cached = usage
+                    .get("cache_read_input_tokens")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
                 match &self.expect {
                     Some(expect) => expect.check_prompt_tokens(None, self.prompt),
                     None => Ok(()),
@@ -290,6 +298,13 @@ impl Guarded {
         }
         if let (Some(cell), Some(prompt), Some(output)) = (&self.usage, self.prompt, self.output) {
             cell.set(prompt.saturating_add(output));
+        }
+        if let (Some(prompt), Some(completion)) = (self.prompt, self.output) {
+            self.report.usage(TokenUsage {
+                prompt,
+                completion,
+                cached: self.cached,
+            });
         }
         Ok(())
     }

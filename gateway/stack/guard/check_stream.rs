@@ -15,6 +15,7 @@ use super::inspect::typed::OpenAiChunk;
 use super::inspect::{self, Expectation, Markers, Shape, Trip};
 use super::leak::LeakScan;
 use super::sse::SseEvent;
+use crate::accounting::TokenUsage;
 use hold::HoldBack;
 use usage::{EngineUsage, UsageStrip};
 
@@ -46,6 +47,8 @@ struct ChunkChoice<'t> {
 struct ChunkUsage {
     prompt_tokens: Option<u64>,
     total_tokens: Option<u64>,
+    /// The split the tenant's account takes.
+    split: Option<TokenUsage>,
 }
 
 /// State of the checks over one stream.
@@ -118,6 +121,11 @@ impl StreamCheck {
         self.usage.total()
     }
 
+    /// The engine's reported usage split for the tenant's account.
+    pub fn token_usage(&self) -> Option<TokenUsage> {
+        self.usage.split()
+    }
+
     /// Everything still held (the stream ended and passed).
     pub fn release_all(&mut self) -> Vec<Bytes> {
         self.held.release_all()
@@ -178,6 +186,7 @@ impl StreamCheck {
                     ChunkUsage {
                         prompt_tokens,
                         total_tokens,
+                        split: chunk.token_usage(),
                     },
                 )?;
                 return Ok(self.rewrite_usage(event, chunk.has_usage(), no_choices, None));
@@ -247,6 +256,9 @@ impl StreamCheck {
                 .filter_map(|k| meta.get(*k).and_then(Value::as_u64))
                 .sum::<u64>();
             self.usage.sample(index, used);
+            if let Some(split) = TokenUsage::from_meta(meta) {
+                self.usage.sample_split(index, split);
+            }
             if inspect::native_finish(meta.get("finish_reason").unwrap_or(&Value::Null))? {
                 self.finished.insert(index);
             }
@@ -284,6 +296,7 @@ impl StreamCheck {
             total_tokens: usage
                 .and_then(|x| x.get("total_tokens"))
                 .and_then(Value::as_u64),
+            split: usage.and_then(TokenUsage::from_usage),
         };
         self.openai_parts(choices, usage)
     }
@@ -311,6 +324,12 @@ impl StreamCheck {
             match choices.as_ref().and_then(|c| c.first()) {
                 Some(c) => self.usage.sample(c.index, total),
                 None => self.usage.final_total(total),
+            }
+        }
+        if let Some(split) = usage.split {
+            match choices.as_ref().and_then(|c| c.first()) {
+                Some(c) => self.usage.sample_split(c.index, split),
+                None => self.usage.final_split(split),
             }
         }
         if choices.is_none_or(|c| c.is_empty()) {

@@ -3,7 +3,7 @@
 //! check and to the whole-answer and stream paths.
 //!
 //! Reads: `RoutePlan`, `InferenceRequest` (and asks OpenAI-format engines for stream usage
-//! in it), `TokenCount`, `UsageCell`, `LeakWatch` (from isolation), `AuthContext`,
+//! in it), `TokenCount`, `UsageCell`, `Ledger`, `LeakWatch` (from isolation), `AuthContext`,
 //! `RequestId`, `RequestTrace`, the request's signals; the `x-client-request-id` header.
 
 use bytes::Bytes;
@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use super::check_stream::UsageRewrite;
 use super::inspect::{Expectation, Markers, PoolingShape, Shape};
+use crate::accounting::Ledger;
 use crate::config::GuardConfig;
 use crate::error::GatewayError;
 use crate::stack::admission::TokenCount;
@@ -53,6 +54,8 @@ pub(super) struct ReportFacts {
     pub(super) trace: Option<Arc<RequestTrace>>,
     /// The request's signals for its pool's window (rollouts count trips and leaks).
     pub(super) signals: Option<Arc<RequestSignals>>,
+    /// The request's account (per-tenant accounting): usage, token times, outcome.
+    pub(super) ledger: Option<Ledger>,
     /// Set from the answer (dispatch's `ServedBy`).
     pub(super) worker: Option<String>,
     pub(super) prefill_worker: Option<String>,
@@ -95,6 +98,11 @@ impl<'a> GuardPlan<'a> {
     ) -> Result<Option<(Self, ReportFacts)>, GatewayError> {
         let route = request.extensions().get::<RoutePlan>();
         let pool = route.map(|p| p.pool.name.to_string()).unwrap_or_default();
+        // The pool's latency histograms take the request's token times, whether the guard
+        // runs here or not.
+        if let Some(ledger) = request.extensions().get::<Ledger>() {
+            ledger.route(&pool);
+        }
         let chat_rules = route.map(|p| p.pool.chat_rules);
         let leak = request.extensions_mut().remove::<LeakWatch>();
         let leak_on = leak.as_ref().is_some_and(|w| w.mode().is_on());
@@ -148,6 +156,7 @@ impl<'a> GuardPlan<'a> {
                 .map(str::to_owned),
             trace: extensions.get::<Arc<RequestTrace>>().cloned(),
             signals: extensions.get::<Arc<RequestSignals>>().cloned(),
+            ledger: extensions.get::<Ledger>().cloned(),
             worker: None,
             prefill_worker: None,
         };

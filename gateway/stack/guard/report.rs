@@ -7,9 +7,11 @@
 use http::StatusCode;
 use serde_json::{Map, Value};
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::inspect::Trip;
 use super::plan::ReportFacts;
+use crate::accounting::{Outcome, TokenUsage};
 use crate::activity::Activity;
 use crate::audit::AuditLog;
 use crate::error::GatewayError;
@@ -101,8 +103,30 @@ impl TripReport {
         self.facts.request_id.as_ref().map(RequestId::as_str)
     }
 
+    /// The engine reported `usage` (the tenant's account).
+    pub(super) fn usage(&self, usage: TokenUsage) {
+        if let Some(ledger) = &self.facts.ledger {
+            ledger.usage(usage);
+        }
+    }
+
+    /// Whether the request has an account to fill in.
+    pub(super) fn accounts(&self) -> bool {
+        self.facts.ledger.is_some()
+    }
+
+    /// A stream's first and last events went to the client at these instants.
+    pub(super) fn token_times(&self, first: Instant, last: Instant) {
+        if let Some(ledger) = &self.facts.ledger {
+            ledger.token_times(first, last);
+        }
+    }
+
     /// Record `trip` once and return the error the client gets.
     pub fn record(&self, trip: &Trip) -> GatewayError {
+        if let Some(ledger) = &self.facts.ledger {
+            ledger.outcome(Outcome::GuardTrip);
+        }
         ::metrics::counter!(metrics::GUARD_TRIPS_TOTAL, "reason" => trip.reason(), "pool" => self.pool.clone())
             .increment(1);
         if let Some(signals) = &self.facts.signals {
@@ -162,10 +186,15 @@ impl TripReport {
             "success" => self.sinks.activity.admit(),
             other => self.sinks.activity.refuse(other),
         }
-        let extra = [
+        let mut extra = vec![
             ("outcome", Value::from(outcome)),
             ("stream", Value::from(true)),
         ];
+        if let Some(ledger) = &self.facts.ledger {
+            ledger.outcome(Outcome::of_stream_end(outcome));
+            ledger.snapshot().audit_fields(&mut extra);
+            ledger.settle();
+        }
         self.sinks
             .audit
             .record_with("request", &self.facts.fields(&self.pool), &extra);

@@ -20,6 +20,7 @@ use super::inspect::{error_object, Expectation, Trip};
 use super::leak::LeakScan;
 use super::report::TripReport;
 use super::sse::{rewrite_stream, Rewrite, SseEvent, StreamFailure};
+use crate::accounting::TokenUsage;
 use crate::body::BoxBody;
 use crate::stack::rate_limit::UsageCell;
 
@@ -198,6 +199,9 @@ fn pass(state: &mut Guarded, events: &[SseEvent]) -> Vec<u8> {
                         if let (Some(cell), Some(total)) = (&state.usage, response_usage(&response))
                         {
                             cell.set(total);
+                        }
+                        if let Some(used) = response.get("usage").and_then(TokenUsage::from_usage) {
+                            state.report.usage(used);
                         }
                         state.held.release(&mut out);
                         out.extend_from_slice(&event.raw);

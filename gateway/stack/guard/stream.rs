@@ -8,7 +8,7 @@ use http::response::Parts;
 use http::Response;
 use http_body_util::BodyExt;
 use std::collections::VecDeque;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::check_stream::StreamCheck;
 use super::extensions::OutcomeAtStreamEnd;
@@ -75,6 +75,10 @@ pub struct GuardedStream {
     /// The engine's body ended (its tail is in `pending`).
     upstream_ended: bool,
     usage: Option<UsageCell>,
+    /// When the first and the latest frames went to hyper (time to first token, the mean
+    /// time between tokens).
+    first_out: Option<Instant>,
+    last_out: Option<Instant>,
 }
 
 /// Bytes of a chunk re-framed at once: a dozen typical events, enough for strict mode's
@@ -97,6 +101,8 @@ impl GuardedStream {
             unframed: Bytes::new(),
             upstream_ended: false,
             usage: None,
+            first_out: None,
+            last_out: None,
         }
     }
 
@@ -215,6 +221,9 @@ impl GuardedStream {
                 if let (Some(cell), Some(total)) = (&self.usage, self.check.usage_total()) {
                     cell.set(total);
                 }
+                if let Some(used) = self.check.token_usage() {
+                    self.report.usage(used);
+                }
                 self.phase = Phase::Completed;
                 Ok(())
             }
@@ -253,6 +262,12 @@ impl GuardedStream {
             loop {
                 if let Some(bytes) = s.out.pop_front() {
                     let bytes = if first { bytes } else { s.coalesce(bytes) };
+                    // One clock read per frame, not per token: frames carry bursts.
+                    let now = Instant::now();
+                    if s.first_out.is_none() {
+                        s.first_out = Some(now);
+                    }
+                    s.last_out = Some(now);
                     return Some((
                         Ok::<_, BoxError>(http_body::Frame::data(bytes)),
                         (s, frames + 1),
@@ -309,6 +324,9 @@ impl Drop for GuardedStream {
             Phase::Tripped => "guard_error",
             Phase::Open => "client_cancelled",
         };
+        if let (Some(first), Some(last)) = (self.first_out, self.last_out) {
+            self.report.token_times(first, last);
+        }
         self.report.outcome(outcome);
     }
 }

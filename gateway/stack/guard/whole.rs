@@ -1,6 +1,6 @@
 //! The whole-answer path: a non-streamed answer is read once and checked whole (the I1
 //! checks, then the leak scan) before its status line goes out; the engine's usage is
-//! passed on for rate-limit settlement.
+//! passed on for rate-limit settlement and the tenant's account.
 
 use http::response::Parts;
 use http::Response;
@@ -13,6 +13,7 @@ use super::leak::LeakScan;
 use super::plan::GuardPlan;
 use super::report::TripReport;
 use super::responses::{check_response, output_texts, response_usage};
+use crate::accounting::TokenUsage;
 use crate::body::{self, BoxBody};
 use crate::error::GatewayError;
 
@@ -51,6 +52,9 @@ pub(super) async fn check_whole_answer(
         if let (Some(cell), Some(total)) = (&plan.usage, response_usage(&v)) {
             cell.set(total);
         }
+        if let Some(used) = v.get("usage").and_then(TokenUsage::from_usage) {
+            report.usage(used);
+        }
         return Ok(Response::from_parts(parts, body));
     }
     if plan.anthropic {
@@ -66,6 +70,9 @@ pub(super) async fn check_whole_answer(
         if let (Some(cell), Some(total)) = (&plan.usage, message_usage(&v)) {
             cell.set(total);
         }
+        if let Some(used) = v.get("usage").and_then(TokenUsage::from_usage) {
+            report.usage(used);
+        }
         return Ok(Response::from_parts(parts, body));
     }
     if let Some(shape) = plan.pooling {
@@ -75,8 +82,19 @@ pub(super) async fn check_whole_answer(
                 return Err(report.record(&trip));
             }
         }
-        if let (Some(cell), Some(total)) = (&plan.usage, pooling_usage(shape, &bytes)) {
-            cell.set(total);
+        // Parsed only when someone takes the count (embeddings are one more parse).
+        if plan.usage.is_some() || report.accounts() {
+            if let Some(total) = pooling_usage(shape, &bytes) {
+                if let Some(cell) = &plan.usage {
+                    cell.set(total);
+                }
+                // Nothing is generated: the whole count is prompt.
+                report.usage(TokenUsage {
+                    prompt: total,
+                    completion: 0,
+                    cached: 0,
+                });
+            }
         }
         return Ok(Response::from_parts(parts, body));
     }
@@ -96,6 +114,9 @@ pub(super) async fn check_whole_answer(
     }
     if let (Some(cell), Some(total)) = (&plan.usage, answer.usage(plan.shape)) {
         cell.set(total);
+    }
+    if let Some(used) = answer.token_usage(plan.shape) {
+        report.usage(used);
     }
     Ok(Response::from_parts(parts, body))
 }

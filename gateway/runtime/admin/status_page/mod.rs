@@ -3,7 +3,8 @@
 //! It reloads itself every [`REFRESH_SECONDS`].
 //!
 //! Sections: recent activity (admits, refusals and errors by code, guard trips by reason,
-//! leak suspicions; charts of the last ten minutes from [`Activity`]), models with the
+//! leak suspicions; charts of the last ten minutes from [`Activity`]), each tenant's last
+//! hour (requests, errors, reported tokens; `tenants.rs`), models with the
 //! enforced prompt limit per pool ([`PoolBudget`], what admission enforces), pools and
 //! workers (the admin API's own `pool_json` / `worker_json` views, so the page and
 //! `GET /pools` never disagree), each pool's gateway queue (length against its bound, by
@@ -15,11 +16,13 @@
 
 mod html;
 mod names;
+mod tenants;
 
 use serde_json::Value;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::accounting::Book;
 use crate::activity::{Activity, Counts, Recent, BUCKET, CODES, TRIP_REASONS};
 use crate::fleet::Fleet;
 use crate::rollout::{Phase, Rollouts};
@@ -39,6 +42,8 @@ pub struct StatusSources<'a> {
     /// The models' context windows (None: limits are not shown).
     pub admission: Option<&'a AdmissionState>,
     pub activity: &'a Activity,
+    /// Per-tenant accounting (None: the tenants table says it is not attached).
+    pub accounting: Option<&'a Book>,
     pub last_reload: Option<LastReload>,
     /// The data port is draining (shutdown began).
     pub draining: bool,
@@ -64,6 +69,7 @@ pub fn render(s: &StatusSources<'_>, now: Instant, wall: SystemTime) -> String {
         if s.draining { "draining" } else { "serving" },
     );
     activity_section(&mut out, &recent);
+    tenants::tenants_section(&mut out, s.accounting, now);
     models_section(&mut out, s);
     pools_section(&mut out, s, now);
     names::names_section(&mut out, s.fleet);
@@ -127,11 +133,25 @@ fn activity_section(out: &mut String, recent: &Recent) {
             bars(&series, 260, 44, tone),
         );
     }
+    // The charts always span the whole window (their ticks say −10 min); right after a
+    // start only part of it holds counts, which the caption says instead of naming the
+    // shorter span as if it were the charts' (issue 40).
+    let window = BUCKET * crate::activity::BUCKETS as u32;
+    let counted = if recent.covers + BUCKET < window {
+        format!(
+            " (counted since the gateway started, {} ago)",
+            human(covers)
+        )
+    } else {
+        String::new()
+    };
     let _ = write!(
         out,
-        "</div><p class=\"note\">Counts over the last {} in {}-second buckets (rightmost: the open one). \
+        "</div><p class=\"note\" id=\"activity-window\" data-seconds=\"{}\">Charts and counts over the last {}{counted}, \
+         in {}-second buckets (rightmost: the open one). \
          A request counts once, by its outcome; a guard trip also counts as its error code.</p>",
-        human(covers),
+        window.as_secs(),
+        human(window),
         BUCKET.as_secs()
     );
     out.push_str(

@@ -5,6 +5,8 @@ use bytes::Bytes;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
+use crate::accounting::TokenUsage;
+
 use crate::stack::guard::sse::SseEvent;
 use crate::stack::guard::strip_key::without_top_level_key;
 
@@ -17,11 +19,14 @@ pub struct UsageRewrite {
     pub strip_chunk_usage: bool,
 }
 
-/// The engine's usage as last reported: per sample, and a final total.
+/// The engine's usage as last reported: per sample, and a final total; the same again
+/// split into prompt, completion and cached tokens (the tenant's account).
 #[derive(Debug, Default)]
 pub(super) struct EngineUsage {
     per_sample: BTreeMap<usize, u64>,
     final_total: Option<u64>,
+    split_per_sample: BTreeMap<usize, TokenUsage>,
+    split_final: Option<TokenUsage>,
 }
 
 impl EngineUsage {
@@ -33,6 +38,27 @@ impl EngineUsage {
     /// The stream's final total.
     pub(super) fn final_total(&mut self, total: u64) {
         self.final_total = Some(total);
+    }
+
+    /// Sample `index` has used `usage` so far (a cumulative report replaces the last).
+    pub(super) fn sample_split(&mut self, index: usize, usage: TokenUsage) {
+        self.split_per_sample.insert(index, usage);
+    }
+
+    /// The stream's final usage.
+    pub(super) fn final_split(&mut self, usage: TokenUsage) {
+        self.split_final = Some(usage);
+    }
+
+    /// The engine's reported usage, split: the final report, else the samples' last ones
+    /// summed.
+    pub(super) fn split(&self) -> Option<TokenUsage> {
+        self.split_final.or_else(|| {
+            self.split_per_sample
+                .values()
+                .copied()
+                .reduce(TokenUsage::plus)
+        })
     }
 
     /// The engine's reported usage (prompt + completion tokens).

@@ -2,6 +2,8 @@
 
 use serde_json::Value;
 
+use crate::accounting::TokenUsage;
+
 use super::{
     check_native_item, check_openai, check_openai_parts, error_object, typed, Expectation, Markers,
     Shape, Trip,
@@ -62,6 +64,19 @@ impl<'a> Answer<'a> {
                 detail: "the answer is empty",
             }),
             (Shape::OpenAi, _) => check_openai(v, markers, expect),
+        }
+    }
+
+    /// The engine's usage split into prompt, completion and cached tokens (the tenant's
+    /// account).
+    pub fn token_usage(&self, shape: Shape) -> Option<TokenUsage> {
+        let v = match &self.0 {
+            Parsed::OpenAi(view) => return view.token_usage(),
+            Parsed::Tree(v) => v.as_ref()?,
+        };
+        match shape {
+            Shape::OpenAi => TokenUsage::from_usage(v.get("usage")?),
+            Shape::Native => TokenUsage::from_answer(v),
         }
     }
 

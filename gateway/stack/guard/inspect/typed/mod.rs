@@ -21,6 +21,8 @@ mod tests;
 
 use std::borrow::Cow;
 
+use crate::accounting::TokenUsage;
+
 /// A JSON value of any type, as far as the checks read it.
 #[derive(Debug, Default, PartialEq)]
 pub(in crate::stack::guard) enum Loose<'a> {
@@ -135,6 +137,37 @@ pub(in crate::stack::guard) struct Usage<'a> {
     prompt_tokens: Loose<'a>,
     #[serde(default, borrow)]
     total_tokens: Loose<'a>,
+    /// Read for the tenant's account only (the checks do not look at it).
+    #[serde(default, borrow)]
+    completion_tokens: Loose<'a>,
+    #[serde(default, borrow)]
+    prompt_tokens_details: ObjectField<UsageDetails<'a>>,
+}
+
+/// `usage.prompt_tokens_details`.
+#[derive(Debug, Default, serde::Deserialize)]
+pub(in crate::stack::guard) struct UsageDetails<'a> {
+    #[serde(default, borrow)]
+    cached_tokens: Loose<'a>,
+}
+
+impl Usage<'_> {
+    /// The split the tenant counters take (`TokenUsage::from_usage` on the tree).
+    fn token_usage(&self) -> Option<TokenUsage> {
+        let (prompt, completion) = (self.prompt_tokens.as_u64(), self.completion_tokens.as_u64());
+        if prompt.is_none() && completion.is_none() {
+            return None;
+        }
+        Some(TokenUsage {
+            prompt: prompt.unwrap_or(0),
+            completion: completion.unwrap_or(0),
+            cached: self
+                .prompt_tokens_details
+                .object()
+                .and_then(|d| d.cached_tokens.as_u64())
+                .unwrap_or(0),
+        })
+    }
 }
 
 /// `choices`, as the tree path tells them apart.
@@ -191,6 +224,11 @@ impl<'a> OpenAiAnswer<'a> {
     pub(super) fn total_tokens(&self) -> Option<u64> {
         self.usage.object()?.total_tokens.as_u64()
     }
+
+    /// The usage split for the tenant's account.
+    pub(super) fn token_usage(&self) -> Option<TokenUsage> {
+        self.usage.object()?.token_usage()
+    }
 }
 
 /// A stream chunk of an OpenAI stream, as far as the stream checks read it. Refuses (like
@@ -228,6 +266,11 @@ impl<'a> OpenAiChunk<'a> {
     /// `usage` present and not null.
     pub(in crate::stack::guard) fn has_usage(&self) -> bool {
         self.usage.object().is_some()
+    }
+
+    /// The usage split for the tenant's account.
+    pub(in crate::stack::guard) fn token_usage(&self) -> Option<TokenUsage> {
+        self.usage.object()?.token_usage()
     }
 
     /// `usage.prompt_tokens` and `usage.total_tokens`, where numbers.
