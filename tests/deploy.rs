@@ -39,7 +39,14 @@ fn yaml_value(text: &str, key: &str) -> Option<String> {
 /// A folder standing in for the Secret's volume: the files `kvgate.toml` names under
 /// `/run/secrets/kvgate/`, with test values.
 fn secrets_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kvgate-deploy-test-{}", std::process::id()));
+    // One folder per call: tests run in parallel, and one removing its folder must not take
+    // another's files away.
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "kvgate-deploy-test-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("admin-token"), format!("{TEST_ADMIN_TOKEN}\n")).unwrap();
     std::fs::write(

@@ -415,6 +415,13 @@ async fn chat_on(sender: &mut hyper::client::conn::http1::SendRequest<Full<Bytes
         .header(http::header::CONTENT_TYPE, "application/json")
         .body(Full::new(Bytes::from(chat(false).to_string())))
         .unwrap();
+    // The connection takes the next request once its task has finished the last one:
+    // sending at once after reading a body raced it ("connection was not ready", seen
+    // once under load).
+    sender
+        .ready()
+        .await
+        .expect("the kept connection stays open");
     let response = sender.send_request(request).await.unwrap();
     let status = response.status();
     response.into_body().collect().await.unwrap();
