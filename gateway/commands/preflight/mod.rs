@@ -139,39 +139,28 @@ async fn probe_pool(
             Target::Pair { .. } => "disaggregated",
         };
         let described = target.describe();
-        if !unreachable.is_empty() {
+        let probes = if !unreachable.is_empty() {
             // Nothing was sent: what discovery could not read says nothing new.
             findings.clear();
-            reports.push(TargetReport {
-                pool: pool.name.to_string(),
-                model: model.name.clone(),
-                mode,
-                target: described,
-                model_context_window: model.context_window,
-                input_limit: limit,
-                workers,
-                capacity: findings,
-                probes: Vec::new(),
-                unreachable,
-            });
-            continue;
-        }
-        let prober = Prober {
-            upstream,
-            pool,
-            target,
-            prompts: &prompts,
-            markers: &markers,
-            chat_tolerance: guard.prompt_tokens_tolerance,
-            window: model.context_window,
-            settings: &config.preflight,
-            salts: salts.clone(),
-            leak: &config.isolation,
-            sent: Default::default(),
-        };
-        let probes = match limit {
-            Some(limit) => prober.run(limit, budget).await,
-            None => Vec::new(),
+            Vec::new()
+        } else {
+            let prober = Prober {
+                upstream,
+                pool,
+                target,
+                prompts: &prompts,
+                markers: &markers,
+                chat_tolerance: guard.prompt_tokens_tolerance,
+                window: model.context_window,
+                settings: &config.preflight,
+                salts: salts.clone(),
+                leak: &config.isolation,
+                sent: Default::default(),
+            };
+            match limit {
+                Some(limit) => prober.run(limit, budget).await,
+                None => Vec::new(),
+            }
         };
         reports.push(TargetReport {
             pool: pool.name.to_string(),
@@ -183,7 +172,7 @@ async fn probe_pool(
             workers,
             capacity: findings,
             probes,
-            unreachable: Vec::new(),
+            unreachable,
         });
     }
     Ok(reports)
