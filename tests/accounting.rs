@@ -553,3 +553,133 @@ async fn a_tenant_added_by_a_reload_has_its_series_at_zero_and_is_counted() {
     gw.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The event streams the guard follows in their own protocol (`/v1/responses` events, and
+/// Anthropic events an engine wrote itself) are counted at their end like chat streams: the
+/// tenant's tokens as the final event reported them, a time to first token, and an audit
+/// line that carries both and says how the stream ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_and_engine_written_anthropic_streams_are_counted_at_their_end() {
+    let engine = engine(SimRole::Unified, SimFault::None, 40960, 32768).await;
+    // The engine's Anthropic request has no cache salt: the pool must say it shares.
+    let pool = format!(
+        "{}cache_salt = false\n",
+        unified_pool("u", &[worker(&engine, None)])
+    );
+    let text = config_with_pools(4096, &pool).replace(
+        &model_table("qwen3", 4096),
+        &format!(
+            "{}anthropic_messages = \"engine\"\n",
+            model_table("qwen3", 4096)
+        ),
+    );
+    let gw = gateway(&text).await;
+    let labels = "tenant=\"t1\",model=\"qwen3\"";
+    let ok = format!("{labels},outcome=\"ok\"");
+    assert_eq!(
+        series(&metrics(&gw).await, "kvgate_tenant_requests_total", &ok),
+        Some(0)
+    );
+
+    let base = format!("http://{}", gw.data_addr());
+    let responses = post(
+        &format!("{base}/v1/responses"),
+        Some(KEY),
+        &json!({"model": "qwen3", "input": "Count to three.", "stream": true,
+                "max_output_tokens": 6}),
+    )
+    .await;
+    assert_eq!(responses.status, 200, "{}", responses.text());
+    let completed = responses
+        .sse_data()
+        .iter()
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find(|v| v["type"] == "response.completed" || v["type"] == "response.incomplete")
+        .unwrap_or_else(|| panic!("no final event in {}", responses.text()));
+    let usage = &completed["response"]["usage"];
+    let (r_in, r_out) = (
+        usage["input_tokens"].as_u64().unwrap_or(0),
+        usage["output_tokens"].as_u64().unwrap_or(0),
+    );
+    assert!(r_in > 0 && r_out > 0, "{usage}");
+
+    let messages = post(
+        &format!("{base}/v1/messages"),
+        Some(KEY),
+        &json!({"model": "qwen3", "max_tokens": 5, "stream": true,
+                "messages": [{"role": "user", "content": "Say hello."}]}),
+    )
+    .await;
+    assert_eq!(messages.status, 200, "{}", messages.text());
+    let events: Vec<Value> = messages
+        .sse_data()
+        .iter()
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .collect();
+    let start = events
+        .iter()
+        .find(|v| v["type"] == "message_start")
+        .unwrap_or_else(|| panic!("no message_start in {}", messages.text()));
+    let m_in = start["message"]["usage"]["input_tokens"]
+        .as_u64()
+        .unwrap_or(0)
+        + start["message"]["usage"]["cache_read_input_tokens"]
+            .as_u64()
+            .unwrap_or(0);
+    let m_out = events
+        .iter()
+        .filter_map(|v| {
+            (v["type"] == "message_delta").then(|| v["usage"]["output_tokens"].as_u64())
+        })
+        .flatten()
+        .last()
+        .unwrap_or(0);
+    assert!(m_in > 0 && m_out > 0, "{}", messages.text());
+
+    // Settled when the stream's body goes, a moment after the client saw its end.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let text = metrics(&gw).await;
+        let done = series(&text, "kvgate_tenant_requests_total", &ok) == Some(2);
+        if done || Instant::now() > deadline {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(series(&text, "kvgate_tenant_requests_total", &ok), Some(2));
+    assert_eq!(
+        series(&text, "kvgate_tenant_prompt_tokens_total", labels),
+        Some(r_in + m_in)
+    );
+    assert_eq!(
+        series(&text, "kvgate_tenant_completion_tokens_total", labels),
+        Some(r_out + m_out)
+    );
+    assert_eq!(
+        series(
+            &text,
+            "kvgate_time_to_first_token_seconds_count",
+            "pool=\"u\",class=\"standard\""
+        ),
+        Some(2)
+    );
+    // One audit line each, written at the end: success, the numbers, the time to first
+    // token (and no second line written when the headers went out).
+    let lines = gw.audit().recent();
+    let requests: Vec<&Value> = lines.iter().filter(|l| l["event"] == "request").collect();
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+    for line in requests {
+        assert_eq!(line["outcome"], "success", "{line}");
+        assert_eq!(line["stream"], true, "{line}");
+        assert!(
+            line["prompt_tokens"].as_u64().is_some_and(|n| n > 0),
+            "{line}"
+        );
+        assert!(
+            line["completion_tokens"].as_u64().is_some_and(|n| n > 0),
+            "{line}"
+        );
+        assert!(line["ttft_ms"].as_f64().is_some(), "{line}");
+    }
+    gw.shutdown().await;
+}

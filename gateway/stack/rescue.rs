@@ -129,9 +129,9 @@ impl BoxedWrap for Rescue {
                     .headers()
                     .get(http::header::CONTENT_TYPE)
                     .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
-                // A stream the guard does not follow to its end (Responses and Anthropic
-                // events) settles when its body lets the account go, with the usage its end
-                // reported; every other answer is complete now.
+                // A stream the guard does not follow to its end (a pool with its guard and
+                // leak scan both off) settles when its body lets the account go; every
+                // other answer is complete now.
                 if !streamed {
                     ledger.settle();
                 }

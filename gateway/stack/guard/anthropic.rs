@@ -31,6 +31,7 @@ use super::inspect::{Expectation, Trip};
 use super::leak::LeakScan;
 use super::report::TripReport;
 use super::sse::{rewrite_stream, Rewrite, SseEvent, StreamFailure};
+use super::stream_end::StreamEnd;
 use crate::accounting::TokenUsage;
 use crate::anthropic::error_type;
 use crate::body::BoxBody;
@@ -126,7 +127,8 @@ pub(super) fn message_usage(v: &Value) -> Option<u64> {
 struct Guarded {
     expect: Option<Expectation>,
     leak: Option<LeakScan>,
-    report: TripReport,
+    /// Its outcome and token times, counted when the client's body goes.
+    end: StreamEnd,
     usage: Option<UsageCell>,
     /// The prompt `message_start` reported; the stop reason and output of `message_delta`.
     prompt: Option<u64>,
@@ -152,7 +154,7 @@ pub(super) fn guard_messages_stream(
     let guarded = Guarded {
         expect,
         leak,
-        report,
+        end: StreamEnd::new(report),
         usage,
         prompt: None,
         cached: 0,
@@ -177,6 +179,7 @@ impl Rewrite for Guarded {
                     self.held.release(&mut out);
                     out.extend_from_slice(&event.raw);
                     self.done = true;
+                    self.end.completed();
                 }
                 Err(t) => out.extend(self.trip(t)),
             }
@@ -248,6 +251,7 @@ impl Guarded {
                 .map(|()| Step::Pass)
             }
             "content_block_delta" => {
+                self.end.token();
                 let delta = v.get("delta").unwrap_or(&Value::Null);
                 let text = delta
                     .get("text")
@@ -300,7 +304,7 @@ impl Guarded {
             cell.set(prompt.saturating_add(output));
         }
         if let (Some(prompt), Some(completion)) = (self.prompt, self.output) {
-            self.report.usage(TokenUsage {
+            self.end.report().usage(TokenUsage {
                 prompt,
                 completion,
                 cached: self.cached,
@@ -314,7 +318,8 @@ impl Guarded {
     fn trip(&mut self, t: Trip) -> Vec<u8> {
         self.held.drop_all();
         self.done = true;
-        let error = self.report.record(&t);
+        self.end.tripped();
+        let error = self.end.report().record(&t);
         let data = json!({
             "type": "error",
             "error": {"type": error_type(error.status()), "message": error.client_message()},

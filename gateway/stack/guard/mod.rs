@@ -31,6 +31,7 @@ mod report;
 mod responses;
 pub mod sse;
 mod stream;
+mod stream_end;
 mod strip_key;
 mod whole;
 
@@ -122,7 +123,12 @@ impl Stage for Guard {
             let leak = leak_scan(plan.leak.take(), &report).await;
             let expect = plan.expectation().await;
             check_prefill_answer(&mut response, &plan, &expect, &report)?;
-            let (parts, body) = response.into_parts();
+            let (mut parts, body) = response.into_parts();
+            if plan.stream && (plan.responses.is_some() || plan.anthropic) {
+                // Followed to their end like chat streams (`stream_end`): their outcome and
+                // audit line are written there, not by rescue at the headers.
+                parts.extensions.insert(OutcomeAtStreamEnd);
+            }
             let answer = if let (Some(continuation), true) = (plan.responses, plan.stream) {
                 // `/v1/responses` events are their own protocol (no chunks, no `[DONE]`).
                 Ok(responses::guard_responses_stream(

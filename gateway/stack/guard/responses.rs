@@ -20,6 +20,7 @@ use super::inspect::{error_object, Expectation, Trip};
 use super::leak::LeakScan;
 use super::report::TripReport;
 use super::sse::{rewrite_stream, Rewrite, SseEvent, StreamFailure};
+use super::stream_end::StreamEnd;
 use crate::accounting::TokenUsage;
 use crate::body::BoxBody;
 use crate::stack::rate_limit::UsageCell;
@@ -105,7 +106,8 @@ pub(super) struct StreamChecks {
 /// What one guarded Responses stream still holds.
 struct Guarded {
     checks: StreamChecks,
-    report: TripReport,
+    /// Its outcome and token times, counted when the client's body goes.
+    end: StreamEnd,
     usage: Option<UsageCell>,
     /// Events held back while the leak scan is inside a foreign run.
     held: HeldEvents,
@@ -123,7 +125,7 @@ pub(super) fn guard_responses_stream(
 ) -> Response<BoxBody> {
     let guarded = Guarded {
         checks,
-        report,
+        end: StreamEnd::new(report),
         usage,
         held: HeldEvents::default(),
         done: false,
@@ -201,16 +203,26 @@ fn pass(state: &mut Guarded, events: &[SseEvent]) -> Vec<u8> {
                             cell.set(total);
                         }
                         if let Some(used) = response.get("usage").and_then(TokenUsage::from_usage) {
-                            state.report.usage(used);
+                            state.end.report().usage(used);
                         }
                         state.held.release(&mut out);
                         out.extend_from_slice(&event.raw);
                         state.done = true;
+                        state.end.completed();
                     }
                     Err(t) => out.extend(trip(state, t)),
                 }
             }
+            kind if kind.ends_with(".delta") && kind != "response.output_text.delta" => {
+                // Reasoning text and tool-call arguments: generated tokens too.
+                state.end.token();
+                match error_object(&v) {
+                    Some(t) => out.extend(trip(state, t)),
+                    None => emit(state, &mut out, &event.raw),
+                }
+            }
             "response.output_text.delta" => {
+                state.end.token();
                 let delta = v.get("delta").and_then(Value::as_str).unwrap_or_default();
                 let scanned = match state.checks.leak.as_mut() {
                     Some(leak) => leak.push(delta, false),
@@ -240,7 +252,8 @@ fn emit(state: &mut Guarded, out: &mut Vec<u8>, raw: &[u8]) {
 fn trip(state: &mut Guarded, t: Trip) -> Vec<u8> {
     state.held.drop_all();
     state.done = true;
-    let error = state.report.record(&t);
+    state.end.tripped();
+    let error = state.end.report().record(&t);
     let data = json!({
         "type": "error",
         "code": error.code(),
