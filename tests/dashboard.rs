@@ -129,3 +129,106 @@ async fn every_metric_the_dashboard_queries_is_exported_from_start_up() {
     );
     gw.shutdown().await;
 }
+
+/// The series of workers, of the legs to them and of rollouts exist at zero from start-up
+/// too (issue 40): a worker's KV in flight, its ejections by cause and its health probes by
+/// result; each pool role's upstream requests by outcome; a pool's weight; a rollout's
+/// rollbacks by signal and origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_upstream_and_rollout_series_exist_at_zero_from_start_up() {
+    let stable = engine(SimRole::Unified, SimFault::None, 8192, 8192).await;
+    let canary = engine(SimRole::Unified, SimFault::None, 8192, 8192).await;
+    let pools = format!(
+        "{}weight = 90\n{}weight = 10\n\n[[rollouts]]\nmodel = \"qwen3\"\nstable = \"stable\"\ncanary = \"canary\"\n",
+        unified_pool("stable", &[worker(&stable, Some(8192))]),
+        unified_pool("canary", &[worker(&canary, Some(8192))]),
+    );
+    let gw = gateway(&config_with_pools(8192, &pools)).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while get(&format!("http://{}/ready", gw.admin_addr()), None)
+        .await
+        .status
+        != 200
+    {
+        assert!(Instant::now() < deadline, "the gateway never got ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let text = get(&format!("http://{}/metrics", gw.admin_addr()), None)
+        .await
+        .text();
+    let value = |series: String| -> Option<f64> {
+        let prefix = format!("{series} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    let authority = stable.http_addr.to_string();
+    let w = format!("pool=\"stable\",role=\"unified\",worker=\"{authority}\"");
+    assert_eq!(
+        value(format!("kvgate_worker_kv_in_flight_tokens{{{w}}}")),
+        Some(0.0),
+        "{text}"
+    );
+    for cause in [
+        "status_5xx",
+        "upstream_unavailable",
+        "upstream_timeout",
+        "upstream_protocol_error",
+        "guard_trip",
+    ] {
+        assert_eq!(
+            value(format!(
+                "kvgate_worker_ejections_total{{{w},cause=\"{cause}\"}}"
+            )),
+            Some(0.0),
+            "{cause}"
+        );
+    }
+    // Probes may have run already: the series exist, whatever they count.
+    for result in ["ok", "failed"] {
+        assert!(
+            value(format!(
+                "kvgate_health_probes_total{{{w},result=\"{result}\"}}"
+            ))
+            .is_some(),
+            "{result}\n{text}"
+        );
+    }
+    for outcome in [
+        "ok",
+        "status_5xx",
+        "upstream_unavailable",
+        "upstream_timeout",
+    ] {
+        assert_eq!(
+            value(format!(
+                "kvgate_upstream_requests_total{{pool=\"canary\",role=\"unified\",outcome=\"{outcome}\"}}"
+            )),
+            Some(0.0),
+            "{outcome}"
+        );
+    }
+    assert_eq!(
+        value("kvgate_pool_weight{pool=\"stable\"}".into()),
+        Some(90.0)
+    );
+    assert_eq!(
+        value("kvgate_pool_weight{pool=\"canary\"}".into()),
+        Some(10.0)
+    );
+    for (signal, origin) in [
+        ("engine_errors", "automatic"),
+        ("guard_trips/abort", "automatic"),
+        ("admin", "admin"),
+        ("ttft_p99", "shared"),
+    ] {
+        assert_eq!(
+            value(format!(
+                "kvgate_rollout_rollbacks_total{{model=\"qwen3\",pool=\"canary\",signal=\"{signal}\",origin=\"{origin}\"}}"
+            )),
+            Some(0.0),
+            "{signal} {origin}\n{text}"
+        );
+    }
+    gw.shutdown().await;
+}

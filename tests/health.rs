@@ -180,7 +180,9 @@ async fn a_worker_killed_under_load_is_taken_out_and_returns_with_its_capacity_r
             .lines()
             .any(|l| l.starts_with("kvgate_health_probes_total")
                 && l.contains("result=\"failed\"")
-                && l.contains(&b_addr.to_string())),
+                && l.contains(&b_addr.to_string())
+                // The series exists at zero from start-up: its value says the probe failed.
+                && l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) >= Some(1.0)),
         "{metrics}"
     );
     match Arc::try_unwrap(gw) {
@@ -248,7 +250,9 @@ async fn a_worker_whose_answers_trip_the_guard_is_ejected_tried_again_and_ejecte
             .lines()
             .any(|l| l.starts_with("kvgate_worker_ejections_total")
                 && l.contains("cause=\"guard_trip\"")
-                && l.contains(&bad.http_addr.to_string())),
+                && l.contains(&bad.http_addr.to_string())
+                // The series exists at zero from start-up: its value says it ejected.
+                && l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) >= Some(1.0)),
         "{metrics}"
     );
     gw.shutdown().await;

@@ -189,7 +189,9 @@ async fn a_faulty_canary_is_rolled_back_by_its_own_traffic_and_no_client_sees_a_
         text.lines()
             .any(|l| l.starts_with("kvgate_rollout_rollbacks_total")
                 && l.contains("pool=\"canary\"")
-                && l.contains("origin=\"automatic\"")),
+                && l.contains("origin=\"automatic\"")
+                // Every signal's series exists at zero from start-up: the value counts.
+                && l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) >= Some(1.0)),
         "{text}"
     );
     // The pools listing shows the live rates behind the decision.

@@ -187,6 +187,7 @@ impl Fleet {
             .collect();
         let mut by_model: HashMap<String, (Vec<Arc<Pool>>, AtomicU64)> = HashMap::new();
         for pool in &pools {
+            pool.publish_weight();
             by_model
                 .entry(pool.model.clone())
                 .or_insert_with(|| (Vec::new(), AtomicU64::new(0)))

@@ -227,8 +227,13 @@ impl Pool {
     /// their pool.
     pub fn set_weight(&self, weight: u32) {
         self.weight.store(weight, Ordering::Relaxed);
+        self.publish_weight();
+    }
+
+    /// Export the weight now (from the fleet's start, not only after its first change).
+    pub fn publish_weight(&self) {
         ::metrics::gauge!(crate::metrics::POOL_WEIGHT, "pool" => self.name.to_string())
-            .set(f64::from(weight));
+            .set(f64::from(self.weight()));
     }
 
     /// Whether `tenant` (pinned to `pinned` pools, if any) may use this pool.

@@ -420,6 +420,7 @@ impl Worker {
         // Exported from the first publication, not only after the first request (issue 40).
         self.outstanding_gauge().increment(0.0);
         let labels = self.labels();
+        metrics::zero::worker(&labels);
         ::metrics::gauge!(metrics::WORKER_ELIGIBLE, &labels).set(if self.is_eligible() {
             1.0
         } else {
