@@ -18,6 +18,8 @@
 //! it. Decoding bombs (huge declared dimensions) are the closure's to refuse
 //! ([`Enough::Stop`]); nothing here allocates more than the caps allow.
 //!
+//! [`read_image`] is the one entry point: it sends a URL to the one or the other.
+//!
 //! Every error is a client's 400 with a message naming the reason, plus a stable `code()`
 //! for metrics labels.
 
@@ -31,6 +33,7 @@ mod enough;
 mod fetch;
 mod policy;
 mod resolve;
+mod source;
 
 pub use address::Forbidden;
 pub use cidr::{CidrError, IpCidr};
@@ -39,3 +42,4 @@ pub use enough::{Enough, Prefix};
 pub use fetch::{FetchError, ImageFetcher, SetupError};
 pub use policy::FetchPolicy;
 pub use resolve::{Resolve, Resolved, SystemResolver};
+pub use source::{read_image, ImageSourceError};

@@ -575,3 +575,39 @@ async fn an_allow_listed_network_is_fetched_from() {
         .await
         .is_ok());
 }
+
+#[tokio::test]
+async fn read_image_sends_each_url_its_way() {
+    use kvgate_image_source::{read_image, DataUrlLimits, ImageSourceError};
+    let server = Server::start(|_| Reply::png(100)).await;
+    let fetcher = fetcher(loopback_policy());
+    let limits = DataUrlLimits::default();
+    let remote = read_image(&server.url("/"), &limits, &fetcher, header_only)
+        .await
+        .unwrap();
+    assert_eq!(&remote.bytes[..PNG_HEADER.len()], PNG_HEADER);
+    let inline = read_image(
+        "data:image/png;base64,iVBORw0KGgo=",
+        &limits,
+        &fetcher,
+        |_| Enough::Yes,
+    )
+    .await
+    .unwrap();
+    assert_eq!(inline.bytes, PNG_HEADER[..8]);
+    let err = read_image("data:image/png,raw", &limits, &fetcher, header_only)
+        .await
+        .unwrap_err();
+    assert_eq!((err.origin(), err.code()), ("inline", "not_base64"));
+    let err = read_image("http://10.0.0.5/", &limits, &fetcher, header_only)
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        ImageSourceError::Fetch(FetchError::Forbidden { .. })
+    ));
+    assert_eq!(
+        (err.origin(), err.code(), err.status()),
+        ("remote", "forbidden_address", 400)
+    );
+}

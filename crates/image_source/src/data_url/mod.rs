@@ -142,7 +142,7 @@ impl<'a> DataUrl<'a> {
         let mut params = header.split(';');
         let media_type = params.next().unwrap_or_default().trim();
         let is_base64 = params
-            .last()
+            .next_back()
             .is_some_and(|p| p.trim().eq_ignore_ascii_case("base64"));
         let shown = if media_type.is_empty() {
             "text/plain" // RFC 2397's default
