@@ -1,6 +1,7 @@
 //! Real image servers on loopback for the fetcher's tests: hand-written HTTP/1.1 so a test
 //! controls every byte (a body that trickles, one far larger than anyone should read), and
-//! counts what reached the wire.
+//! counts what reached the wire. Each test binary uses a part of it.
+#![allow(dead_code)]
 
 use std::collections::VecDeque;
 use std::io;
@@ -10,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kvgate_image_source::{FetchPolicy, ImageFetcher, Resolve, Resolved};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
 /// The start of a PNG whose header says 640x480: what a header parser needs.
@@ -107,8 +108,9 @@ impl Server {
     }
 }
 
-async fn handle(
-    stream: TcpStream,
+/// Serve HTTP/1.1 requests on `stream` (plain, or TLS already accepted) until it closes.
+pub async fn handle<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: S,
     stats: &Stats,
     route: &(dyn Fn(&str) -> Reply + Send + Sync),
 ) -> io::Result<()> {
@@ -165,8 +167,8 @@ async fn handle(
     }
 }
 
-async fn write_body(
-    stream: &mut TcpStream,
+async fn write_body<S: AsyncWrite + Unpin>(
+    stream: &mut S,
     stats: &Stats,
     prefix: &[u8],
     total: usize,
