@@ -171,6 +171,12 @@ fn malformed_and_other_schemes() {
         DataUrl::parse("https://example.com/a.png", &DataUrlLimits::default()),
         Err(DataUrlError::NotDataUrl)
     );
+    // A header longer than any media type is malformed, whatever follows.
+    let url = format!("data:image/png;{};base64,AAAA", "x".repeat(300));
+    assert_eq!(
+        DataUrl::parse(&url, &DataUrlLimits::default()),
+        Err(DataUrlError::Malformed)
+    );
     assert!(DataUrl::is_data_url("Data:image/png;base64,"));
     assert!(!DataUrl::is_data_url("dat"));
 }

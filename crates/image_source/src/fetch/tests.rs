@@ -176,3 +176,15 @@ async fn disabled_fetches_nothing() {
     assert_eq!(err, FetchError::Disabled);
     assert!(err.to_string().contains("data: URL"), "{err}");
 }
+
+/// The gateway awaits fetches inside hyper services, which need `Send` futures.
+#[test]
+fn fetch_futures_are_send() {
+    fn assert_send<T: Send>(_: &T) {}
+    let fetcher = ImageFetcher::new(FetchPolicy::default()).unwrap();
+    let fetch = fetcher.fetch("https://example.com/", |_| Enough::Yes);
+    assert_send(&fetch);
+    let limits = crate::DataUrlLimits::default();
+    let read = crate::read_image("https://example.com/", &limits, &fetcher, |_| Enough::Yes);
+    assert_send(&read);
+}
