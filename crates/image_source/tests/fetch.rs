@@ -235,6 +235,17 @@ async fn the_message_names_the_reason() {
         "image URL host `10.0.0.5` resolves to a private address (10.0.0.5): remote images may only come from public addresses"
     );
     assert_eq!(err.status(), 400);
+    assert_eq!((err.code(), err.reason()), ("forbidden_address", "private"));
+    let err = fetcher(loopback_policy())
+        .fetch("http://169.254.169.254/latest/meta-data/", header_only)
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "metadata");
+    assert!(
+        err.to_string()
+            .contains("the cloud metadata address (169.254.169.254)"),
+        "{err}"
+    );
 }
 
 #[tokio::test]

@@ -150,6 +150,15 @@ impl FetchError {
         }
     }
 
+    /// A finer, still bounded label: for a forbidden address, which kind (`loopback`,
+    /// `private`, `metadata`, ...); otherwise the same as [`code`](Self::code).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Forbidden { class, .. } => class.label(),
+            other => other.code(),
+        }
+    }
+
     /// The HTTP status for the client: always 400, the URL is the client's.
     pub fn status(&self) -> u16 {
         400
