@@ -141,6 +141,12 @@ def test_images():
         "png_1x200.png": save(solid("RGB", (1, 200), rgb), "PNG"),
         "png_333x517.png": save(solid("RGB", (333, 517), rgb), "PNG"),
         "png_57x43.png": save(solid("RGB", (57, 43), rgb), "PNG"),
+        # Sides at exact halves of the factor: Python rounds 2.5 -> 2, 3.5 -> 4, 4.5 -> 4,
+        # 42.5 -> 42 (factor 28) and 2.5 -> 2, 4.5 -> 4 (factor 32).
+        "png_half_70x98.png": save(solid("RGB", (70, 98), rgb), "PNG"),
+        "png_half_126x1190.png": save(solid("RGB", (126, 1190), rgb), "PNG"),
+        "png_half_80x144.png": save(solid("RGB", (80, 144), rgb), "PNG"),
+        "png_half_1008x720.png": save(solid("RGB", (1008, 720), rgb), "PNG"),
         "png_rgba_640x480.png": save(solid("RGBA", (640, 480), (10, 20, 30, 128)), "PNG"),
         "png_palette_300x7.png": save(solid("P", (300, 7), 3), "PNG"),
         "png_gray16_100x100.png": save(solid("I;16", (100, 100), 1000), "PNG"),

@@ -176,7 +176,7 @@ impl VisionProcessor {
             } => {
                 let crops = pan_and_scan.map_or(0, |p| p.crops(info.width, info.height));
                 image_seq_length
-                    .checked_mul(crops + 1)
+                    .checked_mul(crops.saturating_add(1))
                     .ok_or(VisionError::Overflow)
             }
         }
@@ -240,9 +240,9 @@ fn qwen_params(raw: &RawPreprocessorConfig) -> Result<Params, VisionError> {
             reason: "must contain non-zero 'shortest_edge' and 'longest_edge'",
         });
     };
-    let patch_size = positive(raw.patch_size.unwrap_or(14), "patch_size")?;
-    let merge_size = positive(raw.merge_size.unwrap_or(2), "merge_size")?;
-    positive(raw.temporal_patch_size.unwrap_or(2), "temporal_patch_size")?;
+    let patch_size = plausible(raw.patch_size.unwrap_or(14), "patch_size")?;
+    let merge_size = plausible(raw.merge_size.unwrap_or(2), "merge_size")?;
+    plausible(raw.temporal_patch_size.unwrap_or(2), "temporal_patch_size")?;
     Ok(Params::Qwen {
         patch_size,
         merge_size,
@@ -276,11 +276,13 @@ fn gemma3_params(raw: &RawPreprocessorConfig) -> Result<Params, VisionError> {
     })
 }
 
-fn positive(value: u64, field: &'static str) -> Result<u64, VisionError> {
-    if value == 0 {
+/// A patch or merge size in 1..=1024: real models use 14 to 16 and 2, and the bound keeps
+/// `patch_size * merge_size` and every product of the resize far from overflow.
+fn plausible(value: u64, field: &'static str) -> Result<u64, VisionError> {
+    if !(1..=1024).contains(&value) {
         return Err(VisionError::Setting {
             field,
-            reason: "must be positive",
+            reason: "must be between 1 and 1024",
         });
     }
     Ok(value)

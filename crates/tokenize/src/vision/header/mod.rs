@@ -10,6 +10,8 @@
 //! Qwen-VL and Gemma 3 processors keep it `False`, and their JPEGs decoded on the GPU
 //! (nvJPEG, `torchvision.io.decode_jpeg`) ignore the tag as well; HF's image processors do not
 //! transpose either. So a JPEG is sized as stored, and the probe skips APP1 (EXIF) unread.
+//! (For the families here it could not change a count anyway: Qwen's `smart_resize` and Gemma
+//! 3's resize and pan-and-scan are symmetric in width and height.)
 
 mod gif;
 mod jpeg;
