@@ -121,6 +121,15 @@ fn qwen_config_rules() {
         VisionProcessor::new(VisionFamily::Qwen2Vl, r#"{"patch_size": "x"}"#),
         Err(VisionError::Config(_))
     ));
+    // Absurd sizes are refused, not left to overflow.
+    let huge = r#"{"merge_size": 18446744073709551615}"#;
+    assert!(matches!(
+        VisionProcessor::new(VisionFamily::Qwen2Vl, huge),
+        Err(VisionError::Setting {
+            field: "merge_size",
+            ..
+        })
+    ));
 }
 
 #[test]
