@@ -38,6 +38,7 @@ pub mod prepare;
 mod pyjson;
 mod strftime;
 mod template;
+pub mod vision;
 
 use std::path::Path;
 
