@@ -311,4 +311,28 @@ mod tests {
         ])
         .is_err());
     }
+
+    #[test]
+    fn vision_flags_parse_and_the_cap_needs_a_family() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["sim-engine", "--tokenizer", "t.json"];
+            argv.extend_from_slice(extra);
+            Cli::try_parse_from(argv)
+        };
+        let cli = parse(&[
+            "--vision",
+            "qwen2_5_vl",
+            "--vision-max-pixels-cap",
+            "1003520",
+        ])
+        .unwrap();
+        assert_eq!(cli.args.vision, Some(VisionFamily::Qwen25Vl));
+        assert_eq!(cli.args.vision_max_pixels_cap, Some(1_003_520));
+        for family in ["qwen3_vl", "gemma3"] {
+            assert!(parse(&["--vision", family]).is_ok(), "{family}");
+        }
+        assert_eq!(parse(&[]).unwrap().args.vision, None);
+        assert!(parse(&["--vision-max-pixels-cap", "1003520"]).is_err());
+        assert!(parse(&["--vision", "llava"]).is_err());
+    }
 }

@@ -1,5 +1,8 @@
-//! The processors' sizes, worked by hand from the rules in `vision.rs` (and checked once
-//! against transformers 5.19's and an older SGLang's `smart_resize` run in Python).
+//! The processors' sizes, worked by hand from the rules in `vision.rs`. They were checked
+//! once against the real code, run in Python: transformers 5.19's `Qwen2VLImageProcessorPil`
+//! (Qwen2.5-VL's and Qwen3-VL's settings) gave the same `image_grid_thw` for 1920x1080,
+//! 10x2000, 28x28 and 640x480 and the same error for 2001x10, and sglang's own
+//! `smart_resize` (the older releases' pre-resize) the same sizes under a cap.
 
 use super::*;
 use crate::vision_prompt::expand;
