@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::config::{ReasoningParser, SimConfig, SimFault, SimRole};
+use super::vision::{VisionConfig, VisionFamily};
 use kvgate_tokenize::{ModelTokenizer, TokenizeError};
 
 /// What every engine command takes: where it listens, what it serves, its tokenizer.
@@ -123,6 +124,16 @@ pub struct SimArgs {
     /// background and cancel (SGLang's --enable-response-store; unified role only).
     #[arg(long)]
     pub enable_response_store: bool,
+    /// Serve a vision model of this family: chats may carry image_url parts (data: or
+    /// http:// URLs), each taking the tokens the model's image processor gives it
+    /// (qwen2_5_vl, qwen3_vl, gemma3). Unset: a text-only model, which refuses them.
+    #[arg(long, value_enum, value_name = "FAMILY")]
+    pub vision: Option<VisionFamily>,
+    /// With --vision qwen2_5_vl or qwen3_vl: resize each image to at most this many pixels
+    /// (factor 28) before the processor, as older SGLang releases did
+    /// (SGLANG_IMAGE_MAX_PIXELS, default there 12845056). Unset: no such step (0.5.23).
+    #[arg(long, value_name = "PIXELS", requires = "vision")]
+    pub vision_max_pixels_cap: Option<u64>,
 }
 
 /// Why the simulated engine could not start.
@@ -181,6 +192,10 @@ pub async fn run_cli(args: SimArgs) -> Result<(), SimError> {
         chat_rules: args.chat_rules,
         model_max_length,
         enable_response_store: args.enable_response_store,
+        vision: args.vision.map(|family| VisionConfig {
+            family,
+            max_pixels_cap: args.vision_max_pixels_cap,
+        }),
         ..SimConfig::default()
     };
     let running = super::spawn(config, Arc::new(tokenizer), http, bootstrap)
@@ -295,5 +310,29 @@ mod tests {
             "0"
         ])
         .is_err());
+    }
+
+    #[test]
+    fn vision_flags_parse_and_the_cap_needs_a_family() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["sim-engine", "--tokenizer", "t.json"];
+            argv.extend_from_slice(extra);
+            Cli::try_parse_from(argv)
+        };
+        let cli = parse(&[
+            "--vision",
+            "qwen2_5_vl",
+            "--vision-max-pixels-cap",
+            "1003520",
+        ])
+        .unwrap();
+        assert_eq!(cli.args.vision, Some(VisionFamily::Qwen25Vl));
+        assert_eq!(cli.args.vision_max_pixels_cap, Some(1_003_520));
+        for family in ["qwen3_vl", "gemma3"] {
+            assert!(parse(&["--vision", family]).is_ok(), "{family}");
+        }
+        assert_eq!(parse(&[]).unwrap().args.vision, None);
+        assert!(parse(&["--vision-max-pixels-cap", "1003520"]).is_err());
+        assert!(parse(&["--vision", "llava"]).is_err());
     }
 }

@@ -3,6 +3,8 @@
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
+use super::vision::VisionConfig;
+
 /// SGLang's default `--disaggregation-bootstrap-port`, reported when no bootstrap listener runs.
 pub const DEFAULT_BOOTSTRAP_PORT: u16 = 8998;
 
@@ -74,6 +76,10 @@ pub struct SimConfig {
     /// engine process only. Off (the default, as in SGLang): those are refused; a prefill
     /// or decode worker never keeps them (SGLang has no store in PD mode).
     pub enable_response_store: bool,
+    /// A vision model (`--vision`): chats may carry `image_url` parts, each counted as the
+    /// model's image processor counts it (`vision.rs`). `None` (the default): a text-only
+    /// model, which refuses them as SGLang does.
+    pub vision: Option<VisionConfig>,
 }
 
 impl Default for SimConfig {
@@ -100,6 +106,7 @@ impl Default for SimConfig {
             chat_rules: kvgate_tokenize::ChatRules::Sglang,
             model_max_length: None,
             enable_response_store: false,
+            vision: None,
         }
     }
 }

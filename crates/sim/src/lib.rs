@@ -55,7 +55,10 @@
 //! models read them), `pooling` (prefill-only prompts), `embeddings`, `rerank`, `score`,
 //! `tokenize_routes`, and `responses` with `responses_request` (its model; the chat it
 //! becomes is `kvgate_tokenize::prepare::responses`), `responses_output` (the response
-//! object and items), `responses_stream` (its events) and `responses_store`.
+//! object and items), `responses_stream` (its events) and `responses_store`; `vision` (a
+//! vision model's image processor: the tokens of each image, `--vision`), `vision_load`
+//! (loading a chat's images: `data:` and `http://` URLs, sizes from their headers) and
+//! `vision_prompt` (the chat's render with each image placeholder expanded).
 
 mod answer;
 mod anthropic;
@@ -106,6 +109,9 @@ mod stop;
 mod stream;
 mod tokenize_routes;
 mod tool_call;
+mod vision;
+mod vision_load;
+mod vision_prompt;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -121,6 +127,7 @@ pub use engine::SimEngine;
 pub use loadgen::{run_load, run_load_cli, LoadArgs, LoadReport};
 pub use mock::{run_mock_cli, spawn_mock, spawn_mock_with, MockArgs, RunningMock};
 pub use stats::{ReceivedRequest, SimStatsSnapshot};
+pub use vision::{VisionConfig, VisionFamily};
 
 use kv_pool::KvPool;
 use kvgate_tokenize::ModelTokenizer;

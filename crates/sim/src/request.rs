@@ -11,6 +11,8 @@ use serde_json::Value;
 use super::config::{SimConfig, SimRole, DEFAULT_BOOTSTRAP_PORT};
 use super::options::{self, Options};
 use super::prefix_cache::Partition;
+use super::vision_load::Fetched;
+use super::vision_prompt;
 use kvgate_tokenize::{ChatPrompt, ChatRequest, ModelTokenizer};
 
 /// SGLang's default `max_new_tokens` (native API and chat without `max_tokens`).
@@ -93,16 +95,6 @@ pub(crate) enum Tokens {
     CountOnly,
 }
 
-/// Parses and tokenizes a request body.
-pub(crate) fn parse(
-    api: Api,
-    body: &Value,
-    config: &SimConfig,
-    tokenizer: &ModelTokenizer,
-) -> Result<GenRequest, ParseError> {
-    parse_with(api, body, config, &Tokenize(tokenizer, Tokens::Ids))
-}
-
 /// A tokenizer and what to make of text with it.
 pub(crate) struct Tokenize<'a>(pub(crate) &'a ModelTokenizer, pub(crate) Tokens);
 
@@ -131,12 +123,23 @@ impl Tokenize<'_> {
     }
 }
 
-/// [`parse`], with text prompts turned into ids or only counted.
+/// Parses a request body, its text prompts turned into ids or only counted.
 pub(crate) fn parse_with(
     api: Api,
     body: &Value,
     config: &SimConfig,
     tokenize: &Tokenize<'_>,
+) -> Result<GenRequest, ParseError> {
+    parse_with_images(api, body, config, tokenize, &Fetched::none())
+}
+
+/// [`parse_with`], the request's `http://` images already `fetched` (a vision model's).
+pub(crate) fn parse_with_images(
+    api: Api,
+    body: &Value,
+    config: &SimConfig,
+    tokenize: &Tokenize<'_>,
+    fetched: &Fetched,
 ) -> Result<GenRequest, ParseError> {
     let tokenizer = tokenize.0;
     if !body.is_object() {
@@ -175,9 +178,21 @@ pub(crate) fn parse_with(
                 .and_then(ChatRequest::from_body)
                 .filter(|_| messages.is_array())
                 .ok_or_else(|| bad("messages must be a non-empty list"))?;
-            let prompt = tokenizer
-                .chat_prompt(config.chat_rules, &request)
-                .map_err(|e| bad(e.to_string()))?;
+            // A vision model takes image parts: their placeholders expanded to the images'
+            // tokens (`vision_prompt`); a text-only one refuses them as SGLang does.
+            let prompt = match &config.vision {
+                None => tokenizer
+                    .chat_prompt(config.chat_rules, &request)
+                    .map_err(|e| bad(e.to_string()))?,
+                Some(vision) => vision_prompt::expanded_prompt(
+                    vision,
+                    config.chat_rules,
+                    tokenizer,
+                    &request,
+                    fetched,
+                )
+                .map_err(bad)?,
+            };
             let ids = tokenize.chat(&prompt)?;
             let max = body
                 .get("max_completion_tokens")

@@ -22,6 +22,7 @@ use super::request::{self, Api, GenRequest, ParseError};
 use super::schedule::{self, SampleResult};
 use super::scheduler::Running;
 use super::stream::{Pace, SseBody};
+use super::vision_load::{self, Fetched};
 
 /// A request's samples after the scheduler ran them, with what they still hold.
 pub(crate) struct Ran {
@@ -60,8 +61,18 @@ pub(crate) async fn parse(
     api: Api,
     body: Value,
 ) -> Option<Result<GenRequest, ParseError>> {
+    // A vision model's `http://` images are fetched here, on the async side; the parse
+    // (rendering, tokenizing) runs on a blocking thread.
+    let fetched = match (&engine.config.vision, api) {
+        (Some(_), Api::Chat) => vision_load::prefetch(&engine.client, &body).await,
+        _ => Fetched::none(),
+    };
     let engine = Arc::clone(engine);
-    off_thread(move || request::parse(api, &body, &engine.config, &engine.tokenizer)).await
+    off_thread(move || {
+        let tokenize = request::Tokenize(&engine.tokenizer, request::Tokens::Ids);
+        request::parse_with_images(api, &body, &engine.config, &tokenize, &fetched)
+    })
+    .await
 }
 
 /// Runs every sample of `req` through the scheduler, in order.

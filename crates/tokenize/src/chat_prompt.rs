@@ -1,7 +1,7 @@
 //! A chat completions request's prompt as an engine prepares, renders and tokenizes it
 //! (`prepare` has the engines' rules).
 
-use crate::prepare::{self, ChatPrompt, ChatRequest, ChatRules};
+use crate::prepare::{self, ChatPrompt, ChatRequest, ChatRules, ModelInput, MultimodalPrompt};
 use crate::{ModelTokenizer, TokenizeError};
 
 impl ModelTokenizer {
@@ -22,16 +22,32 @@ impl ModelTokenizer {
     }
 
     /// The prompt of a chat completions request as an engine of `rules` prepares and
-    /// renders it (see [`prepare`]): what [`Self::chat_prompt_ids`] tokenizes.
+    /// renders it (see [`prepare`]) for a text-only model: what [`Self::chat_prompt_ids`]
+    /// tokenizes. Media parts are refused with the engine's message.
     pub fn chat_prompt(
         &self,
         rules: ChatRules,
         request: &ChatRequest<'_>,
     ) -> Result<ChatPrompt, TokenizeError> {
+        self.chat_prompt_with_media(rules, request, ModelInput::TextOnly)
+            .map(|p| p.prompt)
+    }
+
+    /// [`Self::chat_prompt`] for a model that takes `input`: for a multimodal model (SGLang's
+    /// rules) each media part reaches the template as `{"type": "image"}` (`video`, `audio`)
+    /// and is listed, in render order, beside the prompt. The render holds the template's
+    /// placeholder for each; expanding it to the item's tokens is the caller's (the
+    /// model's processor's) step. With [`ModelInput::TextOnly`] this is `chat_prompt`.
+    pub fn chat_prompt_with_media(
+        &self,
+        rules: ChatRules,
+        request: &ChatRequest<'_>,
+        input: ModelInput,
+    ) -> Result<MultimodalPrompt, TokenizeError> {
         let Some(template) = &self.template else {
             return Err(TokenizeError::NoChatTemplate);
         };
-        let prepared = prepare::prepare(rules, request, template.formats())?;
+        let prepared = prepare::prepare(rules, request, template.formats(), input)?;
         let mut rendered = template.render_prepared(&prepared)?;
         if rules == ChatRules::LlamaCpp && self.adds_bos() {
             // `common_chat_template_direct_apply_impl`: the tokenizer adds BOS itself, so a
@@ -46,10 +62,14 @@ impl ModelTokenizer {
             prepare::Continuation::AppendEncoded(text) => Some(text),
             _ => None,
         };
-        Ok(ChatPrompt {
+        let prompt = ChatPrompt {
             rendered,
             add_special_tokens: prepared.add_special_tokens,
             appended,
+        };
+        Ok(MultimodalPrompt {
+            prompt,
+            media: prepared.media,
         })
     }
 

@@ -45,7 +45,9 @@ use std::path::Path;
 pub use chat_cache::ChatKey;
 pub use error::TokenizeError;
 pub use fast::CountConfig;
-pub use prepare::{ChatPrompt, ChatRequest, ChatRules};
+pub use prepare::{
+    ChatPrompt, ChatRequest, ChatRules, MediaKind, MediaPart, ModelInput, MultimodalPrompt,
+};
 use template::ChatTemplate;
 
 /// The result of [`ModelTokenizer::count_up_to`].

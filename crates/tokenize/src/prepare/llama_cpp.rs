@@ -114,6 +114,7 @@ pub(super) fn prepare(request: &ChatRequest<'_>, caps: &Caps) -> Result<Prepared
         normalize: Normalize::AsGiven,
         add_special_tokens: true,
         dialect: Dialect::LlamaCpp,
+        media: Vec::new(),
     })
 }
 

@@ -20,6 +20,7 @@ pub mod content_format;
 pub mod fields;
 mod llama_caps;
 pub(crate) mod llama_cpp;
+pub mod media;
 pub mod responses;
 mod responses_items;
 mod schema;
@@ -31,6 +32,7 @@ mod vllm_tools;
 use serde_json::{Map, Value};
 
 pub use content_format::ContentFormat;
+pub use media::{MediaKind, MediaPart, ModelInput, MultimodalPrompt};
 pub use responses::{responses_to_chat, ResponsesChat, ResponsesError, ResponsesPrompt};
 
 pub(crate) use crate::template::Dialect;
@@ -190,6 +192,9 @@ pub(crate) struct Prepared {
     pub(crate) add_special_tokens: bool,
     /// The Jinja engine whose behaviour the render follows.
     pub(crate) dialect: Dialect,
+    /// The media parts whose placeholders the messages hold, in order (SGLang's rules for
+    /// a multimodal model; empty otherwise).
+    pub(crate) media: Vec<MediaPart>,
 }
 
 /// A chat's prompt, as the engine tokenizes it.
@@ -222,14 +227,17 @@ pub(crate) fn refused(message: impl Into<String>) -> TokenizeError {
     TokenizeError::Refused(message.into())
 }
 
-/// Prepare `request` by `rules` for a template of content format `format`.
+/// Prepare `request` by `rules` for a template of content format `format` and a model that
+/// takes `input`. Only SGLang's rules take media parts for a multimodal model so far; vLLM's
+/// and llama.cpp's refuse them as for a text-only one.
 pub(crate) fn prepare(
     rules: ChatRules,
     request: &ChatRequest<'_>,
     format: &Formats,
+    input: ModelInput,
 ) -> Result<Prepared, TokenizeError> {
     match rules {
-        ChatRules::Sglang => sglang::prepare(request, format.sglang),
+        ChatRules::Sglang => sglang::prepare(request, format.sglang, input),
         ChatRules::Vllm => vllm::prepare(request, format.vllm, format.mentions_developer),
         ChatRules::LlamaCpp => llama_cpp::prepare(request, &format.llama_cpp),
     }

@@ -23,6 +23,7 @@
 use serde_json::{Map, Value};
 
 use super::content_format::ContentFormat;
+use super::media::{self, MediaKind, MediaPart, ModelInput};
 use super::tools;
 use super::{refused, ChatRequest, Continuation, Dialect, Normalize, Prepared};
 use crate::TokenizeError;
@@ -53,10 +54,12 @@ const TEMPLATE_PARAMETERS: [&str; 5] = [
     "return_dict",
 ];
 
-/// Prepare `request` as SGLang does for a template of content format `format`.
+/// Prepare `request` as SGLang does for a template of content format `format` and a model
+/// that takes `input`.
 pub(super) fn prepare(
     request: &ChatRequest<'_>,
     format: ContentFormat,
+    input: ModelInput,
 ) -> Result<Prepared, TokenizeError> {
     let list = request
         .messages
@@ -65,7 +68,7 @@ pub(super) fn prepare(
     let mut messages = list
         .iter()
         .enumerate()
-        .map(|(i, m)| dump_message(i, m))
+        .map(|(i, m)| dump_message(i, m, input))
         .collect::<Result<Vec<_>, _>>()?;
     let mut kwargs = template_kwargs(request)?;
     // `_validate_request`: checks in SGLang's order.
@@ -86,9 +89,10 @@ pub(super) fn prepare(
     for message in &mut messages {
         parse_tool_call_arguments(message)?;
     }
+    let mut media = Vec::new();
     let mut out: Vec<Map<String, Value>> = messages
         .into_iter()
-        .map(|m| for_template(m, format))
+        .map(|m| for_template(m, format, &mut media))
         .collect();
     let continuation = last_assistant(&mut out, request.continue_final_message()?);
     let effort = kwargs
@@ -120,6 +124,7 @@ pub(super) fn prepare(
         normalize: Normalize::AsGiven,
         add_special_tokens: false,
         dialect: Dialect::Jinja2,
+        media,
     })
 }
 
@@ -204,7 +209,11 @@ fn is_truthy(value: &Value) -> bool {
 /// A message as the request model dumps it (`model_dump()`): the user model keeps `role`
 /// and `content`; the generic one every field in its declared order (nulls included);
 /// unknown keys are ignored.
-fn dump_message(i: usize, message: &Value) -> Result<Map<String, Value>, TokenizeError> {
+fn dump_message(
+    i: usize,
+    message: &Value,
+    input: ModelInput,
+) -> Result<Map<String, Value>, TokenizeError> {
     let invalid = |what: &str| refused(format!("messages[{i}]: {what}"));
     let Value::Object(m) = message else {
         return Err(invalid("must be an object"));
@@ -216,7 +225,7 @@ fn dump_message(i: usize, message: &Value) -> Result<Map<String, Value>, Tokeniz
     let mut out = Map::new();
     if role == "user" {
         let content = match m.get("content") {
-            Some(c @ (Value::String(_) | Value::Array(_))) => dump_content(i, c, false)?,
+            Some(c @ (Value::String(_) | Value::Array(_))) => dump_content(i, c, false, input)?,
             _ => {
                 return Err(invalid(
                     "a user message needs `content`: a string or a list of content parts",
@@ -237,7 +246,9 @@ fn dump_message(i: usize, message: &Value) -> Result<Map<String, Value>, Tokeniz
     out.insert("role".into(), Value::from(lower.as_str()));
     let content = match m.get("content") {
         None | Some(Value::Null) => Value::Null,
-        Some(c @ (Value::String(_) | Value::Array(_))) => dump_content(i, c, lower == "assistant")?,
+        Some(c @ (Value::String(_) | Value::Array(_))) => {
+            dump_content(i, c, lower == "assistant", input)?
+        }
         Some(_) => {
             return Err(invalid(
                 "`content` must be a string, a list of parts or null",
@@ -258,7 +269,7 @@ fn dump_message(i: usize, message: &Value) -> Result<Map<String, Value>, Tokeniz
         Some(Value::Array(calls)) => Value::Array(
             calls
                 .iter()
-                .map(|c| dump_tool_call(c).map_err(|e| invalid(&e)))
+                .map(|c| tools::dump_call(c).map_err(|e| invalid(&e)))
                 .collect::<Result<_, _>>()?,
         ),
         Some(_) => return Err(invalid("`tool_calls` must be a list")),
@@ -279,8 +290,14 @@ fn dump_message(i: usize, message: &Value) -> Result<Map<String, Value>, Tokeniz
 }
 
 /// A content value as dumped: strings as they are, text parts as `{type, text}`, thinking
-/// parts (assistant turns only: `validate_thinking_parts_role`) as they are.
-fn dump_content(i: usize, content: &Value, assistant: bool) -> Result<Value, TokenizeError> {
+/// parts (assistant turns only: `validate_thinking_parts_role`) as they are, media parts
+/// as [`media::dump_part`] checks them (refused for a text-only model).
+fn dump_content(
+    i: usize,
+    content: &Value,
+    assistant: bool,
+    input: ModelInput,
+) -> Result<Value, TokenizeError> {
     let Value::Array(parts) = content else {
         return Ok(content.clone());
     };
@@ -288,6 +305,10 @@ fn dump_content(i: usize, content: &Value, assistant: bool) -> Result<Value, Tok
     for (j, part) in parts.iter().enumerate() {
         let kind = part.get("type").and_then(Value::as_str);
         let text = part.get("text").and_then(Value::as_str);
+        if let Some(media_kind) = kind.and_then(MediaKind::of_part_type) {
+            out.push(media::dump_part(i, j, media_kind, part, input)?);
+            continue;
+        }
         match (kind, text) {
             (Some("text"), Some(text)) => {
                 let mut p = Map::new();
@@ -303,11 +324,7 @@ fn dump_content(i: usize, content: &Value, assistant: bool) -> Result<Value, Tok
                 }
                 out.push(part.clone());
             }
-            (Some(kind @ ("image_url" | "video_url" | "audio_url" | "input_audio")), _) => {
-                return Err(refused(format!(
-                    "Model only supports text input; received unsupported content type '{kind}'."
-                )))
-            }
+            (Some(kind @ "input_audio"), _) => return Err(media::text_only_refusal(kind)),
             _ => {
                 return Err(refused(format!(
                     "messages[{i}].content[{j}]: a content part must be {{\"type\": \"text\", \"text\": ...}}"
@@ -316,56 +333,6 @@ fn dump_content(i: usize, content: &Value, assistant: bool) -> Result<Value, Tok
         }
     }
     Ok(Value::Array(out))
-}
-
-/// `ToolCall.model_dump()`: `{id, index, type, function: {name, arguments}}`, nested
-/// nulls kept.
-fn dump_tool_call(call: &Value) -> Result<Value, String> {
-    let Value::Object(c) = call else {
-        return Err("a tool call must be an object".into());
-    };
-    let string_or_null = |v: Option<&Value>, what: &str| match v {
-        None | Some(Value::Null) => Ok(Value::Null),
-        Some(s @ Value::String(_)) => Ok(s.clone()),
-        Some(_) => Err(format!("tool call `{what}` must be a string")),
-    };
-    let index = match c.get("index") {
-        None | Some(Value::Null) => Value::Null,
-        Some(n) if n.is_i64() || n.is_u64() => n.clone(),
-        Some(_) => return Err("tool call `index` must be an integer".into()),
-    };
-    match c.get("type") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(t)) if t == "function" => {}
-        Some(_) => return Err("tool call `type` must be \"function\"".into()),
-    }
-    let function = match c.get("function") {
-        Some(Value::Object(f)) => {
-            let arguments = match f.get("arguments") {
-                None | Some(Value::Null) => Value::Null,
-                Some(a @ (Value::String(_) | Value::Object(_))) => a.clone(),
-                Some(_) => {
-                    return Err(
-                        "tool call `function.arguments` must be a string or an object".into(),
-                    )
-                }
-            };
-            let mut out = Map::new();
-            out.insert(
-                "name".into(),
-                string_or_null(f.get("name"), "function.name")?,
-            );
-            out.insert("arguments".into(), arguments);
-            out
-        }
-        _ => return Err("a tool call needs a `function` object".into()),
-    };
-    let mut out = Map::new();
-    out.insert("id".into(), string_or_null(c.get("id"), "id")?);
-    out.insert("index".into(), index);
-    out.insert("type".into(), Value::from("function"));
-    out.insert("function".into(), Value::Object(function));
-    Ok(Value::Object(out))
 }
 
 /// `normalize_assistant_tool_call_arguments(strict=True)`: an assistant's string
@@ -397,9 +364,14 @@ fn parse_tool_call_arguments(message: &mut Map<String, Value>) -> Result<(), Tok
 }
 
 /// `process_content_for_template_format` and `normalize_tool_content`: null content is
-/// `""`; lists are joined with one space ("string" templates) or kept as text parts
-/// ("openai", content then moves last); top-level nulls are dropped.
-fn for_template(mut message: Map<String, Value>, format: ContentFormat) -> Map<String, Value> {
+/// `""`; lists are joined with one space ("string" templates, media dropped) or kept as
+/// text and media placeholder parts ("openai", content then moves last; each media item
+/// pushed to `media`); top-level nulls are dropped.
+fn for_template(
+    mut message: Map<String, Value>,
+    format: ContentFormat,
+    media: &mut Vec<MediaPart>,
+) -> Map<String, Value> {
     if message.get("content").is_none_or(Value::is_null) {
         message.insert("content".into(), Value::from(""));
     }
@@ -417,12 +389,11 @@ fn for_template(mut message: Map<String, Value>, format: ContentFormat) -> Map<S
                 message
             }
             ContentFormat::OpenAi => {
-                // Thinking parts are dropped; text parts kept.
+                // Thinking parts are dropped; text parts kept; media parts become placeholders.
                 let parts = Value::Array(
                     parts
                         .iter()
-                        .filter(|p| p.get("type").and_then(Value::as_str) == Some("text"))
-                        .cloned()
+                        .filter_map(|p| media::template_part(p, media))
                         .collect(),
                 );
                 let mut moved: Map<String, Value> = message

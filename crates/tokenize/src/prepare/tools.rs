@@ -268,6 +268,56 @@ fn normalize_tool(tool: &mut Value) {
     }
 }
 
+/// `ToolCall.model_dump()`: `{id, index, type, function: {name, arguments}}`, nested
+/// nulls kept.
+pub(super) fn dump_call(call: &Value) -> Result<Value, String> {
+    let Value::Object(c) = call else {
+        return Err("a tool call must be an object".into());
+    };
+    let string_or_null = |v: Option<&Value>, what: &str| match v {
+        None | Some(Value::Null) => Ok(Value::Null),
+        Some(s @ Value::String(_)) => Ok(s.clone()),
+        Some(_) => Err(format!("tool call `{what}` must be a string")),
+    };
+    let index = match c.get("index") {
+        None | Some(Value::Null) => Value::Null,
+        Some(n) if n.is_i64() || n.is_u64() => n.clone(),
+        Some(_) => return Err("tool call `index` must be an integer".into()),
+    };
+    match c.get("type") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(t)) if t == "function" => {}
+        Some(_) => return Err("tool call `type` must be \"function\"".into()),
+    }
+    let function = match c.get("function") {
+        Some(Value::Object(f)) => {
+            let arguments = match f.get("arguments") {
+                None | Some(Value::Null) => Value::Null,
+                Some(a @ (Value::String(_) | Value::Object(_))) => a.clone(),
+                Some(_) => {
+                    return Err(
+                        "tool call `function.arguments` must be a string or an object".into(),
+                    )
+                }
+            };
+            let mut out = Map::new();
+            out.insert(
+                "name".into(),
+                string_or_null(f.get("name"), "function.name")?,
+            );
+            out.insert("arguments".into(), arguments);
+            out
+        }
+        _ => return Err("a tool call needs a `function` object".into()),
+    };
+    let mut out = Map::new();
+    out.insert("id".into(), string_or_null(c.get("id"), "id")?);
+    out.insert("index".into(), index);
+    out.insert("type".into(), Value::from("function"));
+    out.insert("function".into(), Value::Object(function));
+    Ok(Value::Object(out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

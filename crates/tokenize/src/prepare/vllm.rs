@@ -114,6 +114,7 @@ pub(super) fn prepare(
         normalize: Normalize::AliasReasoning,
         add_special_tokens: special,
         dialect: Dialect::Jinja2,
+        media: Vec::new(),
     })
 }
 
