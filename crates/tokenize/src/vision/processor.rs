@@ -146,7 +146,7 @@ impl VisionProcessor {
                 }
                 let factor = patch_size * merge_size;
                 let resized = smart_resize(height, width, factor, *min_pixels, *max_pixels)?;
-                let grid = (resized.height / patch_size) * (resized.width / patch_size);
+                let grid = (resized.height / patch_size).saturating_mul(resized.width / patch_size);
                 u32::try_from(grid / (merge_size * merge_size)).map_err(|_| VisionError::Overflow)
             }
             Params::Gemma3 {
