@@ -19,6 +19,7 @@
 mod config;
 mod error;
 mod header;
+mod pan_and_scan;
 mod processor;
 mod resize;
 

@@ -20,7 +20,7 @@
 
 use std::path::Path;
 
-use super::config::RawPreprocessorConfig;
+use super::config::{gemma3_params, qwen_params, Params, RawPreprocessorConfig};
 use super::error::VisionError;
 use super::header::ImageInfo;
 use super::resize::{sglang_legacy_resize, smart_resize};
@@ -87,27 +87,6 @@ pub struct VisionProcessor {
     pre_resize_cap: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
-enum Params {
-    Qwen {
-        patch_size: u64,
-        merge_size: u64,
-        min_pixels: u64,
-        max_pixels: u64,
-    },
-    Gemma3 {
-        image_seq_length: u32,
-        pan_and_scan: Option<PanAndScan>,
-    },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct PanAndScan {
-    min_crop_size: u32,
-    max_num_crops: u32,
-    min_ratio_to_activate: f64,
-}
-
 // === impl VisionProcessor ===
 
 impl VisionProcessor {
@@ -167,7 +146,7 @@ impl VisionProcessor {
                 }
                 let factor = patch_size * merge_size;
                 let resized = smart_resize(height, width, factor, *min_pixels, *max_pixels)?;
-                let grid = (resized.height / patch_size) * (resized.width / patch_size);
+                let grid = (resized.height / patch_size).saturating_mul(resized.width / patch_size);
                 u32::try_from(grid / (merge_size * merge_size)).map_err(|_| VisionError::Overflow)
             }
             Params::Gemma3 {
@@ -217,103 +196,5 @@ impl VisionProcessor {
             replacement,
             image_tokens,
         })
-    }
-}
-
-/// Qwen2VLImageProcessor's `__init__` (transformers 5.19.0): `size` replaces the class default
-/// `{shortest_edge: 56 * 56, longest_edge: 28 * 28 * 1280}` whole, then top-level `min_pixels`
-/// / `max_pixels` override its keys; `resize` refuses a `size` without both.
-fn qwen_params(raw: &RawPreprocessorConfig) -> Result<Params, VisionError> {
-    let (mut min_pixels, mut max_pixels) = match &raw.size {
-        None => (Some(56 * 56), Some(28 * 28 * 1280)),
-        Some(size) => (size.shortest_edge, size.longest_edge),
-    };
-    if raw.min_pixels.is_some() {
-        min_pixels = raw.min_pixels;
-    }
-    if raw.max_pixels.is_some() {
-        max_pixels = raw.max_pixels;
-    }
-    let (Some(min_pixels @ 1..), Some(max_pixels @ 1..)) = (min_pixels, max_pixels) else {
-        return Err(VisionError::Setting {
-            field: "size",
-            reason: "must contain non-zero 'shortest_edge' and 'longest_edge'",
-        });
-    };
-    let patch_size = plausible(raw.patch_size.unwrap_or(14), "patch_size")?;
-    let merge_size = plausible(raw.merge_size.unwrap_or(2), "merge_size")?;
-    plausible(raw.temporal_patch_size.unwrap_or(2), "temporal_patch_size")?;
-    Ok(Params::Qwen {
-        patch_size,
-        merge_size,
-        min_pixels,
-        max_pixels,
-    })
-}
-
-/// Gemma3Processor's `image_seq_length` (default 256; `processor_config.json` and the model's
-/// `preprocessor_config.json` both carry it, `config.json` calls it `mm_tokens_per_image`) and
-/// the pan-and-scan options with `Gemma3ProcessorKwargs`' defaults (off, 256, 4, 1.2).
-fn gemma3_params(raw: &RawPreprocessorConfig) -> Result<Params, VisionError> {
-    let image_seq_length = raw
-        .image_seq_length
-        .or(raw.mm_tokens_per_image)
-        .unwrap_or(256);
-    if image_seq_length == 0 {
-        return Err(VisionError::Setting {
-            field: "image_seq_length",
-            reason: "must be positive",
-        });
-    }
-    let pan_and_scan = raw.do_pan_and_scan.unwrap_or(false).then(|| PanAndScan {
-        min_crop_size: raw.pan_and_scan_min_crop_size.unwrap_or(256),
-        max_num_crops: raw.pan_and_scan_max_num_crops.unwrap_or(4),
-        min_ratio_to_activate: raw.pan_and_scan_min_ratio_to_activate.unwrap_or(1.2),
-    });
-    Ok(Params::Gemma3 {
-        image_seq_length,
-        pan_and_scan,
-    })
-}
-
-/// A patch or merge size in 1..=1024: real models use 14 to 16 and 2, and the bound keeps
-/// `patch_size * merge_size` and every product of the resize far from overflow.
-fn plausible(value: u64, field: &'static str) -> Result<u64, VisionError> {
-    if !(1..=1024).contains(&value) {
-        return Err(VisionError::Setting {
-            field,
-            reason: "must be between 1 and 1024",
-        });
-    }
-    Ok(value)
-}
-
-// === impl PanAndScan ===
-
-impl PanAndScan {
-    /// The number of crops `Gemma3ImageProcessor.pan_and_scan` cuts (0: none), with its float
-    /// steps: `floor(w / h + 0.5)` crops along the long side, at most `w / min_crop_size`,
-    /// clamped to `[2, max_num_crops]`, and none if a crop would be under `min_crop_size`.
-    fn crops(&self, width: u32, height: u32) -> u32 {
-        let (long, short) = if width >= height {
-            (width, height)
-        } else {
-            (height, width)
-        };
-        let (long_f, short_f) = (f64::from(long), f64::from(short));
-        if long_f / short_f < self.min_ratio_to_activate {
-            return 0;
-        }
-        let by_ratio = (long_f / short_f + 0.5).floor() as u32;
-        let by_size = (long_f / f64::from(self.min_crop_size)).floor() as u32;
-        let along = by_ratio.min(by_size).max(2).min(self.max_num_crops);
-        if along == 0 {
-            return 0;
-        }
-        let crop_long = (long_f / f64::from(along)).ceil() as u32;
-        if crop_long.min(short) < self.min_crop_size {
-            return 0;
-        }
-        along
     }
 }
