@@ -321,3 +321,20 @@ async fn gemma3_takes_256_tokens_per_image_inside_newlines() {
     assert!(expected > plain + 256, "{expected} vs {plain}");
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_responses_input_image_is_counted_as_a_chat_image() {
+    let sim = qwen_sim(VisionFamily::Qwen25Vl).await;
+    let url = data_url("image/png", &png(1920, 1080));
+    let body = json!({"model": MODEL, "max_output_tokens": 2, "input": [{"role": "user", "content": [
+        {"type": "input_image", "image_url": url},
+        {"type": "input_text", "text": "Describe this image."}]}]});
+    let (status, out) = post(sim.http_addr, "/v1/responses", &body).await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    let base = count(
+        &QWEN_VL,
+        &qwen_render(&format!("{QWEN_IMAGE}Describe this image.")),
+    );
+    assert_eq!(out["usage"]["input_tokens"].as_u64(), Some(base - 1 + 2691));
+    sim.shutdown().await;
+}
