@@ -82,6 +82,7 @@ pub mod telemetry;
 pub mod tenant;
 pub mod tls;
 pub mod upstream;
+pub mod vision;
 
 use bytes::Bytes;
 use http::{Request, Response};

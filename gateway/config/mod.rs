@@ -32,6 +32,7 @@ mod tenants;
 mod tracing;
 mod upstream;
 mod validate;
+mod vision;
 mod workers;
 
 use serde::Deserialize;
@@ -63,6 +64,7 @@ pub use server::{ServerConfig, TlsConfig};
 pub use tenants::{hash_key, TenantConfig};
 pub use tracing::TracingConfig;
 pub use upstream::{UpstreamConfig, UpstreamTlsConfig};
+pub use vision::{PoolImagesConfig, VisionConfig, VisionFamilyName};
 pub use workers::{Discover, WorkerConfig};
 
 /// A configuration error, naming the file, the key path and the fix.

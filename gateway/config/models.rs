@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use super::engine_version::EngineVersion;
 use super::files::resolve;
 use super::invalid::Invalid;
+use super::vision::VisionConfig;
 
 /// `[[models]]`
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -32,6 +33,9 @@ pub struct ModelConfig {
     /// (the default) or `engine`.
     #[serde(default)]
     pub anthropic_messages: AnthropicMessages,
+    /// The model takes images (`[models.vision]`); without it, image parts are refused.
+    #[serde(default)]
+    pub vision: Option<VisionConfig>,
 }
 
 /// How Anthropic's Messages API is served for a model.
@@ -79,6 +83,9 @@ impl ModelConfig {
         resolve(base, &mut self.tokenizer, "tokenizer")?;
         if let Some(t) = self.chat_template.as_mut() {
             resolve(base, t, "chat_template")?;
+        }
+        if let Some(vision) = self.vision.as_mut() {
+            vision.check(base).map_err(|e| e.under("vision"))?;
         }
         Ok(())
     }

@@ -8,6 +8,7 @@ use super::cache_tiers::{self, CacheTierConfig};
 use super::guard::GuardConfig;
 use super::invalid::Invalid;
 use super::isolation::LeakMode;
+use super::vision::PoolImagesConfig;
 use super::workers::WorkerConfig;
 pub use kvgate_tokenize::ChatRules;
 
@@ -99,6 +100,10 @@ pub struct PoolConfig {
     /// The response guard of this pool (`[pools.guard]`).
     #[serde(default)]
     pub guard: GuardConfig,
+    /// What its engines do with images and where kvgate may read them (`[pools.images]`;
+    /// only for a model with `[models.vision]`).
+    #[serde(default)]
+    pub images: PoolImagesConfig,
 }
 
 fn default_weight() -> u32 {
@@ -157,6 +162,7 @@ impl PoolConfig {
             ));
         }
         self.guard.check().map_err(|e| e.under("guard"))?;
+        self.images.check().map_err(|e| e.under("images"))?;
         cache_tiers::check(self.cache_tiers.as_deref())?;
         for (list, workers) in [
             ("workers", &self.workers),

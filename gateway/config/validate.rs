@@ -45,6 +45,9 @@ pub(super) fn pools_name_models(
             ));
         }
     }
+    for (i, pool) in pools.iter().enumerate() {
+        images_fit_the_model(i, pool, models)?;
+    }
     for (i, model) in models.iter().enumerate() {
         if model.anthropic_messages == AnthropicMessages::Engine {
             engine_messages_pools(i, &model.name, pools)?;
@@ -201,4 +204,35 @@ fn sorted(set: &HashSet<&str>) -> String {
     let mut v: Vec<&str> = set.iter().copied().collect();
     v.sort_unstable();
     v.join(", ")
+}
+
+/// `[pools.images]` says what a pool does with images: only for a model that takes them,
+/// and only SGLang's image handling is counted so far.
+fn images_fit_the_model(
+    i: usize,
+    pool: &PoolConfig,
+    models: &[ModelConfig],
+) -> Result<(), Invalid> {
+    let Some(model) = models.iter().find(|m| m.name == pool.model) else {
+        return Ok(());
+    };
+    if model.vision.is_none() && pool.images != Default::default() {
+        return Err(Invalid::new(
+            format!("pools[{i}].images"),
+            format!(
+                "model `{}` takes no images; add [models.vision] to it, or remove [pools.images]",
+                model.name
+            ),
+        ));
+    }
+    if model.vision.is_some() && pool.chat_rules() != super::ChatRules::Sglang {
+        return Err(Invalid::new(
+            format!("pools[{i}].engine"),
+            format!(
+                "model `{}` takes images, and kvgate counts images as SGLang prepares them only; serve it from SGLang pools",
+                model.name
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -55,7 +55,7 @@ pub use load::{
 };
 pub use load_poll::poll_loads;
 pub use names::{Endpoint, NameBook, NameKey, NameState};
-pub use pool::{OutcomeWatch, Pool, PoolWorkers};
+pub use pool::{CountRules, OutcomeWatch, Pool, PoolWorkers};
 pub use prefix_index::{Candidate, IndexSize, PrefixCounters, PrefixIndex};
 pub use prefix_outbox::Outbox;
 pub use prefix_share::{share_loop, PrefixShare};

@@ -44,6 +44,8 @@ pub struct Pool {
     pub engine: EngineKind,
     /// How its engines prepare a chat (the rules admission counts its chats by).
     pub chat_rules: ChatRules,
+    /// Its engines' pre-resize cap of images (`[pools.images]`; None: current SGLang).
+    pub image_cap: Option<u64>,
     /// The weight in the config file (the starting weight; a cleared rollback returns to it).
     pub configured_weight: u32,
     /// The weight now: the config's, or what a rollout or the admin API set.
@@ -160,6 +162,7 @@ impl Pool {
             model: config.model.clone(),
             engine: config.engine,
             chat_rules: config.chat_rules(),
+            image_cap: config.images.pre_resize_max_pixels,
             configured_weight: config.weight,
             weight: AtomicU32::new(config.weight),
             version: config.version.clone(),
@@ -216,6 +219,14 @@ impl Pool {
             }
         }
         self
+    }
+
+    /// How its engines turn a request into prompt tokens (admission counts by these).
+    pub fn count_rules(&self) -> CountRules {
+        CountRules {
+            chat: self.chat_rules,
+            image_cap: self.image_cap,
+        }
     }
 
     /// The traffic weight now.
@@ -398,4 +409,22 @@ impl Pool {
 fn next_lineage() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// How a pool's engines turn a request into prompt tokens: their chat preparation, and
+/// the pre-resize cap older SGLang releases put on images. A request is counted once per
+/// distinct rules among the pools it may go to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CountRules {
+    pub chat: ChatRules,
+    pub image_cap: Option<u64>,
+}
+
+impl Default for CountRules {
+    fn default() -> Self {
+        Self {
+            chat: ChatRules::Sglang,
+            image_cap: None,
+        }
+    }
 }

@@ -24,6 +24,8 @@ pub enum StartError {
     },
     #[error("listener address: {0}")]
     Io(#[from] std::io::Error),
+    #[error("images: {0}")]
+    Vision(String),
     #[error("model `{model}`: {source}")]
     Tokenizer {
         model: String,

@@ -136,8 +136,14 @@ pub(crate) fn image_size(bytes: &[u8]) -> Result<(u64, u64), VisionError> {
             "Could not decode image: cannot identify image file ({e})"
         ))
     })?;
-    let width = u64::try_from(size.width).unwrap_or(u64::MAX);
-    let height = u64::try_from(size.height).unwrap_or(u64::MAX);
+    let mut width = u64::try_from(size.width).unwrap_or(u64::MAX);
+    let mut height = u64::try_from(size.height).unwrap_or(u64::MAX);
+    if let Some((right, bottom)) = gif_first_frame_extent(bytes) {
+        // PIL's GIF plugin grows `size` to the first frame when it sticks out of the
+        // logical screen (`GifImagePlugin._seek`); `imagesize` reports the screen.
+        width = width.max(right);
+        height = height.max(bottom);
+    }
     let pixels = width.max(1).saturating_mul(height.max(1));
     if pixels > 2 * PIL_MAX_IMAGE_PIXELS {
         return Err(VisionError::Image(format!(
@@ -146,4 +152,41 @@ pub(crate) fn image_size(bytes: &[u8]) -> Result<(u64, u64), VisionError> {
         )));
     }
     Ok((width, height))
+}
+
+/// A GIF's first frame's right and bottom edges (left + width, top + height), from its
+/// image descriptor, skipping the colour table and extension blocks before it.
+fn gif_first_frame_extent(bytes: &[u8]) -> Option<(u64, u64)> {
+    if !(bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a")) {
+        return None;
+    }
+    let flags = *bytes.get(10)?;
+    let mut at = 13usize;
+    if flags & 0x80 != 0 {
+        at += 3 << ((flags & 7) + 1);
+    }
+    loop {
+        match *bytes.get(at)? {
+            0x2c => {
+                let word = |i: usize| -> Option<u64> {
+                    let lo = *bytes.get(at + i)?;
+                    let hi = *bytes.get(at + i + 1)?;
+                    Some(u64::from(u16::from_le_bytes([lo, hi])))
+                };
+                return Some((word(1)? + word(5)?, word(3)? + word(7)?));
+            }
+            0x21 => {
+                // An extension: its label, then sub-blocks until an empty one.
+                at += 2;
+                loop {
+                    let len = usize::from(*bytes.get(at)?);
+                    at += 1 + len;
+                    if len == 0 {
+                        break;
+                    }
+                }
+            }
+            _ => return None,
+        }
+    }
 }

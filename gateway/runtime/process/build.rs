@@ -19,6 +19,7 @@ use crate::stack::api::ModelCatalog;
 use crate::stack::auth::ApiKeys;
 use crate::stack::guard::GuardState;
 use crate::stack::isolate::IsolationState;
+use crate::vision::ModelVision;
 
 /// Build a generation of `config`; `previous` is the running one on a reload.
 pub(crate) fn build(
@@ -30,6 +31,7 @@ pub(crate) fn build(
         &config,
         previous.map(|p| (&*p.config, &*p.fleet)),
     ));
+    let visions = ModelVision::from_config(&config).map_err(StartError::Vision)?;
     let mut models = HashMap::new();
     for model in &config.models {
         let tokenizer =
@@ -39,12 +41,22 @@ pub(crate) fn build(
                     source,
                 }
             })?;
+        let vision = visions.get(&model.name).map(|v| {
+            // The token the engine repeats once per image token (prefix routing salts it).
+            let token = tokenizer
+                .encode(v.family().image_token(), false)
+                .ok()
+                .filter(|ids| ids.len() == 1)
+                .map(|ids| ids[0]);
+            (v.clone(), token)
+        });
         models.insert(
             model.name.clone(),
             ModelAdmission {
                 tokenizer,
                 context_window: model.context_window,
                 default_max_new_tokens: model.default_max_new_tokens,
+                vision,
             },
         );
     }

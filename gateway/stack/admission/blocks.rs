@@ -23,6 +23,7 @@ use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
 
 use super::chat::render_chat;
+use super::count::ImageIdSalts;
 use super::count::{Measured, INLINE_COUNT_BYTES};
 use super::AdmissionState;
 use crate::error::GatewayError;
@@ -30,6 +31,7 @@ use crate::stack::api::prompt_view::Prompts;
 use crate::stack::api::{InferenceRequest, PromptInput, PromptView};
 use crate::stack::routing::blocks::chain;
 use crate::stack::routing::{BlockChain, RequestBlocks};
+use crate::vision::salt_image_ids;
 use kvgate_tokenize::{ChatKey, ChatPrompt, ChatRules, ModelTokenizer};
 
 const SHARDS: usize = 16;
@@ -128,8 +130,8 @@ enum Work {
     Ids(Vec<u32>),
     /// Plain text, encoded with special tokens.
     Text(Arc<str>),
-    /// A prepared and rendered chat.
-    Chat(Arc<ChatPrompt>),
+    /// A prepared and rendered chat, and how its images' tokens are salted.
+    Chat(Arc<ChatPrompt>, Option<ImageIdSalts>),
 }
 
 /// Whether a request for `model` may need its prompt blocks: prefix routing is on and one
@@ -185,7 +187,7 @@ pub(super) fn start(
         return Ok(Some(ready(Some(cached))));
     }
     let work = match (&first.chat, parsed.prompts()?.into_iter().next()) {
-        (Some((_, Some(prompt))), _) => Work::Chat(prompt.clone()),
+        (Some((_, Some(prompt))), _) => Work::Chat(prompt.clone(), first.image_ids.clone()),
         (
             Some((_, None)),
             Some(PromptInput::Chat {
@@ -196,7 +198,7 @@ pub(super) fn start(
         ) => {
             // Counted from the cache, never rendered here: render it now.
             let prompt = render_chat(tokenizer, &parsed.model, rules, messages, tools, fields)?;
-            Work::Chat(Arc::new(prompt))
+            Work::Chat(Arc::new(prompt), None)
         }
         (_, Some(PromptInput::Text(text))) => Work::Text(Arc::from(text.as_ref())),
         (_, Some(PromptInput::Ids(_))) => match parsed.prompt_view()? {
@@ -218,7 +220,7 @@ pub(super) fn start(
     let long = match &work {
         Work::Ids(_) => false,
         Work::Text(text) => text.len() > INLINE_COUNT_BYTES,
-        Work::Chat(prompt) => prompt.rendered.len() > INLINE_COUNT_BYTES,
+        Work::Chat(prompt, _) => prompt.rendered.len() > INLINE_COUNT_BYTES,
     };
     if !long {
         return Ok(Some(ready(remember(hash(tokenizer, work, block_size)))));
@@ -245,7 +247,13 @@ fn hash(tokenizer: &ModelTokenizer, work: Work, block_size: usize) -> Option<Arc
     let ids = match work {
         Work::Ids(ids) => ids,
         Work::Text(text) => tokenizer.ids_fast(&text, true).ok()?,
-        Work::Chat(prompt) => tokenizer.chat_prompt_ids(&prompt).ok()?,
+        Work::Chat(prompt, salts) => {
+            let mut ids = tokenizer.chat_prompt_ids(&prompt).ok()?;
+            if let Some(salts) = salts {
+                salt_image_ids(&mut ids, salts.0, &salts.1);
+            }
+            ids
+        }
     };
     Some(Arc::from(chain(&ids, block_size)))
 }

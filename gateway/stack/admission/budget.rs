@@ -17,7 +17,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::config::EngineKind;
-use crate::fleet::{Pool, PoolWorkers, Worker};
+use crate::fleet::{CountRules, Pool, PoolWorkers, Worker};
 
 /// SGLang's input limit for a worker with context length `context` and KV pool `pool`.
 pub fn sglang_max_req_input_len(context: u64, pool: u64) -> u64 {
@@ -69,8 +69,9 @@ pub struct WorkerBound {
 #[derive(Debug, Clone)]
 pub struct PoolBudget {
     pub pool: Arc<str>,
-    /// How the pool's engines prepare a chat: the rules its prompts are counted by.
-    pub rules: kvgate_tokenize::ChatRules,
+    /// How the pool's engines prepare a chat and size images: the rules its prompts are
+    /// counted by.
+    pub rules: CountRules,
     pub context_window: u64,
     /// Smallest `max_req_input_len` of the eligible prefill-side workers.
     pub prefill_input_limit: Option<WorkerBound>,
@@ -166,7 +167,7 @@ impl PoolBudget {
         };
         Self {
             pool: pool.name.clone(),
-            rules: pool.chat_rules,
+            rules: pool.count_rules(),
             context_window: window,
             prefill_input_limit: smallest(prefill_side, &|w| {
                 worker_input_limit(w, pool.engine, window)
@@ -276,7 +277,7 @@ mod tests {
 
     fn budget(window: u64, input: u64, decode: u64) -> PoolBudget {
         PoolBudget {
-            rules: kvgate_tokenize::ChatRules::Sglang,
+            rules: CountRules::default(),
             pool: Arc::from("p"),
             context_window: window,
             prefill_input_limit: Some(WorkerBound {

@@ -5,7 +5,9 @@ use serde_json::Value;
 
 use crate::error::GatewayError;
 use kvgate_tokenize::prepare::{responses_to_chat, ResponsesError, ResponsesPrompt};
-use kvgate_tokenize::{ChatPrompt, ChatRequest, ChatRules, ModelTokenizer, TokenizeError};
+use kvgate_tokenize::{
+    ChatPrompt, ChatRequest, ChatRules, ModelInput, ModelTokenizer, MultimodalPrompt, TokenizeError,
+};
 
 /// A chat the engine would not render, as the client's 400: the engine's own refusal, or
 /// the template's own message (its `raise_exception`), naming the model.
@@ -48,6 +50,28 @@ pub fn render_chat(
     };
     tokenizer
         .chat_prompt(rules, &request)
+        .map_err(|e| template_error(model, e))
+}
+
+/// A chat with images for a vision model, prepared by SGLang's rules (media parts reach the
+/// template as placeholders, listed in render order) and rendered; the placeholders are
+/// expanded by the caller (`vision::expand_images`).
+pub fn render_chat_with_media(
+    tokenizer: &ModelTokenizer,
+    model: &str,
+    rules: ChatRules,
+    messages: &Value,
+    tools: Option<&str>,
+    fields: &serde_json::Map<String, Value>,
+) -> Result<MultimodalPrompt, GatewayError> {
+    let tools: Option<Value> = tools.map(|t| parse_raw(t, "tools")).transpose()?;
+    let request = ChatRequest {
+        messages,
+        tools: tools.as_ref(),
+        fields,
+    };
+    tokenizer
+        .chat_prompt_with_media(rules, &request, ModelInput::Multimodal)
         .map_err(|e| template_error(model, e))
 }
 

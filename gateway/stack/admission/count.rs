@@ -14,11 +14,26 @@
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 
-use super::chat::{render_chat, render_responses};
+use super::chat::{render_chat, render_chat_with_media, render_responses};
 use super::prompt::{MaxNew, Sample};
 use crate::error::GatewayError;
+use crate::fleet::CountRules;
 use crate::stack::api::PromptInput;
-use kvgate_tokenize::{prepare, ChatKey, ChatPrompt, ChatRules, ModelTokenizer, TokenizeError};
+use crate::vision::{expand_images, salt_image_ids, ImageSalts, ModelVision, ResolvedImages};
+use kvgate_tokenize::{prepare, ChatKey, ChatPrompt, ModelTokenizer, TokenizeError};
+
+/// A chat's images, for a vision model: what was read of each, the model's processors, the
+/// messages (parsed once to find them) and the image token prefix routing salts.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ChatImages<'a> {
+    pub vision: &'a ModelVision,
+    pub resolved: &'a ResolvedImages,
+    pub messages: &'a serde_json::Value,
+    pub image_token: Option<u32>,
+}
+
+/// The image token's id and each image's salt, in render order (`vision::salt_image_ids`).
+pub(super) type ImageIdSalts = Arc<(u32, ImageSalts)>;
 
 /// A sample's prompt size as admission knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,8 +92,11 @@ pub(super) struct Measured {
     /// A chat: its key (None for templates that read the clock) and, when it was rendered
     /// here, the rendered prompt (prefix routing hashes its token ids: `blocks`).
     pub chat: Option<(Option<ChatKey>, Option<Arc<ChatPrompt>>)>,
-    /// Its token ids, when counted inline for prefix routing (`measure`'s `ids_first`).
+    /// Its token ids, when counted inline for prefix routing (`measure`'s `ids_first`),
+    /// its images' tokens salted already.
     pub ids: Option<Vec<u32>>,
+    /// A chat with images: how prefix routing salts their tokens.
+    pub image_ids: Option<ImageIdSalts>,
 }
 
 /// Prompts up to this size are counted exactly right away, on the request's own thread:
@@ -91,14 +109,16 @@ pub const INLINE_COUNT_BYTES: usize = 16 * 1024;
 const COUNT_SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Bound (or count, for token ids and small prompts) every sample; prepares and renders
-/// chats by `rules`. `ids_first`: the first sample's token ids are wanted (prefix routing),
-/// so a small one is encoded rather than only counted.
+/// chats by `rules`, their images (`images`, for a vision model) expanded as its engines
+/// expand them. `ids_first`: the first sample's token ids are wanted (prefix routing), so a
+/// small one is encoded rather than only counted.
 pub(super) fn measure(
     samples: &[Sample<'_>],
     tokenizer: &ModelTokenizer,
     model: &str,
-    rules: ChatRules,
+    rules: CountRules,
     ids_first: bool,
+    images: Option<ChatImages<'_>>,
 ) -> Result<Vec<Measured>, GatewayError> {
     let mut measured: Vec<Measured> = samples
         .iter()
@@ -139,7 +159,14 @@ pub(super) fn measure(
                         }),
                         chat: Some((None, Some(prompt))),
                         ids: None,
+                        image_ids: None,
                     });
+                }
+                &PromptInput::Chat { tools, fields, .. } if images.is_some() => {
+                    let Some(images) = images else {
+                        return Err(GatewayError::Internal("images vanished".into()));
+                    };
+                    return measure_with_images(tokenizer, model, rules, s, tools, fields, images);
                 }
                 &PromptInput::Chat {
                     messages,
@@ -147,7 +174,7 @@ pub(super) fn measure(
                     fields,
                 } => {
                     // A conversation seen before: its exact count, no render.
-                    let options = prepare::options_key(rules, fields);
+                    let options = prepare::options_key(rules.chat, fields);
                     let key = tokenizer.chat_key(messages, tools, &options);
                     if let Some(n) = key.and_then(|k| tokenizer.cached_chat_count(k)) {
                         return Ok(Measured {
@@ -156,11 +183,13 @@ pub(super) fn measure(
                             pending: None,
                             chat: Some((key, None)),
                             ids: None,
+                            image_ids: None,
                         });
                     }
                     // Not seen before: only now is the conversation parsed into values,
                     // prepared as the engine prepares it, and rendered.
-                    let prompt = render_chat(tokenizer, model, rules, messages, tools, fields)?;
+                    let prompt =
+                        render_chat(tokenizer, model, rules.chat, messages, tools, fields)?;
                     let bound = tokenizer.token_upper_bound(prompt.rendered.len(), false)
                         + prompt
                             .appended
@@ -176,6 +205,7 @@ pub(super) fn measure(
                         }),
                         chat: Some((key, Some(prompt))),
                         ids: None,
+                        image_ids: None,
                     });
                 }
             };
@@ -185,6 +215,7 @@ pub(super) fn measure(
                 pending,
                 chat: None,
                 ids: None,
+                image_ids: None,
             })
         })
         .collect::<Result<_, GatewayError>>()?;
@@ -200,8 +231,11 @@ pub(super) fn measure(
                 let counting = |e| GatewayError::Internal(format!("counting tokens: {e}"));
                 if i == 0 && ids_first {
                     // The ids give the exact count too: the prompt is tokenized once.
-                    let ids = ids_one(tokenizer, &p).map_err(counting)?;
+                    let mut ids = ids_one(tokenizer, &p).map_err(counting)?;
                     m.tokens = PromptTokens::Exact(ids.len() as u64);
+                    if let Some(salts) = &m.image_ids {
+                        salt_image_ids(&mut ids, salts.0, &salts.1);
+                    }
                     m.ids = Some(ids);
                 } else {
                     m.tokens = PromptTokens::Exact(count_one(tokenizer, &p).map_err(counting)?);
@@ -210,6 +244,51 @@ pub(super) fn measure(
         }
     }
     Ok(measured)
+}
+
+/// A chat with images (SGLang's rules, a vision model): rendered with its media parts as
+/// placeholders, each expanded to the tokens its engine's processor gives the image; never
+/// remembered by conversation (a remote image may change behind its URL).
+fn measure_with_images(
+    tokenizer: &ModelTokenizer,
+    model: &str,
+    rules: CountRules,
+    sample: &Sample<'_>,
+    tools: Option<&str>,
+    fields: &serde_json::Map<String, serde_json::Value>,
+    images: ChatImages<'_>,
+) -> Result<Measured, GatewayError> {
+    let processor = images.vision.processor(rules.image_cap).ok_or_else(|| {
+        GatewayError::Internal(format!(
+            "model `{model}` has no image processor for its pool"
+        ))
+    })?;
+    let mut prepared =
+        render_chat_with_media(tokenizer, model, rules.chat, images.messages, tools, fields)?;
+    let salts = expand_images(
+        &mut prepared.prompt,
+        &prepared.media,
+        images.resolved,
+        processor,
+    )
+    .map_err(|m| GatewayError::invalid(m, Some("messages")))?;
+    let prompt = Arc::new(prepared.prompt);
+    let bound = tokenizer.token_upper_bound(prompt.rendered.len(), false)
+        + prompt
+            .appended
+            .as_ref()
+            .map_or(0, |a| tokenizer.token_upper_bound(a.len(), true));
+    Ok(Measured {
+        tokens: PromptTokens::AtMost(bound as u64),
+        max_new: sample.max_new,
+        pending: Some(Pending {
+            text: PendingText::Chat(prompt.clone()),
+            key: None,
+        }),
+        chat: Some((None, Some(prompt))),
+        ids: None,
+        image_ids: images.image_token.map(|t| Arc::new((t, salts))),
+    })
 }
 
 /// The token ids of a pending prompt (what [`count_one`] counts), remembering a chat's
@@ -328,11 +407,12 @@ mod tests {
             max_new: MaxNew::Tokens(4),
         };
         let text: &'static str = Box::leak(text.into_boxed_str());
-        let measure =
-            |s: Sample<'_>, ids: bool| measure(&[s], &tok, "qwen3", ChatRules::Sglang, ids);
+        let measure = |s: Sample<'_>, ids: bool| {
+            measure(&[s], &tok, "qwen3", CountRules::default(), ids, None)
+        };
         let rendered = tok.apply_chat_template(&messages, None, true).unwrap();
         let exact = tok.count(&rendered, false).unwrap() as u64;
-        let options = prepare::options_key(ChatRules::Sglang, &fields);
+        let options = prepare::options_key(kvgate_tokenize::ChatRules::Sglang, &fields);
         let key = tok.chat_key(text, None, &options).unwrap();
         assert_eq!(tok.cached_chat_count(key), None);
         let first = measure(sample(text), false).unwrap();

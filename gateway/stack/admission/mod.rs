@@ -16,8 +16,10 @@ mod blocks;
 mod budget;
 mod chat;
 mod count;
+mod images;
 mod prompt;
 mod token_count;
+mod too_long;
 
 pub use crate::stack::routing::AdmittedPools;
 pub use blocks::{PrefixHashing, PromptBlocks};
@@ -28,6 +30,7 @@ pub use chat::render_chat;
 pub use count::PromptTokens;
 pub use prompt::{MaxNew, COMPLETIONS_DEFAULT_MAX_TOKENS, GENERATE_DEFAULT_MAX_NEW_TOKENS};
 pub use token_count::TokenCount;
+pub use too_long::PromptTooLong;
 
 use bytes::Bytes;
 use http::Request;
@@ -36,59 +39,19 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 use crate::error::GatewayError;
+use crate::fleet::CountRules;
 use crate::fleet::Fleet;
 use crate::stack::api::{Endpoint, InferenceRequest};
 use crate::stack::auth::{AuthContext, TenantPolicy};
 use crate::stack::routing::{PinnedWorker, PoolChoice, RequestBlocks, RequestCost};
 use crate::stack::stage::{Next, Stage, StageFuture, StageLayer};
+use crate::vision::ModelVision;
+use count::ChatImages;
 use count::Measured;
-use kvgate_tokenize::{ChatRules, ModelTokenizer};
+use kvgate_tokenize::ModelTokenizer;
 
 /// Response header naming the `max_tokens` admission chose for a chat that gave none.
 pub const CLAMPED_MAX_TOKENS_HEADER: &str = "x-kvgate-max-tokens";
-
-/// A refused prompt: what was counted, the limit, and which bound it hit.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{}", self.message())]
-pub struct PromptTooLong {
-    /// The sample (for batches), 0-based.
-    pub sample: Option<usize>,
-    pub prompt_tokens: u64,
-    pub max_new_tokens: u64,
-    pub violation: Violation,
-    /// The request field holding the prompt.
-    pub param: &'static str,
-}
-
-impl From<PromptTooLong> for GatewayError {
-    fn from(refusal: PromptTooLong) -> Self {
-        GatewayError::ContextLengthExceeded {
-            message: refusal.message(),
-            param: refusal.param,
-        }
-    }
-}
-
-impl PromptTooLong {
-    fn message(&self) -> String {
-        let which = self
-            .sample
-            .map(|i| format!(" of sample {i}"))
-            .unwrap_or_default();
-        let v = &self.violation;
-        if v.includes_new_tokens {
-            format!(
-                "The prompt{which} has {} tokens and asks for up to {} new tokens: {} tokens in all, over the limit of {} set by {}. Shorten the prompt or lower max_tokens.",
-                self.prompt_tokens, self.max_new_tokens, v.counted, v.limit, v.bound
-            )
-        } else {
-            format!(
-                "The prompt{which} has {} tokens, over the limit of {} tokens set by {}. Shorten the prompt.",
-                v.counted, v.limit, v.bound
-            )
-        }
-    }
-}
 
 /// What admission knows of one model.
 #[derive(Debug, Clone)]
@@ -96,6 +59,8 @@ pub struct ModelAdmission {
     pub tokenizer: Arc<ModelTokenizer>,
     pub context_window: u64,
     pub default_max_new_tokens: Option<u64>,
+    /// A model that takes images (`[models.vision]`), and the id of its image token.
+    pub vision: Option<(Arc<ModelVision>, Option<u32>)>,
 }
 
 /// Shared state of the admission stage.
@@ -224,8 +189,8 @@ pub async fn admit(
     let cap = tenant.and_then(|t| t.max_prompt_tokens.map(|c| (t.name.clone(), c)));
     // A chat is counted as each candidate pool's engine prepares it: one measure per set
     // of rules (nearly always one; a model's pools of different engines may need two).
-    let groups: Vec<ChatRules> = if parsed.endpoint == Endpoint::ChatCompletions {
-        let mut rules: Vec<ChatRules> = Vec::new();
+    let groups: Vec<CountRules> = if parsed.endpoint == Endpoint::ChatCompletions {
+        let mut rules: Vec<CountRules> = Vec::new();
         for b in &budgets {
             if !rules.contains(&b.rules) {
                 rules.push(b.rules);
@@ -233,12 +198,22 @@ pub async fn admit(
         }
         rules
     } else {
-        vec![budgets.first().map_or(ChatRules::Sglang, |b| b.rules)]
+        vec![budgets.first().map_or(CountRules::default(), |b| b.rules)]
     };
     let group_of = |b: &PoolBudget| groups.iter().position(|r| *r == b.rules).unwrap_or(0);
+    // A chat's images are read (their headers) before anything is counted.
+    let images = images::chat_images(model, parsed, &budgets).await?;
     let mut measured: Vec<Vec<Measured>> = {
         let samples = prompt::samples(parsed, default_new)?;
         let ids_first = blocks::wanted(state, &parsed.model);
+        let images = images
+            .as_ref()
+            .map(|(messages, resolved, vision, token)| ChatImages {
+                vision,
+                resolved,
+                messages,
+                image_token: *token,
+            });
         groups
             .iter()
             .enumerate()
@@ -249,6 +224,7 @@ pub async fn admit(
                     &parsed.model,
                     *rules,
                     ids_first && g == 0,
+                    images,
                 )
             })
             .collect::<Result<_, _>>()?
@@ -335,14 +311,14 @@ pub async fn admit(
         state,
         &model.tokenizer,
         parsed,
-        (&measured[primary], groups[primary]),
+        (&measured[primary], groups[primary].chat),
         &admitted,
     )
     .unwrap_or_else(|e| {
         tracing::debug!(error = %e, "prompt blocks not computed: routed by load");
         None
     });
-    let finish = |group: &[Measured], rules: ChatRules| {
+    let finish = |group: &[Measured], rules: CountRules| {
         let mut count = TokenCount::new(group, max_new.clone(), &model.tokenizer, &state.permits);
         count.clamped_max_new = clamped;
         count.window = window;

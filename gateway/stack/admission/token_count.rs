@@ -7,9 +7,10 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 use super::count::{run_blocking, Measured, Pending, PromptTokens};
+use crate::fleet::CountRules;
 use crate::fleet::KvCost;
 use crate::stack::routing::KvCostEstimate;
-use kvgate_tokenize::{ChatRules, ModelTokenizer};
+use kvgate_tokenize::ModelTokenizer;
 
 type ExactFuture = Shared<BoxFuture<'static, Option<Arc<[u64]>>>>;
 
@@ -29,7 +30,7 @@ pub struct TokenCount {
     pub(super) fanout: u64,
     exact: Option<ExactFuture>,
     /// The rules these counts were prepared by.
-    pub(super) rules: ChatRules,
+    pub(super) rules: CountRules,
     /// The counts by other rules, when the request's pools prepare chats differently.
     pub(super) others: Vec<TokenCount>,
 }
@@ -44,7 +45,7 @@ impl TokenCount {
             window: u64::MAX,
             fanout: 1,
             exact: None,
-            rules: ChatRules::Sglang,
+            rules: CountRules::default(),
             others: Vec::new(),
         }
     }
@@ -82,14 +83,14 @@ impl TokenCount {
             window: u64::MAX,
             fanout: 1,
             exact,
-            rules: ChatRules::Sglang,
+            rules: CountRules::default(),
             others: Vec::new(),
         }
     }
 
     /// The counts as an engine of `rules` sees the request (the guard compares the serving
     /// pool's engine with them).
-    pub fn for_rules(&self, rules: ChatRules) -> &TokenCount {
+    pub fn for_rules(&self, rules: CountRules) -> &TokenCount {
         std::iter::once(self)
             .chain(&self.others)
             .find(|c| c.rules == rules)
@@ -173,7 +174,7 @@ mod tests {
                 window,
                 fanout,
                 exact: None,
-                rules: ChatRules::Sglang,
+                rules: CountRules::default(),
                 others: Vec::new(),
             }
             .cost()

@@ -30,7 +30,7 @@ pub enum Content<'a> {
     None,
     /// A string.
     Text(Cow<'a, str>),
-    /// Text parts (`[{"type": "text", "text": ...}]`): only text parts are admitted.
+    /// Content parts: the text of its text parts (image parts are counted by admission).
     Parts(Vec<Cow<'a, str>>),
     /// Anything else: the template decides what it makes of it.
     Other,
@@ -115,8 +115,9 @@ fn message_error(raw: &str) -> GatewayError {
     )
 }
 
-/// Chat content must be text: image, audio and video parts are prompts the gateway cannot
-/// count (and URLs an engine would fetch on the client's behalf).
+/// Chat content is text and images: images are counted for a model with `[models.vision]`
+/// (`vision`; a text-only model refuses them as its engine does), while audio and video
+/// parts are prompts the gateway cannot count yet, so cannot admit.
 fn content(i: usize, raw: Option<&RawValue>) -> Result<Content<'_>, GatewayError> {
     let Some(raw) = raw else {
         return Ok(Content::None);
@@ -135,11 +136,22 @@ fn content(i: usize, raw: Option<&RawValue>) -> Result<Content<'_>, GatewayError
                 let is_text = kind
                     .as_deref()
                     .is_some_and(|k| matches!(k, "text" | "thinking" | "reasoning"));
-                if !is_text {
-                    return Err(GatewayError::UnsupportedParameter {
-                        param: format!("messages[{i}].content[{j}]"),
-                        reason: "only text content parts are accepted: the gateway cannot count images, audio or video, so it cannot admit them",
-                    });
+                match kind.as_deref() {
+                    _ if is_text => {}
+                    // Counted by admission (`vision`); no text for the views.
+                    Some("image_url") => continue,
+                    Some("video_url" | "audio_url" | "input_audio" | "file") => {
+                        return Err(GatewayError::UnsupportedParameter {
+                            param: format!("messages[{i}].content[{j}]"),
+                            reason: "video, audio and file parts are not counted yet: kvgate admits text and images only",
+                        })
+                    }
+                    _ => {
+                        return Err(GatewayError::UnsupportedParameter {
+                            param: format!("messages[{i}].content[{j}]"),
+                            reason: "a content part must be {\"type\": \"text\", ...} or {\"type\": \"image_url\", ...}",
+                        })
+                    }
                 }
                 if kind.as_deref() != Some("text") {
                     continue;
@@ -260,8 +272,15 @@ mod tests {
             Content::Parts(p) => assert_eq!(p, &["a", "b"]),
             other => panic!("{other:?}"),
         }
+        // Images pass (admission counts them); they hold no text.
+        let image = r#"[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}},{"type":"text","text":"a"}]}]"#;
+        match &messages(image).unwrap()[0].content {
+            Content::Parts(p) => assert_eq!(p, &["a"]),
+            other => panic!("{other:?}"),
+        }
         for bad in [
-            r#"[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]"#,
+            r#"[{"role":"user","content":[{"type":"video_url","video_url":{"url":"x"}}]}]"#,
+            r#"[{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"x"}}]}]"#,
             r#"[{"role":"user","content":["text"]}]"#,
             r#"[{"role":"user","content":[{"text":"no type"}]}]"#,
         ] {

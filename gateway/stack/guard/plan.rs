@@ -103,7 +103,7 @@ impl<'a> GuardPlan<'a> {
         if let Some(ledger) = request.extensions().get::<Ledger>() {
             ledger.route(&pool);
         }
-        let chat_rules = route.map(|p| p.pool.chat_rules);
+        let chat_rules = route.map(|p| p.pool.count_rules());
         let leak = request.extensions_mut().remove::<LeakWatch>();
         let leak_on = leak.as_ref().is_some_and(|w| w.mode().is_on());
         let Some(rules) = pools.get(&pool).filter(|r| r.config.enabled || leak_on) else {

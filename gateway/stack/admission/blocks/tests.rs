@@ -25,6 +25,7 @@ fn state(workers: usize, prefix: bool) -> (AdmissionState, ModelCatalog) {
         tokenizer: qwen3(),
         context_window: 100_000,
         default_max_new_tokens: None,
+        vision: None,
     };
     let state = AdmissionState {
         models: [("qwen3".to_owned(), model)].into_iter().collect(),

@@ -1,0 +1,329 @@
+//! Images admitted exactly (issue 41), end to end: a gateway in front of a simulated
+//! Qwen2.5-VL engine, whose image counts are its own implementation (`crates/sim`, the
+//! `imagesize` crate and its own smart_resize) while kvgate's are `kvgate_tokenize::vision`.
+//! The guard compares the engine's `prompt_tokens` with kvgate's count exactly (tolerance 0),
+//! so every 200 here is the two counts agreeing; the fixtures' counts come from the real HF
+//! processors (`tests/vision/reference.py`).
+
+mod support;
+
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use kvgate_sim::{RunningSim, SimConfig, SimRole, VisionConfig, VisionFamily};
+use support::*;
+
+const MODEL: &str = "qwen-vl";
+
+fn images_dir() -> std::path::PathBuf {
+    repo().join("tests/vision/images")
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn data_url(file: &str) -> String {
+    let bytes = std::fs::read(images_dir().join(file)).expect("test image");
+    let kind = match file.rsplit('.').next() {
+        Some("jpg") => "jpeg",
+        Some(ext) => ext,
+        None => "png",
+    };
+    format!("data:image/{kind};base64,{}", base64(&bytes))
+}
+
+async fn vision_sim(cap: Option<u64>) -> RunningSim {
+    let tokenizer = Arc::new(
+        kvgate_tokenize::ModelTokenizer::from_dir(&repo().join("config/tokenizers/qwen2_5_vl"))
+            .expect("the Qwen2.5-VL stand-in"),
+    );
+    let config = SimConfig {
+        role: SimRole::Unified,
+        kv_tokens: 200_000,
+        context_length: 65_536,
+        model: MODEL.into(),
+        vision: Some(VisionConfig {
+            max_pixels_cap: cap,
+            ..VisionConfig::new(VisionFamily::Qwen25Vl)
+        }),
+        ..SimConfig::default()
+    };
+    let http = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    kvgate_sim::spawn(config, tokenizer, http, None)
+        .await
+        .expect("sim starts")
+}
+
+/// A gateway with the vision model on `engine` (context window `window`), the pool's
+/// `[pools.images]` table `images`, plus the text-only `qwen3` model.
+fn config(engine: &RunningSim, window: u64, images: &str) -> String {
+    let repo = repo();
+    let pools = format!(
+        "[[models]]\nname = \"{MODEL}\"\ntokenizer = \"{r}/config/tokenizers/qwen2_5_vl/tokenizer.json\"\n\
+         chat_template = \"{r}/config/tokenizers/qwen2_5_vl/tokenizer_config.json\"\ncontext_window = {window}\n\
+         [models.vision]\nfamily = \"qwen2_5_vl\"\npreprocessor_config = \"{r}/config/vision/Qwen2.5-VL-7B-Instruct/preprocessor_config.json\"\n\n\
+         [[pools]]\nname = \"vl\"\nmodel = \"{MODEL}\"\nengine = \"sglang\"\nmode = \"unified\"\nworkers = [{}]\n{images}\n",
+        worker(engine, Some(200_000)),
+        r = repo.display(),
+    );
+    let text_only = engine_placeholder_pool();
+    config_with_pools(32_768, &format!("{pools}\n{text_only}"))
+}
+
+/// The text-only model's pool: its worker is never reached in these tests.
+fn engine_placeholder_pool() -> String {
+    "[[pools]]\nname = \"text\"\nmodel = \"qwen3\"\nengine = \"sglang\"\nmode = \"unified\"\nworkers = [{ url = \"http://127.0.0.1:9\", kv_tokens = 8192 }]\n".into()
+}
+
+fn chat(model: &str, url: &str) -> Value {
+    json!({"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "What is in this picture?"},
+        {"type": "image_url", "image_url": {"url": url}}
+    ]}]})
+}
+
+fn fixtures() -> Vec<Value> {
+    let text =
+        std::fs::read_to_string(repo().join("tests/vision/fixtures.json")).expect("fixtures");
+    let v: Value = serde_json::from_str(&text).expect("fixtures are JSON");
+    v["cases"].as_array().cloned().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fixture_image_is_admitted_with_the_engines_own_count_or_refused_before_dispatch() {
+    let engine = vision_sim(None).await;
+    let gw = gateway(&config(&engine, 65_536, "")).await;
+    let url = format!("http://{}/v1/chat/completions", gw.data_addr());
+    let mut text_part: Option<u64> = None;
+    let mut served = 0;
+    for case in fixtures() {
+        let file = case["file"].as_str().unwrap_or_default();
+        let expected = &case["counts"]["qwen2_5_vl/sglang"];
+        let before = generations(&engine).len();
+        let reply = post(&url, Some(KEY), &chat(MODEL, &data_url(file))).await;
+        match expected["tokens"].as_u64() {
+            Some(tokens) => {
+                assert_eq!(reply.status, 200, "{file}: {}", reply.text());
+                // The rest of the prompt is the same for every image: its size is the
+                // engine's count less the image's tokens, one placeholder pad included.
+                let prompt = reply.json()["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
+                let rest = prompt - tokens;
+                assert_eq!(*text_part.get_or_insert(rest), rest, "{file}");
+                served += 1;
+            }
+            None => {
+                assert_eq!(reply.status, 400, "{file}: {}", reply.text());
+                assert_eq!(
+                    generations(&engine).len(),
+                    before,
+                    "{file}: refused before dispatch"
+                );
+            }
+        }
+    }
+    assert!(served >= 30, "{served} images served");
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_that_pushes_the_prompt_over_the_window_is_refused_before_dispatch() {
+    let engine = vision_sim(None).await;
+    // 1920x1080 is 2,691 image tokens on current SGLang: over a 2,048-token window.
+    let gw = gateway(&config(&engine, 2048, "")).await;
+    let url = format!("http://{}/v1/chat/completions", gw.data_addr());
+    let reply = post(
+        &url,
+        Some(KEY),
+        &chat(MODEL, &data_url("png_1920x1080.png")),
+    )
+    .await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert_eq!(error_code(&reply), "context_length_exceeded");
+    assert!(reply.text().contains("2048"), "{}", reply.text());
+    // A small image fits.
+    let reply = post(&url, Some(KEY), &chat(MODEL, &data_url("png_28x28.png"))).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(generations(&engine).len(), 1, "only the small one was sent");
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_of_engines_that_pre_resize_counts_with_their_cap() {
+    // Older SGLang resized to SGLANG_IMAGE_MAX_PIXELS first: 1920x1080 is 1,222 tokens at a
+    // 1,003,520-pixel cap, 2,691 without.
+    let engine = vision_sim(Some(1_003_520)).await;
+    let gw = gateway(&config(
+        &engine,
+        65_536,
+        "[pools.images]\npre_resize_max_pixels = 1003520\n",
+    ))
+    .await;
+    let url = format!("http://{}/v1/chat/completions", gw.data_addr());
+    let small = post(&url, Some(KEY), &chat(MODEL, &data_url("png_28x28.png"))).await;
+    let large = post(
+        &url,
+        Some(KEY),
+        &chat(MODEL, &data_url("png_1920x1080.png")),
+    )
+    .await;
+    assert_eq!(large.status, 200, "{}", large.text());
+    let prompt = |r: &Reply| r.json()["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
+    // 28x28 is scaled up to 56x56: 4 tokens.
+    assert_eq!(prompt(&large) - prompt(&small), 1222 - 4);
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn video_audio_and_images_for_a_text_model_are_clear_400s() {
+    let engine = vision_sim(None).await;
+    let gw = gateway(&config(&engine, 65_536, "")).await;
+    let url = format!("http://{}/v1/chat/completions", gw.data_addr());
+    let video = json!({"model": MODEL, "messages": [{"role": "user", "content": [
+        {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}}]}]});
+    let reply = post(&url, Some(KEY), &video).await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert!(reply.text().contains("not counted yet"), "{}", reply.text());
+    let text_model = post(&url, Some(KEY), &chat("qwen3", &data_url("png_28x28.png"))).await;
+    assert_eq!(text_model.status, 400, "{}", text_model.text());
+    assert!(
+        text_model.text().contains("Model only supports text input"),
+        "{}",
+        text_model.text()
+    );
+    // Not an image at all, and a "URL" SGLang would read as a file on the engine's host.
+    for (bad, says) in [
+        ("data:image/png;base64,aGVsbG8gd29ybGQ=", "image"),
+        ("/etc/passwd", "data: URL"),
+    ] {
+        let reply = post(&url, Some(KEY), &chat(MODEL, bad)).await;
+        assert_eq!(reply.status, 400, "{bad}: {}", reply.text());
+        assert!(reply.text().contains(says), "{bad}: {}", reply.text());
+    }
+    assert!(generations(&engine).is_empty());
+    gw.shutdown().await;
+}
+
+/// A plain HTTP server for one image on `ip`: counts the connections it accepted; a path
+/// of `/redirect` answers 302 to `redirect_to`.
+async fn image_server(
+    ip: &str,
+    file: &str,
+    redirect_to: Option<String>,
+) -> (String, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let body = std::fs::read(images_dir().join(file)).expect("image");
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let body = body.clone();
+            let redirect_to = redirect_to.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let n = socket.read(&mut buf).await.unwrap_or(0);
+                let head = String::from_utf8_lossy(&buf[..n]).to_string();
+                let response = match (&redirect_to, head.starts_with("GET /redirect")) {
+                    (Some(to), true) => format!(
+                        "HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    )
+                    .into_bytes(),
+                    _ => {
+                        let mut r = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                            body.len()
+                        )
+                        .into_bytes();
+                        r.extend_from_slice(&body);
+                        r
+                    }
+                };
+                let _ = socket.write_all(&response).await;
+            });
+        }
+    });
+    (format!("http://{addr}"), seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_images_are_fetched_only_where_the_pool_allows_and_never_from_private_addresses() {
+    let engine = vision_sim(None).await;
+    let (allowed, allowed_hits) = image_server("127.0.0.1", "png_333x517.png", None).await;
+    let image = format!("{allowed}/photo.png");
+
+    // A pool that reads data: URLs only.
+    let gw = gateway(&config(&engine, 65_536, "")).await;
+    let url = format!("http://{}/v1/chat/completions", gw.data_addr());
+    let reply = post(&url, Some(KEY), &chat(MODEL, &image)).await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert!(reply.text().contains("not fetched"), "{}", reply.text());
+    gw.shutdown().await;
+
+    // Remote images on, but loopback is not a public address.
+    let gw = gateway(&config(
+        &engine,
+        65_536,
+        "[pools.images]\nremote = true\nallow_http = true\n",
+    ))
+    .await;
+    let url = format!("http://{}/v1/chat/completions", gw.data_addr());
+    let reply = post(&url, Some(KEY), &chat(MODEL, &image)).await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert!(reply.text().contains("loopback"), "{}", reply.text());
+    gw.shutdown().await;
+    assert_eq!(allowed_hits.load(Ordering::SeqCst), 0, "never connected");
+    assert!(generations(&engine).is_empty());
+
+    // The operator allows one internal address: fetched (its header), counted, served; a
+    // redirect from there to another loopback address is refused.
+    let (other, other_hits) = image_server("127.0.0.2", "png_28x28.png", None).await;
+    let (redirecting, _) =
+        image_server("127.0.0.1", "png_28x28.png", Some(format!("{other}/x.png"))).await;
+    let gw = gateway(&config(
+        &engine,
+        65_536,
+        "[pools.images]\nremote = true\nallow_http = true\nallow_networks = [\"127.0.0.1/32\"]\n",
+    ))
+    .await;
+    let url = format!("http://{}/v1/chat/completions", gw.data_addr());
+    let reply = post(&url, Some(KEY), &chat(MODEL, &image)).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert!(allowed_hits.load(Ordering::SeqCst) >= 1);
+    let reply = post(
+        &url,
+        Some(KEY),
+        &chat(MODEL, &format!("{redirecting}/redirect")),
+    )
+    .await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert!(reply.text().contains("127.0.0.2"), "{}", reply.text());
+    assert_eq!(
+        other_hits.load(Ordering::SeqCst),
+        0,
+        "the redirect's target was never reached"
+    );
+    gw.shutdown().await;
+}
