@@ -113,7 +113,8 @@ async fn demo_serves_both_pools_on_loopback() {
     let demo = kvgate::commands::demo::start(&demo_args())
         .await
         .expect("demo starts");
-    assert_eq!(demo.engines.len(), 3);
+    // pd (prefill, decode), unified, and the vision model's pool.
+    assert_eq!(demo.engines.len(), 4);
     let banner = kvgate::commands::demo::banner(&demo);
     assert!(banner.contains(kvgate::commands::demo::DEMO_API_KEY));
     let base = format!("http://{}", demo.gateway.data_addr());
@@ -156,8 +157,15 @@ async fn the_openai_and_anthropic_sdks_work_against_the_demo() {
     let banner = kvgate::commands::demo::banner(&demo);
     assert!(banner.contains("tests/sdk/openai_client.py") && banner.contains("tool_choice"));
     assert!(banner.contains("anthropic.Anthropic(") && banner.contains("count_tokens"));
+    assert!(banner.contains("--image-model qwen2.5-vl") && banner.contains("image_url"));
     let base = format!("http://{}/v1", demo.gateway.data_addr());
-    run_openai_sdk(python, base, &["--embeddings", "--responses"], String::new).await;
+    run_openai_sdk(
+        python,
+        base,
+        &["--embeddings", "--responses", "--image-model", "qwen2.5-vl"],
+        String::new,
+    )
+    .await;
     // The Anthropic SDK: messages plain, streamed and the tool loop, count_tokens.
     if let Some(python) = anthropic_python() {
         let root = format!("http://{}", demo.gateway.data_addr());

@@ -129,6 +129,11 @@ pub async fn start(args: &DemoArgs) -> Result<RunningDemo, DemoError> {
         .iter()
         .map(|m| (m.name.clone(), m.context_window))
         .collect();
+    let visions: std::collections::HashMap<String, Option<kvgate_sim::VisionConfig>> = config
+        .pools
+        .iter()
+        .map(|p| (p.name.clone(), sim_vision(&config, p)))
+        .collect();
     for pool in &mut config.pools {
         let window = windows
             .iter()
@@ -147,6 +152,7 @@ pub async fn start(args: &DemoArgs) -> Result<RunningDemo, DemoError> {
             fault: if faulty { canary_fault } else { args.fault },
             // The demo's engines report the version their pool says it runs.
             version: pool.version.clone(),
+            vision: visions.get(&pool.name).cloned().flatten(),
         };
         for (role, worker) in workers_mut(pool) {
             let engine = start_engine(
@@ -194,6 +200,29 @@ fn workers_mut(pool: &mut PoolConfig) -> Vec<(SimRole, &mut WorkerConfig)> {
 struct EngineSetup {
     fault: SimFault,
     version: Option<String>,
+    /// A vision model's engines size images as its processor does (and as the pool's
+    /// engines pre-resize them).
+    vision: Option<kvgate_sim::VisionConfig>,
+}
+
+/// The sim's vision configuration for a pool of a model that takes images.
+fn sim_vision(config: &Config, pool: &PoolConfig) -> Option<kvgate_sim::VisionConfig> {
+    use crate::config::VisionFamilyName;
+    let vision = config
+        .models
+        .iter()
+        .find(|m| m.name == pool.model)?
+        .vision
+        .as_ref()?;
+    let family = match vision.family {
+        VisionFamilyName::Qwen2Vl => kvgate_sim::VisionFamily::Qwen25Vl,
+        VisionFamilyName::Qwen3Vl => kvgate_sim::VisionFamily::Qwen3Vl,
+        VisionFamilyName::Gemma3 => kvgate_sim::VisionFamily::Gemma3,
+    };
+    Some(kvgate_sim::VisionConfig {
+        max_pixels_cap: pool.images.pre_resize_max_pixels,
+        ..kvgate_sim::VisionConfig::new(family)
+    })
 }
 
 async fn start_engine(
@@ -236,6 +265,7 @@ async fn start_engine(
         // Stored responses (`previous_response_id`), as `--enable-response-store` gives
         // SGLang: a unified server only.
         enable_response_store: role == SimRole::Unified,
+        vision: setup.vision.clone(),
         version: setup
             .version
             .clone()
@@ -327,7 +357,8 @@ pub fn banner(demo: &RunningDemo) -> String {
         r#"kvgate demo is ready.
   gateway:  {base}   (admin: http://{admin}/ready, /metrics)
   status:   http://{admin}/status in a browser (the status page, refreshes itself)
-  engines:  {engines} simulated SGLang engines (prefill/decode pool "pd", unified pool "unified")
+  engines:  {engines} simulated SGLang engines (prefill/decode pool "pd", unified pool "unified",
+            and pool "vision" of the vision-language model "qwen2.5-vl")
   API key:  {DEMO_API_KEY}
 
 Try:
@@ -350,9 +381,15 @@ Try:
     -H 'Content-Type: application/json' \
     -d '{{"model":"qwen3","max_tokens":64,"messages":[{{"role":"user","content":"Weather in Paris?"}}],"tools":[{{"type":"function","function":{{"name":"get_weather","parameters":{{"type":"object","properties":{{"city":{{"type":"string"}}}},"required":["city"]}}}}}}],"tool_choice":{{"type":"function","function":{{"name":"get_weather"}}}}}}'
 
+  # an image (a data: URL; remote URLs only where a pool sets [pools.images] remote = true),
+  # counted as the engine's image processor sizes it: 1x1 PNG here, 4 image tokens
+  curl -s {base}/v1/chat/completions -H 'Authorization: Bearer {DEMO_API_KEY}' \
+    -H 'Content-Type: application/json' \
+    -d '{{"model":"qwen2.5-vl","max_tokens":8,"messages":[{{"role":"user","content":[{{"type":"text","text":"What is this?"}},{{"type":"image_url","image_url":{{"url":"data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGNgYGAAAAAEAAH2FzhVAAAAAElFTkSuQmCC"}}}}]}}]}}'
+
   # the OpenAI SDK: models.retrieve, content parts, enable_thinking, the tool loop, embeddings,
-  # responses (plain, streamed, continued by previous_response_id)
-  python3 tests/sdk/openai_client.py --base-url {base}/v1 --api-key {DEMO_API_KEY} --embeddings --responses
+  # responses (plain, streamed, continued by previous_response_id), an image chat
+  python3 tests/sdk/openai_client.py --base-url {base}/v1 --api-key {DEMO_API_KEY} --embeddings --responses --image-model qwen2.5-vl
 
   # the Anthropic SDK (pip install anthropic): messages plain and streamed, count_tokens
   python3 -c "import anthropic; c = anthropic.Anthropic(base_url='{base}', api_key='{DEMO_API_KEY}'); \

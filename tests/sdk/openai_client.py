@@ -16,6 +16,8 @@ first failure:
      vectors, decoded by the SDK)
   7. (with --responses) responses.create, the same streamed, and a continuation by
      previous_response_id
+  8. (with --image-model MODEL) a chat with an image (a PNG made here, as a data: URL) on a
+     vision model, plain and streamed: counted by kvgate as the engine's processor sizes it
 
 --loop-from-history skips asking the model for the tool call (an engine with random
 weights cannot be relied on to call one) and sends an SDK-shaped history instead.
@@ -24,8 +26,11 @@ disagrees with the engine's into an error, so a 200 here also means the count wa
 """
 
 import argparse
+import base64
 import json
+import struct
 import sys
+import zlib
 
 import openai
 
@@ -120,6 +125,46 @@ def tool_loop(client, model, stream, from_history):
     return usage.prompt_tokens, finish
 
 
+def png(width, height):
+    """A grey RGB PNG of width x height (standard library only)."""
+
+    def chunk(kind, data):
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
+
+    raw = b"".join(b"\x00" + b"\x80" * (3 * width) for _ in range(height))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )
+
+
+def image_chat(client, model, stream):
+    url = "data:image/png;base64," + base64.b64encode(png(640, 480)).decode()
+    messages = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is in this picture?"},
+                {"type": "image_url", "image_url": {"url": url}},
+            ],
+        }
+    ]
+    if not stream:
+        reply = client.chat.completions.create(model=model, messages=messages, max_tokens=8)
+        return reply.usage.prompt_tokens
+    usage = None
+    for chunk in client.chat.completions.create(
+        model=model, messages=messages, max_tokens=8, stream=True, stream_options={"include_usage": True}
+    ):
+        if chunk.usage is not None:
+            usage = chunk.usage
+    assert usage is not None, "no usage in the stream"
+    return usage.prompt_tokens
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--base-url", required=True)
@@ -128,6 +173,7 @@ def main():
     parser.add_argument("--loop-from-history", action="store_true")
     parser.add_argument("--embeddings", action="store_true")
     parser.add_argument("--responses", action="store_true")
+    parser.add_argument("--image-model")
     args = parser.parse_args()
     client = openai.OpenAI(base_url=args.base_url, api_key=args.api_key, max_retries=0)
 
@@ -205,6 +251,16 @@ def main():
             report("responses", id=first.id, events=len(streamed), follow_input_tokens=follow.usage.input_tokens)
         except Exception as e:  # noqa: BLE001
             fail("responses", e)
+
+    if args.image_model:
+        try:
+            plain = image_chat(client, args.image_model, False)
+            streamed = image_chat(client, args.image_model, True)
+            # 640x480 on Qwen2.5-VL is 391 image tokens: far more than the text around it.
+            assert plain == streamed and plain > 391, (plain, streamed)
+            report("image_chat", prompt_tokens=plain)
+        except Exception as e:  # noqa: BLE001
+            fail("image_chat", e)
 
 
 if __name__ == "__main__":

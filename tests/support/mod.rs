@@ -418,6 +418,9 @@ pub async fn run_openai_sdk(
     if extra.contains(&"--responses") {
         steps.push("responses");
     }
+    if extra.contains(&"--image-model") {
+        steps.push("image_chat");
+    }
     for step in steps {
         assert!(
             stdout.contains(&format!("\"step\": \"{step}\", \"ok\": true")),
