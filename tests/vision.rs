@@ -52,11 +52,66 @@ fn data_url(file: &str) -> String {
     format!("data:image/{kind};base64,{}", base64(&bytes))
 }
 
-async fn vision_sim(cap: Option<u64>) -> RunningSim {
-    let tokenizer = Arc::new(
-        kvgate_tokenize::ModelTokenizer::from_dir(&repo().join("config/tokenizers/qwen2_5_vl"))
-            .expect("the Qwen2.5-VL stand-in"),
+/// A vision model as both sides see it: the sim's family, kvgate's `[models.vision]`, the
+/// tokenizer folder and the fixtures' key of its counts.
+#[derive(Clone, Copy)]
+struct Family {
+    sim: VisionFamily,
+    name: &'static str,
+    preprocessor: &'static str,
+    fixture: &'static str,
+}
+
+const QWEN2_5_VL: Family = Family {
+    sim: VisionFamily::Qwen25Vl,
+    name: "qwen2_5_vl",
+    preprocessor: "Qwen2.5-VL-7B-Instruct",
+    fixture: "qwen2_5_vl/sglang",
+};
+
+const QWEN3_VL: Family = Family {
+    sim: VisionFamily::Qwen3Vl,
+    name: "qwen3_vl",
+    preprocessor: "Qwen3-VL-8B-Instruct",
+    fixture: "qwen3_vl/sglang",
+};
+
+const GEMMA3: Family = Family {
+    sim: VisionFamily::Gemma3,
+    name: "gemma3",
+    preprocessor: "gemma-3-4b-it",
+    fixture: "gemma3/sglang",
+};
+
+/// The tokenizer folder of `family`: the Qwen2.5-VL stand-in for both Qwen families (their
+/// placeholders are the same), Gemma 3's from the zoo (`tests/zoo/fetch.sh`; None without).
+fn tokenizer_dir(family: Family) -> Option<std::path::PathBuf> {
+    if family.sim != VisionFamily::Gemma3 {
+        return Some(repo().join("config/tokenizers/qwen2_5_vl"));
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| repo().join("target"));
+    let dir = target.join("zoo/gemma3");
+    if dir.join("tokenizer.json").is_file() {
+        return Some(dir);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "the Gemma 3 tokenizer is missing: run tests/zoo/fetch.sh"
     );
+    eprintln!("skipped: no Gemma 3 tokenizer (run tests/zoo/fetch.sh)");
+    None
+}
+
+async fn vision_sim(cap: Option<u64>) -> RunningSim {
+    family_sim(QWEN2_5_VL, cap).await
+}
+
+async fn family_sim(family: Family, cap: Option<u64>) -> RunningSim {
+    let dir = tokenizer_dir(family).expect("a tokenizer folder");
+    let tokenizer =
+        Arc::new(kvgate_tokenize::ModelTokenizer::from_dir(&dir).expect("the model's tokenizer"));
     let config = SimConfig {
         role: SimRole::Unified,
         kv_tokens: 200_000,
@@ -64,7 +119,7 @@ async fn vision_sim(cap: Option<u64>) -> RunningSim {
         model: MODEL.into(),
         vision: Some(VisionConfig {
             max_pixels_cap: cap,
-            ..VisionConfig::new(VisionFamily::Qwen25Vl)
+            ..VisionConfig::new(family.sim)
         }),
         ..SimConfig::default()
     };
@@ -79,14 +134,22 @@ async fn vision_sim(cap: Option<u64>) -> RunningSim {
 /// A gateway with the vision model on `engine` (context window `window`), the pool's
 /// `[pools.images]` table `images`, plus the text-only `qwen3` model.
 fn config(engine: &RunningSim, window: u64, images: &str) -> String {
+    family_config(QWEN2_5_VL, engine, window, images)
+}
+
+fn family_config(family: Family, engine: &RunningSim, window: u64, images: &str) -> String {
     let repo = repo();
+    let dir = tokenizer_dir(family).expect("a tokenizer folder");
     let pools = format!(
-        "[[models]]\nname = \"{MODEL}\"\ntokenizer = \"{r}/config/tokenizers/qwen2_5_vl/tokenizer.json\"\n\
-         chat_template = \"{r}/config/tokenizers/qwen2_5_vl/tokenizer_config.json\"\ncontext_window = {window}\n\
-         [models.vision]\nfamily = \"qwen2_5_vl\"\npreprocessor_config = \"{r}/config/vision/Qwen2.5-VL-7B-Instruct/preprocessor_config.json\"\n\n\
+        "[[models]]\nname = \"{MODEL}\"\ntokenizer = \"{t}/tokenizer.json\"\n\
+         chat_template = \"{t}/tokenizer_config.json\"\ncontext_window = {window}\n\
+         [models.vision]\nfamily = \"{f}\"\npreprocessor_config = \"{r}/config/vision/{p}/preprocessor_config.json\"\n\n\
          [[pools]]\nname = \"vl\"\nmodel = \"{MODEL}\"\nengine = \"sglang\"\nmode = \"unified\"\nworkers = [{}]\n{images}\n",
         worker(engine, Some(200_000)),
         r = repo.display(),
+        t = dir.display(),
+        f = family.name,
+        p = family.preprocessor,
     );
     let text_only = engine_placeholder_pool();
     config_with_pools(32_768, &format!("{pools}\n{text_only}"))
@@ -111,30 +174,49 @@ fn fixtures() -> Vec<Value> {
     v["cases"].as_array().cloned().unwrap_or_default()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_fixture_image_is_admitted_with_the_engines_own_count_or_refused_before_dispatch() {
-    let engine = vision_sim(None).await;
-    let gw = gateway(&config(&engine, 65_536, "")).await;
+/// Every fixture image through kvgate to a sim of `family`: served (the guard saw kvgate's
+/// count equal the engine's) with the reference's image tokens, or refused before dispatch
+/// where the reference's processor errs. Returns how many were served.
+async fn fixture_images(family: Family) -> usize {
+    let engine = family_sim(family, None).await;
+    let gw = gateway(&family_config(family, &engine, 65_536, "")).await;
     let url = format!("http://{}/v1/chat/completions", gw.data_addr());
     let mut text_part: Option<u64> = None;
     let mut served = 0;
     for case in fixtures() {
         let file = case["file"].as_str().unwrap_or_default();
-        let expected = &case["counts"]["qwen2_5_vl/sglang"];
+        let expected = &case["counts"][family.fixture];
         let before = generations(&engine).len();
         let reply = post(&url, Some(KEY), &chat(MODEL, &data_url(file))).await;
         match expected["tokens"].as_u64() {
             Some(tokens) => {
-                assert_eq!(reply.status, 200, "{file}: {}", reply.text());
-                // The rest of the prompt is the same for every image: its size is the
-                // engine's count less the image's tokens, one placeholder pad included.
+                assert_eq!(
+                    reply.status,
+                    200,
+                    "{} {file}: {}",
+                    family.name,
+                    reply.text()
+                );
+                // The rest of the prompt is the same for every image: the engine's count
+                // less the image's tokens.
                 let prompt = reply.json()["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
                 let rest = prompt - tokens;
-                assert_eq!(*text_part.get_or_insert(rest), rest, "{file}");
+                assert_eq!(
+                    *text_part.get_or_insert(rest),
+                    rest,
+                    "{} {file}",
+                    family.name
+                );
                 served += 1;
             }
             None => {
-                assert_eq!(reply.status, 400, "{file}: {}", reply.text());
+                assert_eq!(
+                    reply.status,
+                    400,
+                    "{} {file}: {}",
+                    family.name,
+                    reply.text()
+                );
                 assert_eq!(
                     generations(&engine).len(),
                     before,
@@ -143,8 +225,26 @@ async fn every_fixture_image_is_admitted_with_the_engines_own_count_or_refused_b
             }
         }
     }
-    assert!(served >= 30, "{served} images served");
     gw.shutdown().await;
+    served
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fixture_image_is_admitted_with_the_engines_own_count_or_refused_before_dispatch() {
+    assert!(fixture_images(QWEN2_5_VL).await >= 30);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qwen3_vl_images_are_counted_by_its_own_patch_size() {
+    assert!(fixture_images(QWEN3_VL).await >= 30);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemma3_images_are_counted_with_their_newlines_merged_into_the_text() {
+    if tokenizer_dir(GEMMA3).is_none() {
+        return;
+    }
+    assert!(fixture_images(GEMMA3).await >= 30);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -325,5 +425,49 @@ async fn remote_images_are_fetched_only_where_the_pool_allows_and_never_from_pri
         0,
         "the redirect's target was never reached"
     );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_and_anthropic_images_are_counted_and_images_count_toward_the_token_rate() {
+    let engine = vision_sim(None).await;
+    // 4,000 tokens a minute: a 1920x1080 image (2,691 tokens) fits once, not twice.
+    let text = config(&engine, 65_536, "")
+        .replace("name = \"t1\"", "name = \"t1\"\ntokens_per_minute = 4000");
+    let gw = gateway(&text).await;
+    let base = format!("http://{}", gw.data_addr());
+    // The Responses API's input_image: a 28x28 image, 4 tokens.
+    let responses = json!({"model": MODEL, "max_output_tokens": 4, "input": [{"role": "user", "content": [
+        {"type": "input_text", "text": "Describe it."},
+        {"type": "input_image", "image_url": data_url("png_28x28.png")}
+    ]}]});
+    let reply = post(&format!("{base}/v1/responses"), Some(KEY), &responses).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert!(reply.json()["usage"]["input_tokens"].as_u64().unwrap_or(0) > 4);
+    // Anthropic's image block (translated to an image_url part).
+    let png = std::fs::read(images_dir().join("png_57x43.png")).expect("image");
+    let anthropic = json!({"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": base64(&png)}},
+        {"type": "text", "text": "What is this?"}
+    ]}]});
+    let reply = post(&format!("{base}/v1/messages"), Some(KEY), &anthropic).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.json()["type"], "message", "{}", reply.text());
+    // The token rate counts image tokens like text.
+    let chat_url = format!("{base}/v1/chat/completions");
+    let first = post(
+        &chat_url,
+        Some(KEY),
+        &chat(MODEL, &data_url("png_1920x1080.png")),
+    )
+    .await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    let second = post(
+        &chat_url,
+        Some(KEY),
+        &chat(MODEL, &data_url("png_1920x1080.png")),
+    )
+    .await;
+    assert_eq!(second.status, 429, "{}", second.text());
     gw.shutdown().await;
 }

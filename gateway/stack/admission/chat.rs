@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use crate::error::GatewayError;
-use kvgate_tokenize::prepare::{responses_to_chat, ResponsesError, ResponsesPrompt};
+use kvgate_tokenize::prepare::{responses_to_chat, ResponsesChat, ResponsesError, ResponsesPrompt};
 use kvgate_tokenize::{
     ChatPrompt, ChatRequest, ChatRules, ModelInput, ModelTokenizer, MultimodalPrompt, TokenizeError,
 };
@@ -93,6 +93,30 @@ pub fn render_responses(
     model: &str,
     fields: &serde_json::Map<String, Value>,
 ) -> Result<ChatPrompt, GatewayError> {
+    let chat = responses_chat(tokenizer, fields)?;
+    tokenizer
+        .chat_prompt(ChatRules::Sglang, &chat.request())
+        .map_err(|e| template_error(model, e))
+}
+
+/// [`render_responses`] for a vision model: its `input_image` parts (image parts of the
+/// chat) reach the template as placeholders, listed in render order.
+pub fn render_responses_with_media(
+    tokenizer: &ModelTokenizer,
+    model: &str,
+    fields: &serde_json::Map<String, Value>,
+) -> Result<MultimodalPrompt, GatewayError> {
+    let chat = responses_chat(tokenizer, fields)?;
+    tokenizer
+        .chat_prompt_with_media(ChatRules::Sglang, &chat.request(), ModelInput::Multimodal)
+        .map_err(|e| template_error(model, e))
+}
+
+/// The chat SGLang builds from a `/v1/responses` request, after kvgate's own refusals.
+pub(super) fn responses_chat(
+    tokenizer: &ModelTokenizer,
+    fields: &serde_json::Map<String, Value>,
+) -> Result<ResponsesChat, GatewayError> {
     let refused = |e: ResponsesError| match e {
         ResponsesError::Refused { message, param } => GatewayError::invalid(message, param),
         other => GatewayError::invalid(other.to_string(), Some("input")),
@@ -121,9 +145,5 @@ pub fn render_responses(
     {
         return Err(GatewayError::invalid(message, Some("max_output_tokens")));
     }
-    let chat = responses_to_chat(fields, Vec::new(), tokenizer.inline_system_support())
-        .map_err(refused)?;
-    tokenizer
-        .chat_prompt(ChatRules::Sglang, &chat.request())
-        .map_err(|e| template_error(model, e))
+    responses_to_chat(fields, Vec::new(), tokenizer.inline_system_support()).map_err(refused)
 }

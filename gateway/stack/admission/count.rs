@@ -14,7 +14,9 @@
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 
-use super::chat::{render_chat, render_chat_with_media, render_responses};
+use super::chat::{
+    render_chat, render_chat_with_media, render_responses, render_responses_with_media,
+};
 use super::prompt::{MaxNew, Sample};
 use crate::error::GatewayError;
 use crate::fleet::CountRules;
@@ -143,6 +145,13 @@ pub(super) fn measure(
                         key: None,
                     }),
                 ),
+                PromptInput::Responses(fields) if images.is_some() => {
+                    let Some(images) = images else {
+                        return Err(GatewayError::Internal("images vanished".into()));
+                    };
+                    let prepared = render_responses_with_media(tokenizer, model, fields)?;
+                    return expanded(tokenizer, model, rules, s, prepared, images);
+                }
                 PromptInput::Responses(fields) => {
                     let prompt = Arc::new(render_responses(tokenizer, model, fields)?);
                     let bound = tokenizer.token_upper_bound(prompt.rendered.len(), false)
@@ -258,13 +267,25 @@ fn measure_with_images(
     fields: &serde_json::Map<String, serde_json::Value>,
     images: ChatImages<'_>,
 ) -> Result<Measured, GatewayError> {
+    let prepared =
+        render_chat_with_media(tokenizer, model, rules.chat, images.messages, tools, fields)?;
+    expanded(tokenizer, model, rules, sample, prepared, images)
+}
+
+/// A rendered prompt with media placeholders, each expanded to its image's tokens.
+fn expanded(
+    tokenizer: &ModelTokenizer,
+    model: &str,
+    rules: CountRules,
+    sample: &Sample<'_>,
+    mut prepared: kvgate_tokenize::MultimodalPrompt,
+    images: ChatImages<'_>,
+) -> Result<Measured, GatewayError> {
     let processor = images.vision.processor(rules.image_cap).ok_or_else(|| {
         GatewayError::Internal(format!(
             "model `{model}` has no image processor for its pool"
         ))
     })?;
-    let mut prepared =
-        render_chat_with_media(tokenizer, model, rules.chat, images.messages, tools, fields)?;
     let salts = expand_images(
         &mut prepared.prompt,
         &prepared.media,

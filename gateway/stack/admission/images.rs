@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::chat;
 use super::{ModelAdmission, PoolBudget};
 use crate::error::GatewayError;
-use crate::stack::api::{Endpoint, InferenceRequest, PromptInput};
+use crate::stack::api::{InferenceRequest, PromptInput};
 use crate::vision::{resolve_images, ModelVision, ResolvedImages};
 
 /// A vision model's chat with images: its messages, parsed, and the size of each image they
@@ -28,17 +28,21 @@ pub(super) async fn chat_images(
     let Some((vision, token)) = &model.vision else {
         return Ok(None);
     };
-    if parsed.endpoint != Endpoint::ChatCompletions {
-        return Ok(None);
-    }
-    let Some(PromptInput::Chat { messages, .. }) = parsed.prompts()?.into_iter().next() else {
-        return Ok(None);
+    let messages = match parsed.prompts()?.into_iter().next() {
+        // Most chats have no image: no second parse for them.
+        Some(PromptInput::Chat { messages, .. }) if messages.contains("\"image_url\"") => {
+            chat::parse_raw(messages, "messages")?
+        }
+        // A Responses request's `input_image` parts are the chat's image parts.
+        Some(PromptInput::Responses(fields))
+            if fields
+                .get("input")
+                .is_some_and(|i| i.to_string().contains("\"input_image\"")) =>
+        {
+            chat::responses_chat(&model.tokenizer, fields)?.messages
+        }
+        _ => return Ok(None),
     };
-    // Most chats have no image: no second parse for them.
-    if !messages.contains("\"image_url\"") {
-        return Ok(None);
-    }
-    let messages: serde_json::Value = chat::parse_raw(messages, "messages")?;
     let pools: Vec<&str> = budgets.iter().map(|b| &*b.pool).collect();
     let resolved = resolve_images(vision, &parsed.model, &messages, &pools)
         .await
