@@ -125,3 +125,75 @@ async fn nothing_is_hashed_when_no_pool_chooses_or_the_prompt_is_under_a_block()
         None
     );
 }
+
+/// Admission for a vision model (the Qwen2.5-VL stand-in) over two unified workers that
+/// choose by prefix.
+fn vision_state() -> (AdmissionState, ModelCatalog) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = format!(
+        "[server]\nallow_anonymous = true\n[[models]]\nname = \"vl\"\ntokenizer = \"tokenizers/qwen2_5_vl/tokenizer.json\"\nchat_template = \"tokenizers/qwen2_5_vl/tokenizer_config.json\"\ncontext_window = 100000\n[models.vision]\nfamily = \"qwen2_5_vl\"\npreprocessor_config = \"vision/Qwen2.5-VL-7B-Instruct/preprocessor_config.json\"\n[[pools]]\nname = \"p\"\nmodel = \"vl\"\nengine = \"sglang\"\nmode = \"unified\"\nworkers = [{{ url = \"http://10.0.0.1:1\", kv_tokens = 100000 }}, {{ url = \"http://10.0.0.2:1\", kv_tokens = 100000 }}]\n"
+    );
+    let config = Config::from_toml(&text, &root.join("config/x.toml")).unwrap();
+    let tokenizer =
+        Arc::new(ModelTokenizer::from_dir(&root.join("config/tokenizers/qwen2_5_vl")).unwrap());
+    let vision = crate::vision::ModelVision::from_config(&config).unwrap();
+    let model = ModelAdmission {
+        tokenizer,
+        context_window: 100_000,
+        default_max_new_tokens: None,
+        vision: Some((vision["vl"].clone(), Some(151_655))),
+    };
+    let state = AdmissionState {
+        models: [("vl".to_owned(), model)].into_iter().collect(),
+        fleet: Arc::new(Fleet::from_config(&config)),
+        permits: Arc::new(tokio::sync::Semaphore::new(2)),
+        prefix: Some(PrefixHashing::new(16)),
+    };
+    (state, ModelCatalog::from_config(&config))
+}
+
+fn image_chat(file: &str) -> serde_json::Value {
+    use base64::Engine as _;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/vision/images")
+        .join(file);
+    let data = base64::engine::general_purpose::STANDARD.encode(std::fs::read(path).unwrap());
+    json!({"model": "vl", "max_tokens": 4, "messages": [
+        {"role": "system", "content": system()},
+        {"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{data}")}},
+            {"type": "text", "text": "What is in this picture? Describe it in detail, please."}
+        ]}
+    ]})
+}
+
+#[tokio::test]
+async fn two_different_images_of_one_size_never_look_like_one_prefix() {
+    let (state, catalog) = vision_state();
+    let chain_of_image = |file: &'static str| {
+        let state = &state;
+        let catalog = &catalog;
+        async move {
+            chain_of(state, catalog, Endpoint::ChatCompletions, &image_chat(file))
+                .await
+                .flatten()
+                .expect("a chain")
+        }
+    };
+    // Both 57x43: the same number of image tokens, the same text around them.
+    let png = chain_of_image("png_57x43.png").await;
+    let jpeg = chain_of_image("jpeg_gray_57x43.jpg").await;
+    assert_eq!(png.len(), jpeg.len());
+    assert_eq!(
+        png,
+        chain_of_image("png_57x43.png").await,
+        "the same image: the same chain"
+    );
+    let same = png
+        .iter()
+        .zip(jpeg.iter())
+        .take_while(|(a, b)| a == b)
+        .count();
+    assert!(same >= 5, "the system prompt's blocks are shared ({same})");
+    assert!(same < png.len(), "from the image's block on, they differ");
+}
