@@ -471,3 +471,45 @@ async fn responses_and_anthropic_images_are_counted_and_images_count_toward_the_
     assert_eq!(second.status, 429, "{}", second.text());
     gw.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokenize_and_count_tokens_count_images_as_admission_does() {
+    let engine = vision_sim(None).await;
+    let gw = gateway(&config(&engine, 65_536, "")).await;
+    let base = format!("http://{}", gw.data_addr());
+    let body = chat(MODEL, &data_url("png_333x517.png"));
+    let served = post(&format!("{base}/v1/chat/completions"), Some(KEY), &body).await;
+    assert_eq!(served.status, 200, "{}", served.text());
+    let engine_count = served.json()["usage"]["prompt_tokens"].as_u64();
+    let mut tokenize = body.clone();
+    tokenize.as_object_mut().map(|o| o.remove("max_tokens"));
+    let tokenized = post(&format!("{base}/tokenize"), Some(KEY), &tokenize).await;
+    assert_eq!(tokenized.status, 200, "{}", tokenized.text());
+    assert_eq!(tokenized.json()["count"].as_u64(), engine_count);
+    // Anthropic's count_tokens of the same image as a block: the translated chat's count,
+    // what /v1/messages with it reports.
+    let png = std::fs::read(images_dir().join("png_333x517.png")).expect("image");
+    let anthropic = json!({"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": base64(&png)}},
+        {"type": "text", "text": "What is this?"}
+    ]}]});
+    let mut count = anthropic.clone();
+    count.as_object_mut().map(|o| o.remove("max_tokens"));
+    let counted = post(
+        &format!("{base}/v1/messages/count_tokens"),
+        Some(KEY),
+        &count,
+    )
+    .await;
+    assert_eq!(counted.status, 200, "{}", counted.text());
+    let sent = post(&format!("{base}/v1/messages"), Some(KEY), &anthropic).await;
+    assert_eq!(sent.status, 200, "{}", sent.text());
+    assert_eq!(
+        counted.json()["input_tokens"].as_u64(),
+        sent.json()["usage"]["input_tokens"].as_u64(),
+        "{}",
+        sent.text()
+    );
+    assert!(counted.json()["input_tokens"].as_u64().unwrap_or(0) > 100);
+    gw.shutdown().await;
+}

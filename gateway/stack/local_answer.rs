@@ -16,6 +16,9 @@
 //! - `/v1/messages/count_tokens`: `{"input_tokens"}`, the count admission gives the same
 //!   `/v1/messages` request (its translation to a chat, prepared and rendered by the
 //!   model's first pool's rules): what kvgate would send the engine.
+//!
+//! A vision model's chat with images is counted as admission counts it: each image read (its
+//! header) under the model's pools' rules, its placeholder expanded to its tokens.
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -24,11 +27,17 @@ use std::sync::Arc;
 
 use crate::body::{self, BoxBody};
 use crate::error::GatewayError;
-use crate::stack::admission::{render_chat, AdmissionState};
+use crate::fleet::CountRules;
+use crate::stack::admission::{render_chat, render_chat_with_media, AdmissionState};
 use crate::stack::api::prompt_view::{self, Prompts};
 use crate::stack::api::{Endpoint, InferenceRequest};
 use crate::stack::stage::{Next, Stage, StageFuture, StageLayer};
-use kvgate_tokenize::{ChatRules, ModelTokenizer};
+use crate::vision::{expand_images, resolve_images, ModelVision, ResolvedImages};
+use kvgate_tokenize::{ChatPrompt, ModelTokenizer};
+
+/// A chat's images, read before it is counted: the model's vision, the messages, what was
+/// read of each image.
+type ChatImages = (Arc<ModelVision>, Value, ResolvedImages);
 
 /// The local-answer stage.
 #[derive(Debug, Clone)]
@@ -60,11 +69,12 @@ impl Stage for LocalAnswer {
             })?;
             let tokenizer = model.tokenizer.clone();
             let window = model.context_window;
-            let rules = state
-                .fleet
-                .pools_of(&parsed.model)
+            let pools = state.fleet.pools_of(&parsed.model);
+            let rules = pools
                 .first()
-                .map_or(ChatRules::Sglang, |p| p.chat_rules);
+                .map_or(CountRules::default(), |p| p.count_rules());
+            let names: Vec<&str> = pools.iter().map(|p| &*p.name).collect();
+            let images = chat_images(model.vision.as_ref(), &parsed, &names).await?;
             // Tokenizing is CPU work: off the async threads, within admission's bound on
             // concurrent counts (a flood of huge bodies must not starve admission).
             let permit = match tokio::time::timeout(
@@ -83,9 +93,10 @@ impl Stage for LocalAnswer {
             };
             let answer = tokio::task::spawn_blocking(move || {
                 let _permit = permit;
+                let images = images.as_ref();
                 match parsed.endpoint {
-                    Endpoint::Tokenize => tokenize(&tokenizer, &parsed, rules, window),
-                    Endpoint::CountTokens => count_tokens(&tokenizer, &parsed, rules),
+                    Endpoint::Tokenize => tokenize(&tokenizer, &parsed, rules, window, images),
+                    Endpoint::CountTokens => count_tokens(&tokenizer, &parsed, rules, images),
                     _ => detokenize(&tokenizer, &parsed),
                 }
             })
@@ -111,21 +122,74 @@ fn tokenizing(e: kvgate_tokenize::TokenizeError) -> GatewayError {
     GatewayError::Internal(format!("tokenizing: {e}"))
 }
 
+/// The images of a vision model's chat, read (None for any other request).
+async fn chat_images(
+    vision: Option<&(Arc<ModelVision>, Option<u32>)>,
+    parsed: &InferenceRequest,
+    pools: &[&str],
+) -> Result<Option<ChatImages>, GatewayError> {
+    let (Some((vision, _)), Some(raw)) = (vision, parsed.raw.get("messages")) else {
+        return Ok(None);
+    };
+    if !raw.contains("\"image_url\"") {
+        return Ok(None);
+    }
+    let messages: Value = serde_json::from_str(raw).map_err(|e| {
+        GatewayError::invalid(
+            format!("`messages` could not be read: {e}"),
+            Some("messages"),
+        )
+    })?;
+    let resolved = resolve_images(vision, &parsed.model, &messages, pools)
+        .await
+        .map_err(|e| GatewayError::invalid(e.to_string(), Some(e.param())))?;
+    Ok(Some((vision.clone(), messages, resolved)))
+}
+
+/// The chat's prompt as admission counts it on a pool of `rules`: its images expanded.
+fn chat_prompt(
+    tokenizer: &ModelTokenizer,
+    parsed: &InferenceRequest,
+    rules: CountRules,
+    messages: &str,
+    images: Option<&ChatImages>,
+) -> Result<ChatPrompt, GatewayError> {
+    let tools = parsed.raw.get("tools").filter(|t| *t != "null");
+    let Some((vision, values, resolved)) = images else {
+        return render_chat(
+            tokenizer,
+            &parsed.model,
+            rules.chat,
+            messages,
+            tools,
+            &parsed.fields,
+        );
+    };
+    let processor = vision.processor(rules.image_cap).ok_or_else(|| {
+        GatewayError::Internal(format!("model `{}` has no image processor", parsed.model))
+    })?;
+    let mut prepared = render_chat_with_media(
+        tokenizer,
+        &parsed.model,
+        rules.chat,
+        values,
+        tools,
+        &parsed.fields,
+    )?;
+    expand_images(&mut prepared.prompt, &prepared.media, resolved, processor)
+        .map_err(|m| GatewayError::invalid(m, Some("messages")))?;
+    Ok(prepared.prompt)
+}
+
 fn tokenize(
     tokenizer: &ModelTokenizer,
     parsed: &InferenceRequest,
-    rules: ChatRules,
+    rules: CountRules,
     window: u64,
+    images: Option<&ChatImages>,
 ) -> Result<Value, GatewayError> {
     let (tokens, count) = if let Some(messages) = parsed.raw.get("messages") {
-        let prompt = render_chat(
-            tokenizer,
-            &parsed.model,
-            rules,
-            messages,
-            parsed.raw.get("tools").filter(|t| *t != "null"),
-            &parsed.fields,
-        )?;
+        let prompt = chat_prompt(tokenizer, parsed, rules, messages, images)?;
         let ids = tokenizer.chat_prompt_ids(&prompt).map_err(tokenizing)?;
         let n = ids.len();
         (json!(ids), json!(n))
@@ -163,16 +227,11 @@ fn tokenize(
 fn count_tokens(
     tokenizer: &ModelTokenizer,
     parsed: &InferenceRequest,
-    rules: ChatRules,
+    rules: CountRules,
+    images: Option<&ChatImages>,
 ) -> Result<Value, GatewayError> {
-    let prompt = render_chat(
-        tokenizer,
-        &parsed.model,
-        rules,
-        parsed.raw.get("messages").unwrap_or("[]"),
-        parsed.raw.get("tools").filter(|t| *t != "null"),
-        &parsed.fields,
-    )?;
+    let messages = parsed.raw.get("messages").unwrap_or("[]");
+    let prompt = chat_prompt(tokenizer, parsed, rules, messages, images)?;
     let n = tokenizer.count_chat_prompt(&prompt).map_err(tokenizing)?;
     Ok(crate::anthropic::count_tokens_reply(n as u64))
 }

@@ -26,7 +26,7 @@ pub use blocks::{PrefixHashing, PromptBlocks};
 pub use budget::{
     sglang_max_req_input_len, worker_input_limit, Bound, PoolBudget, Violation, WorkerBound,
 };
-pub use chat::render_chat;
+pub use chat::{render_chat, render_chat_with_media};
 pub use count::PromptTokens;
 pub use prompt::{MaxNew, COMPLETIONS_DEFAULT_MAX_TOKENS, GENERATE_DEFAULT_MAX_NEW_TOKENS};
 pub use token_count::TokenCount;
