@@ -683,3 +683,72 @@ async fn responses_and_engine_written_anthropic_streams_are_counted_at_their_end
     }
     gw.shutdown().await;
 }
+
+/// A pool whose guard and leak scan are off still accounts for its tenants: the answers are
+/// read (not checked) for the engine's usage and the stream's token times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_without_checks_still_counts_its_tenants_tokens_and_latency() {
+    let engine = engine(SimRole::Unified, SimFault::None, 40960, 32768).await;
+    let pool = format!(
+        "{}leak_detection = \"off\"\n[pools.guard]\nenabled = false\n",
+        unified_pool("unchecked", &[worker(&engine, None)])
+    );
+    // A tenant of its own: the other tests of this binary count t1 in the same registry.
+    let gw =
+        gateway(&config_with_pools(4096, &pool).replace("name = \"t1\"", "name = \"unchecked\""))
+            .await;
+    let url = format!("http://{}/v1/chat/completions", gw.data_addr());
+    let whole = post(
+        &url,
+        Some(KEY),
+        &json!({"model": "qwen3", "max_tokens": 5, "messages": [{"role": "user", "content": "Hello there"}]}),
+    )
+    .await;
+    assert_eq!(whole.status, 200, "{}", whole.text());
+    let (p1, c1, _) = seen_usage(&whole, false);
+    // A stream whose client asked for no usage: the engine is asked, the client is not
+    // shown it, the tenant is counted.
+    let streamed = post(
+        &url,
+        Some(KEY),
+        &json!({"model": "qwen3", "max_tokens": 5, "stream": true,
+                "messages": [{"role": "user", "content": "Hello there"}]}),
+    )
+    .await;
+    assert_eq!(streamed.status, 200, "{}", streamed.text());
+    assert!(
+        !streamed.text().contains("\"usage\""),
+        "{}",
+        streamed.text()
+    );
+    let ok = "tenant=\"unchecked\",model=\"qwen3\",outcome=\"ok\"";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let text = metrics(&gw).await;
+        if series(&text, "kvgate_tenant_requests_total", ok) == Some(2) || Instant::now() > deadline
+        {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let labels = "tenant=\"unchecked\",model=\"qwen3\"";
+    assert_eq!(series(&text, "kvgate_tenant_requests_total", ok), Some(2));
+    assert_eq!(
+        series(&text, "kvgate_tenant_prompt_tokens_total", labels),
+        Some(2 * p1)
+    );
+    let completion = series(&text, "kvgate_tenant_completion_tokens_total", labels).unwrap_or(0);
+    assert!(
+        completion > c1 && completion <= c1 + 5,
+        "{completion} vs {c1}"
+    );
+    assert_eq!(
+        series(
+            &text,
+            "kvgate_time_to_first_token_seconds_count",
+            "pool=\"unchecked\",class=\"standard\""
+        ),
+        Some(1)
+    );
+    gw.shutdown().await;
+}

@@ -137,6 +137,7 @@ impl Stage for Guard {
                     responses::StreamChecks {
                         expect,
                         continuation,
+                        enabled: plan.checks,
                         leak,
                     },
                     report,

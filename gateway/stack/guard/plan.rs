@@ -91,7 +91,8 @@ pub(super) struct GuardPlan<'a> {
 
 impl<'a> GuardPlan<'a> {
     /// The plan for `request` under `pools`' rules, and the facts its report carries;
-    /// `None` when its pool's guard and its leak scan are both off (nothing to read).
+    /// `None` when its pool's guard and its leak scan are both off and the request has no
+    /// account to fill in (nothing to read).
     pub(super) fn read(
         request: &mut Request<Bytes>,
         pools: &'a HashMap<String, PoolRules>,
@@ -106,7 +107,13 @@ impl<'a> GuardPlan<'a> {
         let chat_rules = route.map(|p| p.pool.count_rules());
         let leak = request.extensions_mut().remove::<LeakWatch>();
         let leak_on = leak.as_ref().is_some_and(|w| w.mode().is_on());
-        let Some(rules) = pools.get(&pool).filter(|r| r.config.enabled || leak_on) else {
+        // A tenant's request is accounted (its tokens, its time to first token) even on a
+        // pool whose checks are off: the answer is then read, not checked.
+        let accounts = request.extensions().get::<Ledger>().is_some();
+        let Some(rules) = pools
+            .get(&pool)
+            .filter(|r| r.config.enabled || leak_on || accounts)
+        else {
             return Ok(None);
         };
         let checks = rules.config.enabled;
@@ -133,12 +140,17 @@ impl<'a> GuardPlan<'a> {
             .get_mut::<InferenceRequest>()
             .ok_or_else(|| GatewayError::Internal("the guard ran before parsing".into()))?;
         let anthropic = endpoint == Endpoint::EngineMessages;
-        let rewrite =
-            if checks && stream && shape == Shape::OpenAi && responses.is_none() && !anthropic {
-                request_stream_usage(parsed)
-            } else {
-                UsageRewrite::default()
-            };
+        // Usage in the stream: for the count's check, and for the tenant's account.
+        let rewrite = if (checks || accounts)
+            && stream
+            && shape == Shape::OpenAi
+            && responses.is_none()
+            && !anthropic
+        {
+            request_stream_usage(parsed)
+        } else {
+            UsageRewrite::default()
+        };
         let tolerance = if parsed.token_id_input() {
             0
         } else {
