@@ -61,7 +61,8 @@ impl SimEngine {
         snapshot
     }
 
-    /// Every request received so far, in arrival order.
+    /// The requests received so far, in arrival order (the latest 65,536, at most 256 MiB
+    /// of bodies: a long run forgets its oldest).
     pub fn received(&self) -> Vec<ReceivedRequest> {
         self.stats.received()
     }

@@ -92,7 +92,7 @@ pub(crate) struct SimStats {
     peak_running: AtomicU64,
     peak_waiting: AtomicU64,
     peak_kv_tokens: AtomicU64,
-    received: Mutex<Vec<ReceivedRequest>>,
+    received: Mutex<ReceivedLog>,
     /// Request ids in the order the scheduler admitted them.
     admissions: Mutex<Vec<String>>,
 }
@@ -107,6 +107,18 @@ pub(crate) fn add(counter: &AtomicU64, n: usize) {
     counter.fetch_add(n as u64, Ordering::Relaxed);
 }
 
+/// Most requests, and most body bytes, the log keeps (tests read far fewer; the counters
+/// count them all).
+const RECEIVED_LOG_MAX: usize = 65_536;
+const RECEIVED_LOG_MAX_BYTES: usize = 256 << 20;
+
+/// The requests received, newest last, and their body bytes.
+#[derive(Debug, Default)]
+struct ReceivedLog {
+    entries: Vec<ReceivedRequest>,
+    bytes: usize,
+}
+
 impl SimStats {
     /// Records a request in the log and counters.
     pub(crate) fn record(&self, request: ReceivedRequest) {
@@ -115,7 +127,15 @@ impl SimStats {
             .fetch_add(request.bytes as u64, Ordering::Relaxed);
         // A poisoned log only means another request panicked mid-push; keep recording.
         let mut log = self.received.lock().unwrap_or_else(|p| p.into_inner());
-        log.push(request);
+        log.bytes += request.bytes;
+        log.entries.push(request);
+        if log.entries.len() > RECEIVED_LOG_MAX || log.bytes > RECEIVED_LOG_MAX_BYTES {
+            // A long demo or a load run must not hold every body it ever got (bodies with
+            // images are hundreds of KB): the oldest half goes.
+            let half = log.entries.len() / 2;
+            let dropped: usize = log.entries.drain(..half).map(|r| r.bytes).sum();
+            log.bytes -= dropped;
+        }
     }
 
     /// Records one admission into the running batch: its id, the batch size and the KV
@@ -147,6 +167,7 @@ impl SimStats {
         self.received
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .entries
             .clone()
     }
 
@@ -179,5 +200,35 @@ impl SimStats {
             // The cache belongs to the engine; it fills this in.
             prefix_cache_blocks: 0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(bytes: usize) -> ReceivedRequest {
+        ReceivedRequest {
+            path: "/generate".into(),
+            headers: http::HeaderMap::new(),
+            body: serde_json::Value::Null,
+            bytes,
+        }
+    }
+
+    #[test]
+    fn the_log_forgets_its_oldest_half_past_its_byte_or_count_bound() {
+        let stats = SimStats::default();
+        for _ in 0..3 {
+            stats.record(request(100 << 20));
+        }
+        // 300 MiB of bodies is over 256: the oldest one went.
+        assert_eq!(stats.received().len(), 2);
+        assert_eq!(stats.snapshot().requests, 3, "the counters count them all");
+        let stats = SimStats::default();
+        for _ in 0..=RECEIVED_LOG_MAX {
+            stats.record(request(10));
+        }
+        assert_eq!(stats.received().len(), RECEIVED_LOG_MAX / 2 + 1);
     }
 }
