@@ -98,6 +98,22 @@ fn the_dashboard_is_well_formed() {
     }
 }
 
+/// `/metrics` once the gateway is ready (its workers' gauges published), before any request.
+async fn metrics_when_ready(gw: &kvgate::runtime::RunningGateway) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while get(&format!("http://{}/ready", gw.admin_addr()), None)
+        .await
+        .status
+        != 200
+    {
+        assert!(Instant::now() < deadline, "the gateway never got ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    get(&format!("http://{}/metrics", gw.admin_addr()), None)
+        .await
+        .text()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_the_dashboard_queries_is_exported_from_start_up() {
     let mut all = Vec::new();
@@ -109,18 +125,7 @@ async fn every_metric_the_dashboard_queries_is_exported_from_start_up() {
     let pools = unified_pool("p", &[worker(&engine, Some(8192))]);
     let gw = gateway(&config_with_pools(8192, &pools)).await;
     // Ready: the worker's gauges are published; no request has been sent.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while get(&format!("http://{}/ready", gw.admin_addr()), None)
-        .await
-        .status
-        != 200
-    {
-        assert!(Instant::now() < deadline, "the gateway never got ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let text = get(&format!("http://{}/metrics", gw.admin_addr()), None)
-        .await
-        .text();
+    let text = metrics_when_ready(&gw).await;
     let families = exported(&text);
     let missing: Vec<&String> = names.iter().filter(|n| !families.contains(*n)).collect();
     assert!(
@@ -144,18 +149,7 @@ async fn worker_upstream_and_rollout_series_exist_at_zero_from_start_up() {
         unified_pool("canary", &[worker(&canary, Some(8192))]),
     );
     let gw = gateway(&config_with_pools(8192, &pools)).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while get(&format!("http://{}/ready", gw.admin_addr()), None)
-        .await
-        .status
-        != 200
-    {
-        assert!(Instant::now() < deadline, "the gateway never got ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let text = get(&format!("http://{}/metrics", gw.admin_addr()), None)
-        .await
-        .text();
+    let text = metrics_when_ready(&gw).await;
     let value = |series: String| -> Option<f64> {
         let prefix = format!("{series} ");
         text.lines()

@@ -71,7 +71,10 @@ pub fn smart_resize(
     })
 }
 
-/// Old SGLang's `smart_resize` (the pre-resize to `SGLANG_IMAGE_MAX_PIXELS`).
+/// Old SGLang's `smart_resize` (the pre-resize to `SGLANG_IMAGE_MAX_PIXELS`). It looks like
+/// [`smart_resize`] but is not the same algorithm, and is kept apart on purpose: it raises each
+/// rounded side to at least `factor` *before* comparing areas, and does not when scaling down
+/// (so a thin image is 71 tokens here, 29 there).
 pub(crate) fn sglang_legacy_resize(
     height: u64,
     width: u64,
