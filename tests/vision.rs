@@ -513,3 +513,36 @@ async fn tokenize_and_count_tokens_count_images_as_admission_does() {
     assert!(counted.json()["input_tokens"].as_u64().unwrap_or(0) > 100);
     gw.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_with_a_fetched_image_goes_only_to_pools_that_fetch() {
+    let fetching = vision_sim(None).await;
+    let inline_only = vision_sim(None).await;
+    let (server, _) = image_server("127.0.0.1", "png_28x28.png", None).await;
+    // The pool that fetches has a tiny weight: without the rule most requests would land on
+    // the other.
+    let text = config(
+        &fetching,
+        65_536,
+        "weight = 1\n[pools.images]\nremote = true\nallow_http = true\nallow_networks = [\"127.0.0.1/32\"]\n",
+    )
+    .replace(
+        "\n[[pools]]\nname = \"text\"",
+        &format!(
+            "\n[[pools]]\nname = \"vl-inline\"\nmodel = \"{MODEL}\"\nengine = \"sglang\"\nmode = \"unified\"\nweight = 1000\nworkers = [{}]\n\n[[pools]]\nname = \"text\"",
+            worker(&inline_only, Some(200_000))
+        ),
+    );
+    let gw = gateway(&text).await;
+    let url = format!("http://{}/v1/chat/completions", gw.data_addr());
+    for i in 0..6 {
+        let remote = post(&url, Some(KEY), &chat(MODEL, &format!("{server}/{i}.png"))).await;
+        assert_eq!(remote.status, 200, "{}", remote.text());
+        assert_eq!(remote.headers["x-kvgate-pool"], "vl");
+    }
+    assert!(generations(&inline_only).is_empty());
+    // Inline images may go anywhere (here: mostly the heavier pool).
+    let inline = post(&url, Some(KEY), &chat(MODEL, &data_url("png_28x28.png"))).await;
+    assert_eq!(inline.status, 200, "{}", inline.text());
+    gw.shutdown().await;
+}

@@ -25,6 +25,8 @@ pub struct ResolvedImage {
     /// bytes read of it): prefix routing hashes it in place of the image's tokens, so two
     /// different images of one size never look like one prefix.
     pub salt: u64,
+    /// Fetched from a remote URL (the request then goes only to pools that fetch).
+    pub remote: bool,
 }
 
 /// The images of one request, by their URL as the client wrote it.
@@ -171,7 +173,14 @@ pub async fn resolve_images(
             },
         };
         let salt = salt_of(url, &prefix.bytes, inline);
-        resolved.insert(url.to_owned(), ResolvedImage { info, salt });
+        resolved.insert(
+            url.to_owned(),
+            ResolvedImage {
+                info,
+                salt,
+                remote: !inline,
+            },
+        );
     }
     Ok(resolved)
 }

@@ -18,7 +18,14 @@ fn image(url: &str, width: u32, height: u32, salt: u64) -> (String, ResolvedImag
         width,
         height,
     };
-    (url.to_owned(), ResolvedImage { info, salt })
+    (
+        url.to_owned(),
+        ResolvedImage {
+            info,
+            salt,
+            remote: false,
+        },
+    )
 }
 
 fn part(url: &str) -> MediaPart {

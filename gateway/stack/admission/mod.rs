@@ -184,7 +184,7 @@ pub async fn admit(
     parsed.directives.default_max_new_tokens = default_new;
     let window = model.context_window;
     let fanout = parsed.fanout()?;
-    let budgets = candidate_budgets(state, parsed, tenant, window, choice)?;
+    let mut budgets = candidate_budgets(state, parsed, tenant, window, choice)?;
     let param = parsed.prompt_param();
     let cap = tenant.and_then(|t| t.max_prompt_tokens.map(|c| (t.name.clone(), c)));
     // A chat is counted as each candidate pool's engine prepares it: one measure per set
@@ -203,6 +203,12 @@ pub async fn admit(
     let group_of = |b: &PoolBudget| groups.iter().position(|r| *r == b.rules).unwrap_or(0);
     // A chat's images are read (their headers) before anything is counted.
     let images = images::chat_images(model, parsed, &budgets).await?;
+    if let Some((_, resolved, vision, _)) = &images {
+        // An image kvgate fetched goes only to pools that allow fetching it.
+        if resolved.values().any(|i| i.remote) {
+            budgets.retain(|b| vision.fetches(&b.pool));
+        }
+    }
     let mut measured: Vec<Vec<Measured>> = {
         let samples = prompt::samples(parsed, default_new)?;
         let ids_first = blocks::wanted(state, &parsed.model);
