@@ -393,6 +393,20 @@ async fn remote_images_are_fetched_only_where_the_pool_allows_and_never_from_pri
     let reply = post(&url, Some(KEY), &chat(MODEL, &image)).await;
     assert_eq!(reply.status, 400, "{}", reply.text());
     assert!(reply.text().contains("loopback"), "{}", reply.text());
+    // Counted where an operator sees SSRF attempts (the series exists from start-up: the
+    // value says it counted).
+    let metrics = get(&format!("http://{}/metrics", gw.admin_addr()), None)
+        .await
+        .text();
+    let refusals = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(&format!(
+                "kvgate_image_refusals_total{{model=\"{MODEL}\",reason=\"forbidden_address\"}} "
+            ))
+        })
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    assert!(refusals >= Some(1.0), "{metrics}");
     gw.shutdown().await;
     assert_eq!(allowed_hits.load(Ordering::SeqCst), 0, "never connected");
     assert!(generations(&engine).is_empty());

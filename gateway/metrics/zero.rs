@@ -122,6 +122,7 @@ pub fn register(config: &Config) {
         counter!(LOAD_SHED_TOTAL, "ceiling" => ceiling).increment(0);
     }
     rollouts(config);
+    crate::vision::metrics::register(config);
     for pool in &config.pools {
         let roles: &[&'static str] = match pool.mode {
             PoolMode::Disaggregated => &["prefill", "decode"],

@@ -12,6 +12,7 @@
 //! pre-resize cap its pools name, and each pool's fetch policy for remote images.
 
 mod expand;
+pub mod metrics;
 mod source;
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use std::hash::{BuildHasher, Hasher};
 
 use super::ModelVision;
 use kvgate_image_source::{read_image, DataUrl, Enough, ImageSourceError};
-use kvgate_tokenize::vision::{probe, ImageInfo, Probe};
+use kvgate_tokenize::vision::{probe, ImageError, ImageInfo, Probe};
 
 /// One image, as far as counting and routing need it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +42,12 @@ pub enum ImageRefusal {
         source: ImageSourceError,
     },
     #[error("{param}: {reason}")]
-    Image { param: String, reason: String },
+    Image {
+        param: String,
+        reason: String,
+        /// The refusal's metric label (`metrics::REASONS`).
+        label: &'static str,
+    },
     #[error("the request has {count} images; this model takes at most {max} per request")]
     TooMany { count: usize, max: usize },
     #[error("{param}: remote image URLs are not fetched for model `{model}` (its pools read `data:` URLs only); send the image inline as a data: URL")]
@@ -50,6 +55,32 @@ pub enum ImageRefusal {
 }
 
 impl ImageRefusal {
+    /// Its label in `kvgate_image_refusals_total` (one of [`super::metrics::REASONS`]).
+    pub fn reason(&self) -> &'static str {
+        use kvgate_image_source::DataUrlError;
+        match self {
+            Self::Source {
+                source: ImageSourceError::Data(e),
+                ..
+            } => match e {
+                DataUrlError::NotDataUrl | DataUrlError::Malformed => "bad_url",
+                _ => "bad_data",
+            },
+            Self::Source {
+                source: ImageSourceError::Fetch(e),
+                ..
+            } => match e.code() {
+                "forbidden_address" => "forbidden_address",
+                "invalid_url" | "scheme" | "credentials" => "bad_url",
+                "remote_disabled" => "remote_off",
+                _ => "fetch_failed",
+            },
+            Self::Image { label, .. } => label,
+            Self::TooMany { .. } => "too_many",
+            Self::RemoteOff { .. } => "remote_off",
+        }
+    }
+
     /// The request field the refusal names.
     pub fn param(&self) -> &str {
         match self {
@@ -96,6 +127,24 @@ pub async fn resolve_images(
     messages: &Value,
     pools: &[&str],
 ) -> Result<ResolvedImages, ImageRefusal> {
+    let resolved = read_all(vision, model, messages, pools).await;
+    match &resolved {
+        Ok(images) => {
+            for image in images.values() {
+                super::metrics::counted(model, image.remote);
+            }
+        }
+        Err(refusal) => super::metrics::refused(model, refusal.reason()),
+    }
+    resolved
+}
+
+async fn read_all(
+    vision: &ModelVision,
+    model: &str,
+    messages: &Value,
+    pools: &[&str],
+) -> Result<ResolvedImages, ImageRefusal> {
     let urls = image_urls(messages);
     if urls.len() > vision.max_images {
         return Err(ImageRefusal::TooMany {
@@ -124,6 +173,7 @@ pub async fn resolve_images(
                 reason:
                     "an image must be a data: URL (data:image/png;base64,...) or an https:// URL"
                         .into(),
+                label: "bad_url",
             }),
         };
         let mut info = None;
@@ -137,7 +187,7 @@ pub async fn resolve_images(
                 Probe::NeedMore { at_least } => Enough::NeedMore { at_least },
                 Probe::Invalid(e) => {
                     let reason = e.to_string();
-                    refused = Some(reason.clone());
+                    refused = Some(e);
                     Enough::Stop(reason)
                 }
             }
@@ -145,29 +195,24 @@ pub async fn resolve_images(
         .await;
         let prefix = match read {
             Ok(prefix) => prefix,
-            Err(_) if refused.is_some() => {
-                return Err(ImageRefusal::Image {
-                    param,
-                    reason: refused.unwrap_or_default(),
+            Err(source) => {
+                return Err(match refused {
+                    Some(e) => invalid(param, &e),
+                    None => ImageRefusal::Source { param, source },
                 })
             }
-            Err(source) => return Err(ImageRefusal::Source { param, source }),
         };
         let info = match info {
             Some(info) => info,
             // The file ended before its size: the closure never said Yes.
             None => match probe(&prefix.bytes) {
                 Probe::Known(i) => i,
-                Probe::Invalid(e) => {
-                    return Err(ImageRefusal::Image {
-                        param,
-                        reason: e.to_string(),
-                    })
-                }
+                Probe::Invalid(e) => return Err(invalid(param, &e)),
                 Probe::NeedMore { .. } => {
                     return Err(ImageRefusal::Image {
                         param,
                         reason: "the image ends before its header says its size".into(),
+                        label: "not_an_image",
                     })
                 }
             },
@@ -194,4 +239,16 @@ fn salt_of(url: &str, header: &[u8], inline: bool) -> u64 {
         hasher.write(header);
     }
     hasher.finish()
+}
+
+/// The refusal of a file that is not an image the engine would open, or a decoding bomb.
+fn invalid(param: String, e: &ImageError) -> ImageRefusal {
+    ImageRefusal::Image {
+        param,
+        reason: e.to_string(),
+        label: match e {
+            ImageError::TooLarge { .. } => "too_large",
+            _ => "not_an_image",
+        },
+    }
 }

@@ -292,7 +292,10 @@ fn expanded(
         images.resolved,
         processor,
     )
-    .map_err(|m| GatewayError::invalid(m, Some("messages")))?;
+    .map_err(|m| {
+        crate::vision::metrics::refused(model, "processor");
+        GatewayError::invalid(m, Some("messages"))
+    })?;
     let prompt = Arc::new(prepared.prompt);
     let bound = tokenizer.token_upper_bound(prompt.rendered.len(), false)
         + prompt
