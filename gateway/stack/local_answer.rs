@@ -35,9 +35,9 @@ use crate::stack::stage::{Next, Stage, StageFuture, StageLayer};
 use crate::vision::{expand_images, resolve_images, ModelVision, ResolvedImages};
 use kvgate_tokenize::{ChatPrompt, ModelTokenizer};
 
-/// A chat's images, read before it is counted: the model's vision, the messages, what was
-/// read of each image.
-type ChatImages = (Arc<ModelVision>, Value, ResolvedImages);
+/// A chat's images, read before it is counted: the model's vision and its image token, the
+/// messages, what was read of each image.
+type ChatImages = ((Arc<ModelVision>, Option<u32>), Value, ResolvedImages);
 
 /// The local-answer stage.
 #[derive(Debug, Clone)]
@@ -128,7 +128,7 @@ async fn chat_images(
     parsed: &InferenceRequest,
     pools: &[&str],
 ) -> Result<Option<ChatImages>, GatewayError> {
-    let (Some((vision, _)), Some(raw)) = (vision, parsed.raw.get("messages")) else {
+    let (Some((vision, token)), Some(raw)) = (vision, parsed.raw.get("messages")) else {
         return Ok(None);
     };
     if !raw.contains("\"image_url\"") {
@@ -143,7 +143,7 @@ async fn chat_images(
     let resolved = resolve_images(vision, &parsed.model, &messages, pools)
         .await
         .map_err(|e| GatewayError::invalid(e.to_string(), Some(e.param())))?;
-    Ok(Some((vision.clone(), messages, resolved)))
+    Ok(Some(((vision.clone(), *token), messages, resolved)))
 }
 
 /// The chat's prompt as admission counts it on a pool of `rules`: its images expanded.
@@ -155,7 +155,7 @@ fn chat_prompt(
     images: Option<&ChatImages>,
 ) -> Result<ChatPrompt, GatewayError> {
     let tools = parsed.raw.get("tools").filter(|t| *t != "null");
-    let Some((vision, values, resolved)) = images else {
+    let Some(((vision, token), values, resolved)) = images else {
         return render_chat(
             tokenizer,
             &parsed.model,
@@ -176,8 +176,14 @@ fn chat_prompt(
         tools,
         &parsed.fields,
     )?;
-    expand_images(&mut prepared.prompt, &prepared.media, resolved, processor)
-        .map_err(|m| GatewayError::invalid(m, Some("messages")))?;
+    expand_images(
+        &mut prepared.prompt,
+        &prepared.media,
+        resolved,
+        processor,
+        *token,
+    )
+    .map_err(|m| GatewayError::invalid(m, Some("messages")))?;
     Ok(prepared.prompt)
 }
 

@@ -6,7 +6,7 @@
 
 use super::source::ResolvedImages;
 use kvgate_tokenize::vision::VisionProcessor;
-use kvgate_tokenize::{ChatPrompt, MediaKind, MediaPart};
+use kvgate_tokenize::{ChatPrompt, MediaKind, MediaPart, TokenRepeat};
 
 /// The salt of each image, in render order: prefix routing hashes it in place of the
 /// image's tokens ([`salt_image_ids`]).
@@ -15,11 +15,17 @@ pub struct ImageSalts(pub Vec<u64>);
 
 /// Expand every placeholder of `prompt` for `media` (the template's media parts in render
 /// order, each found in `images`); the error is the client's 400 message.
+///
+/// With `image_token` (the id of the family's image token, a special token the tokenizer
+/// never merges with its neighbours), each run of it is written once in the text and its
+/// other copies are [`TokenRepeat`]s: the same ids and count, without tokenizing thousands
+/// of copies of one token.
 pub fn expand_images(
     prompt: &mut ChatPrompt,
     media: &[MediaPart],
     images: &ResolvedImages,
     processor: &VisionProcessor,
+    image_token: Option<u32>,
 ) -> Result<ImageSalts, String> {
     if let Some(part) = media.iter().find(|m| m.kind != MediaKind::Image) {
         return Err(format!(
@@ -36,6 +42,8 @@ pub fn expand_images(
             media.len()
         ));
     }
+    let token = processor.family().image_token();
+    let mut repeats = Vec::new();
     let mut salts = Vec::with_capacity(media.len());
     let mut out = String::with_capacity(prompt.rendered.len());
     let mut rest = prompt.rendered.as_str();
@@ -53,13 +61,48 @@ pub fn expand_images(
             return Err(format!("image {k} has no placeholder"));
         };
         out.push_str(&rest[..at]);
-        out.push_str(&expansion.replacement);
+        match image_token {
+            Some(id) => once_per_run(&expansion.replacement, token, id, &mut out, &mut repeats),
+            None => out.push_str(&expansion.replacement),
+        }
         rest = &rest[at + placeholder.len()..];
         salts.push(image.salt);
     }
     out.push_str(rest);
+    if image_token.is_some() && out.matches(token).count() != repeats.len() {
+        // A copy of the image token typed in the text: the engine would expand it too.
+        return Err(format!(
+            "the prompt holds the image token {token} outside its images; do not write it in text"
+        ));
+    }
     prompt.rendered = out;
+    prompt.repeats.extend(repeats);
     Ok(ImageSalts(salts))
+}
+
+/// `replacement` into `out` with each run of `token` written once, its other copies in
+/// `repeats`.
+fn once_per_run(
+    replacement: &str,
+    token: &str,
+    id: u32,
+    out: &mut String,
+    repeats: &mut Vec<TokenRepeat>,
+) {
+    let mut rest = replacement;
+    while let Some(at) = rest.find(token) {
+        out.push_str(&rest[..at]);
+        out.push_str(token);
+        let mut run = &rest[at + token.len()..];
+        let mut extra = 0u32;
+        while let Some(next) = run.strip_prefix(token) {
+            run = next;
+            extra += 1;
+        }
+        repeats.push(TokenRepeat { token: id, extra });
+        rest = run;
+    }
+    out.push_str(rest);
 }
 
 /// Replace each run of `image_token` ids (one run per image, in order) by ids made of its

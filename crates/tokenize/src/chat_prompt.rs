@@ -1,7 +1,9 @@
 //! A chat completions request's prompt as an engine prepares, renders and tokenizes it
 //! (`prepare` has the engines' rules).
 
-use crate::prepare::{self, ChatPrompt, ChatRequest, ChatRules, ModelInput, MultimodalPrompt};
+use crate::prepare::{
+    self, ChatPrompt, ChatRequest, ChatRules, ModelInput, MultimodalPrompt, TokenRepeat,
+};
 use crate::{ModelTokenizer, TokenizeError};
 
 impl ModelTokenizer {
@@ -66,6 +68,7 @@ impl ModelTokenizer {
             rendered,
             add_special_tokens: prepared.add_special_tokens,
             appended,
+            repeats: Vec::new(),
         };
         Ok(MultimodalPrompt {
             prompt,
@@ -85,6 +88,9 @@ impl ModelTokenizer {
         if let Some(text) = &prompt.appended {
             ids.extend(self.appended_ids(text)?);
         }
+        if !prompt.repeats.is_empty() {
+            ids = with_repeats(ids, &prompt.repeats);
+        }
         Ok(ids)
     }
 
@@ -98,7 +104,8 @@ impl ModelTokenizer {
         if let Some(text) = &prompt.appended {
             n += self.appended_ids(text)?.len();
         }
-        Ok(n)
+        let extra: usize = prompt.repeats.iter().map(|r| r.extra as usize).sum();
+        Ok(n + extra)
     }
 
     /// Whether encoding with special tokens puts a BOS first.
@@ -118,4 +125,19 @@ impl ModelTokenizer {
         }
         Ok(ids)
     }
+}
+
+/// `ids` with each repeat's `extra` copies of its token after that token's next occurrence.
+fn with_repeats(ids: Vec<u32>, repeats: &[TokenRepeat]) -> Vec<u32> {
+    let extra: usize = repeats.iter().map(|r| r.extra as usize).sum();
+    let mut out = Vec::with_capacity(ids.len() + extra);
+    let mut pending = repeats.iter().peekable();
+    for id in ids {
+        out.push(id);
+        if let Some(r) = pending.peek().filter(|r| r.token == id) {
+            out.extend(std::iter::repeat_n(id, r.extra as usize));
+            pending.next();
+        }
+    }
+    out
 }

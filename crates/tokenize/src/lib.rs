@@ -47,6 +47,7 @@ pub use error::TokenizeError;
 pub use fast::CountConfig;
 pub use prepare::{
     ChatPrompt, ChatRequest, ChatRules, MediaKind, MediaPart, ModelInput, MultimodalPrompt,
+    TokenRepeat,
 };
 use template::ChatTemplate;
 

@@ -136,8 +136,9 @@ pub(super) fn measure(
                 ),
                 PromptInput::Pair(a, b) => (
                     PromptTokens::AtMost(
-                        (tokenizer.token_upper_bound(a.len(), true)
-                            + tokenizer.token_upper_bound(b.len(), true))
+                        tokenizer
+                            .token_upper_bound(a.len(), true)
+                            .saturating_add(tokenizer.token_upper_bound(b.len(), true))
                             as u64,
                     ),
                     Some(Pending {
@@ -154,11 +155,7 @@ pub(super) fn measure(
                 }
                 PromptInput::Responses(fields) => {
                     let prompt = Arc::new(render_responses(tokenizer, model, fields)?);
-                    let bound = tokenizer.token_upper_bound(prompt.rendered.len(), false)
-                        + prompt
-                            .appended
-                            .as_ref()
-                            .map_or(0, |a| tokenizer.token_upper_bound(a.len(), true));
+                    let bound = chat_bound(tokenizer, &prompt);
                     return Ok(Measured {
                         tokens: PromptTokens::AtMost(bound as u64),
                         max_new: s.max_new,
@@ -199,11 +196,7 @@ pub(super) fn measure(
                     // prepared as the engine prepares it, and rendered.
                     let prompt =
                         render_chat(tokenizer, model, rules.chat, messages, tools, fields)?;
-                    let bound = tokenizer.token_upper_bound(prompt.rendered.len(), false)
-                        + prompt
-                            .appended
-                            .as_ref()
-                            .map_or(0, |a| tokenizer.token_upper_bound(a.len(), true));
+                    let bound = chat_bound(tokenizer, &prompt);
                     let prompt = Arc::new(prompt);
                     return Ok(Measured {
                         tokens: PromptTokens::AtMost(bound as u64),
@@ -255,6 +248,22 @@ pub(super) fn measure(
     Ok(measured)
 }
 
+/// At most how many tokens a rendered chat is: its render's and its appended text's byte
+/// bounds and its repeated image tokens. Saturating: a tokenizer with no byte bound answers
+/// `usize::MAX`, which must stay "no bound" (a sum that wrapped would admit on a tiny one).
+fn chat_bound(tokenizer: &ModelTokenizer, prompt: &ChatPrompt) -> usize {
+    let repeated: usize = prompt.repeats.iter().map(|r| r.extra as usize).sum();
+    tokenizer
+        .token_upper_bound(prompt.rendered.len(), false)
+        .saturating_add(repeated)
+        .saturating_add(
+            prompt
+                .appended
+                .as_ref()
+                .map_or(0, |a| tokenizer.token_upper_bound(a.len(), true)),
+        )
+}
+
 /// A chat with images (SGLang's rules, a vision model): rendered with its media parts as
 /// placeholders, each expanded to the tokens its engine's processor gives the image; never
 /// remembered by conversation (a remote image may change behind its URL).
@@ -291,17 +300,14 @@ fn expanded(
         &prepared.media,
         images.resolved,
         processor,
+        images.image_token,
     )
     .map_err(|m| {
         crate::vision::metrics::refused(model, "processor");
         GatewayError::invalid(m, Some("messages"))
     })?;
     let prompt = Arc::new(prepared.prompt);
-    let bound = tokenizer.token_upper_bound(prompt.rendered.len(), false)
-        + prompt
-            .appended
-            .as_ref()
-            .map_or(0, |a| tokenizer.token_upper_bound(a.len(), true));
+    let bound = chat_bound(tokenizer, &prompt);
     Ok(Measured {
         tokens: PromptTokens::AtMost(bound as u64),
         max_new: sample.max_new,

@@ -206,6 +206,17 @@ pub struct ChatPrompt {
     pub add_special_tokens: bool,
     /// Text encoded separately and appended (SGLang's `continue_final_message`).
     pub appended: Option<String>,
+    /// Special tokens the engine puts many times where `rendered` has one (an image's pad
+    /// or soft tokens), in order of their occurrence: counted and expanded in the ids
+    /// without tokenizing thousands of copies of one token. Empty for text.
+    pub repeats: Vec<TokenRepeat>,
+}
+
+/// The `extra` more copies of `token` at its next occurrence in a prompt's ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenRepeat {
+    pub token: u32,
+    pub extra: u32,
 }
 
 /// A message's content as one text: a string as it is, the text of its parts joined with
