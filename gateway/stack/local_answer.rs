@@ -32,12 +32,8 @@ use crate::stack::admission::{render_chat, render_chat_with_media, AdmissionStat
 use crate::stack::api::prompt_view::{self, Prompts};
 use crate::stack::api::{Endpoint, InferenceRequest};
 use crate::stack::stage::{Next, Stage, StageFuture, StageLayer};
-use crate::vision::{expand_images, resolve_images, ModelVision, ResolvedImages};
+use crate::vision::{may_hold_images, ChatImages, ModelVision};
 use kvgate_tokenize::{ChatPrompt, ModelTokenizer};
-
-/// A chat's images, read before it is counted: the model's vision and its image token, the
-/// messages, what was read of each image.
-type ChatImages = ((Arc<ModelVision>, Option<u32>), Value, ResolvedImages);
 
 /// The local-answer stage.
 #[derive(Debug, Clone)]
@@ -128,10 +124,10 @@ async fn chat_images(
     parsed: &InferenceRequest,
     pools: &[&str],
 ) -> Result<Option<ChatImages>, GatewayError> {
-    let (Some((vision, token)), Some(raw)) = (vision, parsed.raw.get("messages")) else {
+    let (Some(vision), Some(raw)) = (vision, parsed.raw.get("messages")) else {
         return Ok(None);
     };
-    if !raw.contains("\"image_url\"") {
+    if !may_hold_images(raw) {
         return Ok(None);
     }
     let messages: Value = serde_json::from_str(raw).map_err(|e| {
@@ -140,10 +136,7 @@ async fn chat_images(
             Some("messages"),
         )
     })?;
-    let resolved = resolve_images(vision, &parsed.model, &messages, pools)
-        .await
-        .map_err(|e| GatewayError::invalid(e.to_string(), Some(e.param())))?;
-    Ok(Some(((vision.clone(), *token), messages, resolved)))
+    ChatImages::read(vision, &parsed.model, messages, pools).await
 }
 
 /// The chat's prompt as admission counts it on a pool of `rules`: its images expanded.
@@ -155,7 +148,7 @@ fn chat_prompt(
     images: Option<&ChatImages>,
 ) -> Result<ChatPrompt, GatewayError> {
     let tools = parsed.raw.get("tools").filter(|t| *t != "null");
-    let Some(((vision, token), values, resolved)) = images else {
+    let Some(images) = images else {
         return render_chat(
             tokenizer,
             &parsed.model,
@@ -165,25 +158,15 @@ fn chat_prompt(
             &parsed.fields,
         );
     };
-    let processor = vision.processor(rules.image_cap).ok_or_else(|| {
-        GatewayError::Internal(format!("model `{}` has no image processor", parsed.model))
-    })?;
     let mut prepared = render_chat_with_media(
         tokenizer,
         &parsed.model,
         rules.chat,
-        values,
+        &images.messages,
         tools,
         &parsed.fields,
     )?;
-    expand_images(
-        &mut prepared.prompt,
-        &prepared.media,
-        resolved,
-        processor,
-        *token,
-    )
-    .map_err(|m| GatewayError::invalid(m, Some("messages")))?;
+    images.expand(&parsed.model, &mut prepared, rules.image_cap)?;
     Ok(prepared.prompt)
 }
 

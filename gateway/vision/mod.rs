@@ -11,6 +11,7 @@
 //! One [`ModelVision`] per model with `[models.vision]`: its processor for each
 //! pre-resize cap its pools name, and each pool's fetch policy for remote images.
 
+mod chat;
 mod expand;
 pub mod metrics;
 mod source;
@@ -18,6 +19,7 @@ mod source;
 #[cfg(test)]
 mod tests;
 
+pub use chat::{may_hold_images, ChatImages};
 pub use expand::{expand_images, salt_image_ids, ImageSalts};
 pub use source::{resolve_images, ImageRefusal, ResolvedImage, ResolvedImages};
 
@@ -104,6 +106,11 @@ impl ModelVision {
     /// The fetcher of `pool` (one that refuses every remote URL when the pool is unknown).
     pub fn fetcher(&self, pool: &str) -> &Arc<ImageFetcher> {
         self.fetchers.get(pool).unwrap_or(&self.refusing)
+    }
+
+    /// The fetcher that refuses every remote URL: the one a `data:` URL is read with.
+    pub fn refusing_fetcher(&self) -> &Arc<ImageFetcher> {
+        &self.refusing
     }
 
     /// Whether `pool` fetches remote images.

@@ -160,7 +160,7 @@ async fn read_all(
         }
         let inline = DataUrl::is_data_url(url);
         let fetcher = match (inline, fetching) {
-            (true, _) => vision.fetcher(""),
+            (true, _) => vision.refusing_fetcher(),
             (false, Some(pool)) => vision.fetcher(pool),
             (false, None) if url.starts_with("http://") || url.starts_with("https://") => {
                 return Err(ImageRefusal::RemoteOff {

@@ -21,18 +21,8 @@ use super::prompt::{MaxNew, Sample};
 use crate::error::GatewayError;
 use crate::fleet::CountRules;
 use crate::stack::api::PromptInput;
-use crate::vision::{expand_images, salt_image_ids, ImageSalts, ModelVision, ResolvedImages};
+use crate::vision::{salt_image_ids, ChatImages, ImageSalts};
 use kvgate_tokenize::{prepare, ChatKey, ChatPrompt, ModelTokenizer, TokenizeError};
-
-/// A chat's images, for a vision model: what was read of each, the model's processors, the
-/// messages (parsed once to find them) and the image token prefix routing salts.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct ChatImages<'a> {
-    pub vision: &'a ModelVision,
-    pub resolved: &'a ResolvedImages,
-    pub messages: &'a serde_json::Value,
-    pub image_token: Option<u32>,
-}
 
 /// The image token's id and each image's salt, in render order (`vision::salt_image_ids`).
 pub(super) type ImageIdSalts = Arc<(u32, ImageSalts)>;
@@ -120,7 +110,7 @@ pub(super) fn measure(
     model: &str,
     rules: CountRules,
     ids_first: bool,
-    images: Option<ChatImages<'_>>,
+    images: Option<&ChatImages>,
 ) -> Result<Vec<Measured>, GatewayError> {
     let mut measured: Vec<Measured> = samples
         .iter()
@@ -274,10 +264,16 @@ fn measure_with_images(
     sample: &Sample<'_>,
     tools: Option<&str>,
     fields: &serde_json::Map<String, serde_json::Value>,
-    images: ChatImages<'_>,
+    images: &ChatImages,
 ) -> Result<Measured, GatewayError> {
-    let prepared =
-        render_chat_with_media(tokenizer, model, rules.chat, images.messages, tools, fields)?;
+    let prepared = render_chat_with_media(
+        tokenizer,
+        model,
+        rules.chat,
+        &images.messages,
+        tools,
+        fields,
+    )?;
     expanded(tokenizer, model, rules, sample, prepared, images)
 }
 
@@ -288,24 +284,9 @@ fn expanded(
     rules: CountRules,
     sample: &Sample<'_>,
     mut prepared: kvgate_tokenize::MultimodalPrompt,
-    images: ChatImages<'_>,
+    images: &ChatImages,
 ) -> Result<Measured, GatewayError> {
-    let processor = images.vision.processor(rules.image_cap).ok_or_else(|| {
-        GatewayError::Internal(format!(
-            "model `{model}` has no image processor for its pool"
-        ))
-    })?;
-    let salts = expand_images(
-        &mut prepared.prompt,
-        &prepared.media,
-        images.resolved,
-        processor,
-        images.image_token,
-    )
-    .map_err(|m| {
-        crate::vision::metrics::refused(model, "processor");
-        GatewayError::invalid(m, Some("messages"))
-    })?;
+    let salts = images.expand(model, &mut prepared, rules.image_cap)?;
     let prompt = Arc::new(prepared.prompt);
     let bound = chat_bound(tokenizer, &prompt);
     Ok(Measured {

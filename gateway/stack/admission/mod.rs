@@ -46,7 +46,6 @@ use crate::stack::auth::{AuthContext, TenantPolicy};
 use crate::stack::routing::{PinnedWorker, PoolChoice, RequestBlocks, RequestCost};
 use crate::stack::stage::{Next, Stage, StageFuture, StageLayer};
 use crate::vision::ModelVision;
-use count::ChatImages;
 use count::Measured;
 use kvgate_tokenize::ModelTokenizer;
 
@@ -203,23 +202,13 @@ pub async fn admit(
     let group_of = |b: &PoolBudget| groups.iter().position(|r| *r == b.rules).unwrap_or(0);
     // A chat's images are read (their headers) before anything is counted.
     let images = images::chat_images(model, parsed, &budgets).await?;
-    if let Some((_, resolved, vision, _)) = &images {
+    if let Some(images) = images.as_ref().filter(|i| i.fetched_any()) {
         // An image kvgate fetched goes only to pools that allow fetching it.
-        if resolved.values().any(|i| i.remote) {
-            budgets.retain(|b| vision.fetches(&b.pool));
-        }
+        budgets.retain(|b| images.vision.fetches(&b.pool));
     }
     let mut measured: Vec<Vec<Measured>> = {
         let samples = prompt::samples(parsed, default_new)?;
         let ids_first = blocks::wanted(state, &parsed.model);
-        let images = images
-            .as_ref()
-            .map(|(messages, resolved, vision, token)| ChatImages {
-                vision,
-                resolved,
-                messages,
-                image_token: *token,
-            });
         groups
             .iter()
             .enumerate()
@@ -230,7 +219,7 @@ pub async fn admit(
                     &parsed.model,
                     *rules,
                     ids_first && g == 0,
-                    images,
+                    images.as_ref(),
                 )
             })
             .collect::<Result<_, _>>()?
